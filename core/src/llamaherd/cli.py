@@ -1,0 +1,78 @@
+"""The ``al`` command: core's subcommands plus every plugin's ``register_commands``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaherd.types import LlamaherdError
+
+
+class AppContext:
+    """Shared by every subcommand: the project directory and lazily loaded project/plugins."""
+
+    def __init__(self, project_dir: Path | None):
+        self.project_dir = project_dir
+        self._project: Any = None
+
+    @property
+    def project(self) -> Any:
+        if self._project is None:
+            from llamaherd.project import load_project
+
+            self._project = load_project(self.project_dir)
+        return self._project
+
+    @property
+    def registry(self) -> Any:
+        from llamaherd.plugins import registry
+
+        return registry()
+
+
+class ErrorHandlingGroup(click.Group):
+    """Turns LlamaherdError into one line on stderr and exit 2, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LlamaherdError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--project",
+    "project_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="AL_PROJECT",
+    help="Project directory (default: found by walking up from the current directory).",
+)
+@click.version_option(package_name="llamaherd")
+@click.pass_context
+def cli(ctx: click.Context, project_dir: Path | None) -> None:
+    """llamaherd: run autonomous LLM agents on a schedule or on events."""
+    ctx.obj = AppContext(project_dir)
+
+
+pass_app = click.make_pass_decorator(AppContext)
+
+
+def _load_commands() -> None:
+    from llamaherd.commands import COMMAND_MODULES
+    from llamaherd.plugins import get_manager
+
+    import importlib
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(cli)
+    get_manager().hook.register_commands(cli=cli)
+
+
+def main() -> None:
+    _load_commands()
+    cli()

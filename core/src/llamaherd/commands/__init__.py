@@ -1,0 +1,5 @@
+"""Core's subcommands, one module per area; each exposes ``register(cli)``."""
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "llamaherd.commands.project",
+)

@@ -1,0 +1,208 @@
+"""The plugin manager: built-ins and entry-point plugins, registered through one path.
+
+Load order: built-in modules (``DEFAULT_PLUGINS``), then the ``llamaherd`` entry-point group via
+stevedore (a plugin that fails to import becomes one warning), filtered by ``AL_LOAD_PLUGINS``
+(allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import pluggy
+
+from llamaherd import hookspecs
+
+GROUP = "llamaherd"
+
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "llamaherd.triggers",
+    "llamaherd.skills",
+    "llamaherd.gateway",
+)
+
+# Registry kinds: hook name -> attribute of Registry.
+KINDS: dict[str, str] = {
+    "register_trigger_types": "trigger_types",
+    "register_webhook_sources": "webhook_sources",
+    "register_runtimes": "runtimes",
+    "register_credential_types": "credential_types",
+    "register_language_skills": "language_skills",
+    "register_providers": "providers",
+}
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+    hooks: list[str] = field(default_factory=list)
+    registers: list[str] = field(default_factory=list)
+
+
+def _split_env(name: str) -> set[str] | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+class PluginManager:
+    """Wraps pluggy's manager; knows each plugin's distribution and what it registered."""
+
+    def __init__(self, load_entrypoints: bool = True):
+        self.pm = pluggy.PluginManager(GROUP)
+        self.pm.add_hookspecs(hookspecs)
+        self.info: dict[str, PluginInfo] = {}
+        self.failed: dict[str, str] = {}
+        for module_name in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(module_name), module_name, builtin=True)
+        if load_entrypoints:
+            self._load_entrypoints()
+        self.pm.check_pending()
+        self._registry: Registry | None = None
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def register(
+        self, plugin: Any, name: str, *, builtin: bool = False, dist: Any = None
+    ) -> None:
+        self.pm.register(plugin, name=name)
+        self.info[name] = PluginInfo(
+            name=name,
+            distribution=dist.metadata["Name"] if dist else ("llamaherd" if builtin else None),
+            version=dist.version if dist else None,
+            builtin=builtin,
+            hooks=sorted(h.name for h in self.pm.get_hookcallers(plugin) or []),
+        )
+        self._registry = None
+
+    def unregister(self, name: str) -> None:
+        self.pm.unregister(name=name)
+        self.info.pop(name, None)
+        self._registry = None
+
+    def _load_entrypoints(self) -> None:
+        from stevedore import ExtensionManager
+
+        allow = _split_env("AL_LOAD_PLUGINS")
+        block = _split_env("AL_DISABLE_PLUGINS") or set()
+
+        def on_failure(_manager: Any, entrypoint: Any, exc: BaseException) -> None:
+            self.failed[entrypoint.name] = f"{type(exc).__name__}: {exc}"
+            _warn(f"plugin {entrypoint.name!r} failed to load: {type(exc).__name__}: {exc}")
+
+        def wanted(ext: Any) -> bool:
+            name = ext.entry_point.name
+            return name not in block and (allow is None or name in allow)
+
+        manager = ExtensionManager(
+            namespace=GROUP,
+            invoke_on_load=False,
+            on_load_failure_callback=on_failure,
+        )
+        for ext in manager:
+            if not wanted(ext) or self.pm.has_plugin(ext.name):
+                continue
+            self.register(ext.plugin, ext.name, dist=getattr(ext.entry_point, "dist", None))
+
+    def registry(self) -> Registry:
+        if self._registry is None:
+            self._registry = Registry(self)
+        return self._registry
+
+
+class DuplicateName(Exception):
+    pass
+
+
+class Registry:
+    """Everything the loaded plugins registered, by kind and name, with the supplying plugin."""
+
+    trigger_types: dict[str, Any]
+    webhook_sources: dict[str, Any]
+    runtimes: dict[str, Any]
+    credential_types: dict[str, Any]
+    language_skills: dict[str, Any]
+    providers: dict[str, Any]
+
+    def __init__(self, manager: PluginManager):
+        self.owner: dict[tuple[str, str], str] = {}
+        for hook_name, kind in KINDS.items():
+            setattr(self, kind, {})
+            hook = getattr(manager.hook, hook_name)
+            # Call each implementation ourselves so we know which plugin registered what.
+            for impl in reversed(hook.get_hookimpls()):
+                self._collect(manager, kind, impl)
+
+    def _collect(self, manager: PluginManager, kind: str, impl: Any) -> None:
+        plugin = impl.plugin_name
+        table: dict[str, Any] = getattr(self, kind)
+
+        def register(obj: Any) -> None:
+            name = obj.name
+            if name in table:
+                other = self.owner[(kind, name)]
+                _warn(f"{kind[:-1].replace('_', ' ')} {name!r} from plugin {plugin!r} "
+                      f"ignored: already registered by {other!r}")
+                return
+            table[name] = obj
+            self.owner[(kind, name)] = plugin
+            manager.info[plugin].registers.append(f"{kind[:-1].replace('_', '-')}:{name}")
+
+        try:
+            impl.function(register=register)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            _warn(f"plugin {plugin!r} failed in {kind}: {type(exc).__name__}: {exc}")
+
+    def tools(self) -> dict[str, Any]:
+        """Every language-skill tool by name."""
+        return {tool.name: tool for skill in self.language_skills.values() for tool in skill.tools}
+
+
+@cache
+def get_manager() -> PluginManager:
+    """The process-wide plugin manager (``AL_NO_ENTRYPOINTS=1`` loads built-ins only)."""
+    return PluginManager(load_entrypoints=os.environ.get("AL_NO_ENTRYPOINTS") != "1")
+
+
+def registry() -> Registry:
+    return get_manager().registry()
+
+
+def reset() -> None:
+    """Forget the process-wide manager (tests that install or register plugins)."""
+    get_manager.cache_clear()
+
+
+# Distributions that provide each first-party feature: named in errors when one is missing.
+PROVIDED_BY: dict[tuple[str, str], str] = {
+    ("runtimes", "container"): "llamaherd-docker",
+    ("runtimes", "host-user"): "llamaherd-host-user",
+    ("providers", "anthropic"): "llamaherd-anthropic",
+    ("providers", "openai"): "llamaherd-openai",
+    ("providers", "scripted"): "llamaherd-scripted",
+    ("trigger_types", "cron"): "llamaherd-cron",
+    ("trigger_types", "webhooks"): "llamaherd-webhooks",
+    ("webhook_sources", "github"): "llamaherd-github",
+    ("webhook_sources", "generic"): "llamaherd-webhooks",
+    ("credential_types", "github_token"): "llamaherd-github",
+    ("credential_types", "git_ssh"): "llamaherd-github",
+    ("credential_types", "github_webhook_secret"): "llamaherd-github",
+    ("credential_types", "webhook_secret"): "llamaherd-webhooks",
+    ("credential_types", "anthropic_key"): "llamaherd-anthropic",
+    ("credential_types", "openai_key"): "llamaherd-openai",
+}

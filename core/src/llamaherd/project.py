@@ -1,0 +1,228 @@
+"""The project model: find the root, discover agents, parse SKILL.md and config.toml files.
+
+Loading never validates against the assembled schema (``llamaherd.schema`` does that); it only
+parses, so ``al validate`` can report every problem at once.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llamaherd.types import ConfigError
+
+# Defaults exactly as DESIGN.md §3.
+DEFAULTS: dict[str, Any] = {
+    "maxReruns": 10,
+    "maxCallDepth": 3,
+    "workQueueSize": 100,
+    "scale": None,
+    "resourceLockTimeout": 1800,
+    "defaultWaitTimeout": 1800,
+    "historyRetentionDays": 14,
+    "database": "sqlite:///.al/work-queue.db",
+}
+LOCAL_DEFAULTS: dict[str, Any] = {"image": "al-agent:latest", "memory": "4g", "cpus": 2, "timeout": 900}
+GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
+RUN_TIMEOUT = 900
+WAIT_TIMEOUT = 1800
+STATE_DIR = ".al"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error becomes a ConfigError naming line and column."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "", f"invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+
+
+def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
+    """Split SKILL.md into its YAML frontmatter and markdown body."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc}") from None
+    if not text.startswith("---"):
+        raise ConfigError(str(path), "", "expected YAML frontmatter between '---' lines at the top")
+    parts = text.split("\n")
+    try:
+        end = next(i for i, line in enumerate(parts[1:], 1) if line.strip() == "---")
+    except StopIteration:
+        raise ConfigError(str(path), "", "frontmatter is not closed by a '---' line") from None
+    try:
+        meta = yaml.safe_load("\n".join(parts[1:end])) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(str(path), "", f"invalid YAML frontmatter{where}: {problem}") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), "", "frontmatter must be a YAML mapping (name: ..., description: ...)")
+    body = "\n".join(parts[end + 1 :]).strip("\n")
+    return meta, body
+
+
+@dataclass
+class Agent:
+    name: str
+    path: Path
+    project: Project
+    meta: dict[str, Any] = field(default_factory=dict)
+    body: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def skill_file(self) -> Path:
+        return self.path / "SKILL.md"
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.toml"
+
+    @property
+    def description(self) -> str:
+        return str(self.meta.get("description", ""))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.config.get(key, default)
+
+    # Resolved settings: agent, then project, then DESIGN default.
+    @property
+    def scale(self) -> int:
+        return int(self.config.get("scale", 1))
+
+    @property
+    def timeout(self) -> float:
+        local = self.project.config.get("local", {})
+        return float(self.config.get("timeout", local.get("timeout", RUN_TIMEOUT)))
+
+    @property
+    def queue_size(self) -> int:
+        return int(self.config.get("maxWorkQueueSize", self.project.setting("workQueueSize")))
+
+    @property
+    def max_reruns(self) -> int:
+        return int(self.config.get("maxReruns", self.project.setting("maxReruns")))
+
+    @property
+    def wait_timeout(self) -> float:
+        return float(self.config.get("waitTimeout", self.project.setting("defaultWaitTimeout")))
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.config.get("models", []))
+
+    @property
+    def credentials(self) -> list[str]:
+        return list(self.config.get("credentials", []))
+
+    @property
+    def runtime(self) -> dict[str, Any]:
+        runtime = dict(self.config.get("runtime", {}))
+        runtime.setdefault("type", "container")
+        return runtime
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.config.get("params", {}))
+
+    @property
+    def hooks(self) -> dict[str, list[str]]:
+        hooks = self.config.get("hooks", {})
+        return {"pre": list(hooks.get("pre", [])), "post": list(hooks.get("post", []))}
+
+
+@dataclass
+class Project:
+    root: Path
+    config: dict[str, Any] = field(default_factory=dict)
+    errors: list[ConfigError] = field(default_factory=list)
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_DIR
+
+    def setting(self, key: str) -> Any:
+        return self.config.get(key, DEFAULTS.get(key))
+
+    @property
+    def database_url(self) -> str:
+        return os.environ.get("AL_DATABASE_URL") or self.setting("database")
+
+    @property
+    def gateway(self) -> dict[str, Any]:
+        return {**GATEWAY_DEFAULTS, **self.config.get("gateway", {})}
+
+    @property
+    def local(self) -> dict[str, Any]:
+        return {**LOCAL_DEFAULTS, **self.config.get("local", {})}
+
+    @cached_property
+    def agents(self) -> dict[str, Agent]:
+        """Agents found by scanning ``agents/*/SKILL.md``; broken ones land in ``errors``."""
+        found: dict[str, Agent] = {}
+        agents_dir = self.root / "agents"
+        if not agents_dir.is_dir():
+            return found
+        for entry in sorted(os.scandir(agents_dir), key=lambda e: e.name):
+            skill = Path(entry.path) / "SKILL.md"
+            if not entry.is_dir() or not skill.is_file():
+                continue
+            agent = Agent(name=entry.name, path=Path(entry.path), project=self)
+            try:
+                agent.meta, agent.body = parse_skill(skill)
+                if agent.config_file.is_file():
+                    agent.config = read_toml(agent.config_file)
+            except ConfigError as exc:
+                self.errors.append(exc)
+                continue
+            found[agent.name] = agent
+        return found
+
+    def agent(self, name: str) -> Agent:
+        try:
+            return self.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise ConfigError(str(self.root / "agents"), name, f"no such agent (agents: {known})") from None
+
+    def relative(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def find_root(start: Path | None = None) -> Path | None:
+    """Walk up from ``start`` (default cwd) to the first dir with config.toml or agents/."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "config.toml").is_file() or (candidate / "agents").is_dir():
+            return candidate
+    return None
+
+
+def load_project(root: Path | None = None) -> Project:
+    """Load the project at ``root`` (or found from cwd). Raises ConfigError for the root config."""
+    if root is None:
+        found = find_root()
+        if found is None:
+            raise ConfigError(str(Path.cwd()), "", "not inside an llamaherd project (no config.toml or agents/); use --project DIR or `al new DIR`")
+        root = found
+    root = Path(root).resolve()
+    config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
+    return Project(root=root, config=config)

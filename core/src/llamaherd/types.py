@@ -1,0 +1,332 @@
+"""The interfaces plugins implement, and the small value types that cross them.
+
+Every registered object carries its own ``name``, a JSON-schema fragment (``schema``) and docs
+(``description``). Core never imports a plugin module directly: it talks to these protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+# --------------------------------------------------------------------------- errors
+
+
+class LlamaherdError(Exception):
+    """Base class for errors shown to users as one clear line (no traceback)."""
+
+
+class ConfigError(LlamaherdError):
+    """Bad project or agent configuration: names the file, the key path and the expectation."""
+
+    def __init__(self, file: str, key: str, message: str):
+        self.file, self.key, self.message = file, key, message
+        where = f"{file}: {key}: " if key else f"{file}: "
+        super().__init__(where + message)
+
+
+class ProviderError(LlamaherdError):
+    """A model call failed. Subclasses tell the session whether to retry or abort."""
+
+
+class RateLimited(ProviderError):
+    def __init__(self, message: str = "rate limited", retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class AuthError(ProviderError):
+    """The key was refused (401/403): retrying will not help."""
+
+
+class Transient(ProviderError):
+    """5xx, connection reset, timeout: worth retrying."""
+
+
+class Fatal(ProviderError):
+    """Anything else: malformed reply, bad request. Not retried."""
+
+
+class SandboxError(LlamaherdError):
+    """A runtime could not start or drive a sandbox (structural failure)."""
+
+
+# --------------------------------------------------------------------------- model conversation
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass
+class Message:
+    """One normalised conversation message.
+
+    role is "system", "user", "assistant" or "tool". Assistant messages may carry tool_calls;
+    tool messages answer one call by tool_call_id.
+    """
+
+    role: str
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [tc.__dict__ for tc in self.tool_calls]
+        if self.tool_call_id is not None:
+            data["tool_call_id"] = self.tool_call_id
+        if self.is_error:
+            data["is_error"] = True
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content", ""),
+            tool_calls=[ToolCall(**tc) for tc in data.get("tool_calls", [])],
+            tool_call_id=data.get("tool_call_id"),
+            is_error=data.get("is_error", False),
+        )
+
+
+@dataclass
+class ToolSpec:
+    """A tool offered to the model: name, description and JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+
+
+@dataclass
+class ModelConfig:
+    """A `[models.<name>]` entry of the project config, plus the key resolved for it."""
+
+    name: str
+    provider: str
+    model: str
+    auth_type: str | None = None
+    thinking_level: str | None = None
+    base_url: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    api_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- plugin objects
+
+
+@dataclass
+class CredentialField:
+    name: str
+    secret: bool = True
+    description: str = ""
+
+
+@runtime_checkable
+class CredentialType(Protocol):
+    """A kind of credential stored at ``<store>/<type>/<instance>/<field>``."""
+
+    name: str
+    description: str
+    fields: list[CredentialField]
+
+    def env(self, values: dict[str, str], path: Path) -> dict[str, str]:
+        """Env vars exported in the sandbox. ``path`` is where this instance is staged."""
+        ...
+
+    def context(self, values: dict[str, str]) -> str:
+        """Text for ``<credential-context>``: what is available, never the values."""
+        ...
+
+
+@dataclass
+class TriggerEvent:
+    """Something that should start (or resume) a run of an agent.
+
+    kind is "scheduled", "manual", "webhook" or "agent". ``prompt`` is the trigger block of the
+    user prompt. ``dedupe_key`` makes a repeated delivery a no-op.
+    """
+
+    agent: str
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    prompt: str = ""
+    source: str | None = None
+    dedupe_key: str | None = None
+
+
+Emit = Callable[[TriggerEvent], Any]
+
+
+@runtime_checkable
+class TriggerType(Protocol):
+    name: str
+    description: str
+    schema: dict[str, Any]  # properties this trigger adds to an agent's config.toml
+
+    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
+        """Begin producing events for ``agents`` (those configured for this trigger)."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    output: str
+    timed_out: bool = False
+    duration: float = 0.0
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated place where a run's tool calls execute. It never holds the model session."""
+
+    id: str
+    workdir: str  # path of the run's working dir as seen inside the sandbox
+
+    def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> ExecResult: ...
+
+    def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None: ...
+
+    def get_file(self, path: str) -> bytes: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def alive(self) -> bool: ...
+
+    def kill(self) -> None: ...
+
+    def cleanup(self) -> None: ...
+
+    def handle(self) -> dict[str, Any]:
+        """JSON-able data that lets ``Runtime.attach`` find this sandbox after a restart."""
+        ...
+
+
+@dataclass
+class SandboxSpec:
+    """What a runtime needs to start a sandbox for one run."""
+
+    run_id: str
+    agent: Any  # llamaherd.project.Agent
+    project: Any  # llamaherd.project.Project
+    credentials: dict[str, dict[str, str]]  # "type/instance" -> {field: value}
+    env: dict[str, str]  # env for every exec: credential env, AL_* gateway vars
+    bin_dir: Path  # host dir holding the language-skill shell commands
+    timeout: float
+    # Given the staged credentials root as seen inside the sandbox, the env vars the declared
+    # credential types export (GITHUB_TOKEN, GIT_SSH_COMMAND, ...).
+    credential_env: Callable[[str], dict[str, str]] = lambda root: {}
+    gateway_socket: str | None = None  # host path of the gateway's unix socket (containers)
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    name: str
+    description: str
+    schema: dict[str, Any]  # properties of an agent's [runtime] table for this type
+
+    def prepare(self, agent: Any, project: Any) -> None:
+        """Make the agent runnable (build image, check user); raise SandboxError if not."""
+        ...
+
+    def start(self, spec: SandboxSpec) -> Sandbox: ...
+
+    def attach(self, handle: dict[str, Any], spec: SandboxSpec) -> Sandbox | None:
+        """Re-attach to a sandbox recorded before a restart; None when it is gone."""
+        ...
+
+    def cleanup_orphans(self, live_run_ids: set[str]) -> int:
+        """Remove sandboxes of ours that no live run owns; return how many."""
+        ...
+
+
+@dataclass
+class Tool:
+    """A language-skill tool: offered to the model and callable as a shell command."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[[Any, dict[str, Any]], Any]  # (RunContext, arguments) -> JSON-able
+
+
+@runtime_checkable
+class LanguageSkill(Protocol):
+    name: str
+    category: str
+    tools: list[Tool]
+
+    def preamble(self, run: Any) -> str:
+        """Concise instructions for the model about this skill's tools."""
+        ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    description: str
+    schema: dict[str, Any]  # extra keys allowed in a [models.<name>] table for this provider
+    credential_type: str | None  # credential type holding the key, if any
+
+    def complete(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        model: ModelConfig,
+        options: dict[str, Any],
+    ) -> Reply:
+        """One model turn. Raise RateLimited / AuthError / Transient / Fatal on failure."""
+        ...
+
+
+@runtime_checkable
+class WebhookSource(Protocol):
+    """A webhook source type (``[webhooks.<name>] type = ...``): verifies and parses deliveries."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]  # extra keys of a [webhooks.<name>] table
+    credential_type: str | None
+
+    def verify(self, headers: dict[str, str], body: bytes, secrets: list[str]) -> bool: ...
+
+    def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        """Return {"event", "action", "delivery", "payload", ...} normalised fields."""
+        ...

@@ -1,0 +1,1 @@
+"""llamaherd-anthropic: Provider: Anthropic Messages API with tools."""

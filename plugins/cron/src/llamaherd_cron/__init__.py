@@ -1,0 +1,1 @@
+"""llamaherd-cron: Trigger: cron expressions and intervals."""

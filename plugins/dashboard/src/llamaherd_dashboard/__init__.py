@@ -1,0 +1,1 @@
+"""llamaherd-dashboard: Web dashboard pages on the scheduler's HTTP server."""

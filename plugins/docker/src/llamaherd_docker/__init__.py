@@ -1,0 +1,1 @@
+"""llamaherd-docker: Runtime: Docker containers."""

@@ -1,0 +1,1 @@
+"""llamaherd-host-user: Runtime: processes under a separate OS user."""

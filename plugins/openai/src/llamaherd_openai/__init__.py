@@ -1,0 +1,1 @@
+"""llamaherd-openai: Provider: OpenAI-compatible Chat Completions with tools, any base_url."""

@@ -1,0 +1,1 @@
+"""llamaherd-scripted: Provider: deterministic and offline, for the demo and tests."""
