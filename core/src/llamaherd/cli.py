@@ -62,6 +62,11 @@ def cli(ctx: click.Context, project_dir: Path | None) -> None:
 pass_app = click.make_pass_decorator(AppContext)
 
 
+@cli.group()
+def setup() -> None:
+    """Prepare a runtime on this machine (plugins add one subcommand each)."""
+
+
 def _load_commands() -> None:
     from llamaherd.commands import COMMAND_MODULES
     from llamaherd.plugins import get_manager
