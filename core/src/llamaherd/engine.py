@@ -3,17 +3,27 @@
 It holds the project, the store, the plugin registry, the credential store, the HTTP server
 (gateway API, control API and plugin routes) and the runner. Triggers call ``emit``; the
 scheduler adds trigger plugins, a dispatcher and crash recovery on top (``llamaherd.scheduler``).
-
-STATUS: interface stub; attributes and methods below are the contract.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import socket
+import tempfile
+import threading
 import time
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from llamaherd.types import TriggerEvent
+
+log = logging.getLogger("llamaherd.engine")
+
+# Agent states that hold triggers instead of running them (issue: agent lifecycle states).
+HELD_STATES = ("off", "error", "suspended")
 
 
 def clock() -> float:
@@ -28,20 +38,170 @@ def clock() -> float:
     return time.time()
 
 
+def host_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 class Engine:
-    project: Any  # llamaherd.project.Project
-    store: Any  # llamaherd.store.Store
-    registry: Any  # llamaherd.plugins.Registry
-    credentials: Any  # llamaherd.credentials.CredentialStore
-    runner: Any  # llamaherd.runner.Runner
-    host: str  # this process's host id: "<hostname>:<pid>"
-    gateway_url: str  # http://127.0.0.1:<port> once the server is up
-    gateway_socket: str | None  # unix socket path serving the same app (for containers)
+    """Project, store, registry, credentials, runner and HTTP server of one process."""
+
     clock = staticmethod(clock)
 
+    def __init__(self, project: Any, *, host: str | None = None):
+        from llamaherd.credentials import CredentialStore
+        from llamaherd.plugins import registry
+        from llamaherd.store import Store
+
+        self.project = project
+        self.registry = registry()
+        self.store = Store.open(project.database_url, str(project.root))
+        self.credentials = CredentialStore()
+        self.host = host or host_id()
+        self.wakeup = threading.Event()  # set when work may be claimable
+        self.gateway_url = ""
+        self.gateway_socket: str | None = None
+        self._servers: list[Any] = []
+        self.threads: dict[str, threading.Thread] = {}
+        self.stopping = threading.Event()
+
+    @cached_property
+    def runner(self) -> Any:
+        from llamaherd.runner import Runner
+
+        return Runner(self)
+
+    # ------------------------------------------------------------------ HTTP
+    def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:
+        """Start the HTTP server on ``bind:port`` and on a private unix socket."""
+        from llamaherd.server import ServerThread, build_app
+
+        app = build_app(self)
+        tcp = ServerThread(app, host=bind, port=port).start()
+        self._servers.append(tcp)
+        local = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+        self.gateway_url = f"http://{local}:{tcp.port}"
+        self.gateway_socket = self._socket_path()
+        self._servers.append(ServerThread(app, uds=self.gateway_socket).start())
+        self.app = app
+
+    def _socket_path(self) -> str:
+        # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per project.
+        digest = hashlib.sha256(f"{self.project.root}:{os.getpid()}".encode()).hexdigest()[:12]
+        directory = Path(tempfile.gettempdir()) / f"al-gw-{digest}"
+        directory.mkdir(mode=0o755, exist_ok=True)
+        directory.chmod(0o755)
+        return str(directory / "gateway.sock")
+
+    def close(self) -> None:
+        for server in reversed(self._servers):
+            server.stop()
+        self._servers.clear()
+        if self.gateway_socket:
+            try:
+                os.unlink(self.gateway_socket)
+                os.rmdir(os.path.dirname(self.gateway_socket))
+            except OSError:
+                pass
+        self.store.close()
+
+    # ------------------------------------------------------------------ triggers
     def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> dict[str, Any]:
-        """Queue ``event`` for its agent (durably, before returning) and offer it to waiting
-        runs. Returns {"queued": item_id | None, "resumed": [run ids], "refused": reason | None}.
-        Agent-state gating happens here (hibernate refuses webhooks and calls, off refuses all).
+        """Queue ``event`` for its agent (durably, before returning) and offer it to waiting runs.
+
+        Returns {"queued": item id or None, "resumed": [run ids], "refused": reason or None}.
+        An event that resumes a waiting run of its own agent is consumed by it. An event with
+        ``agent == ""`` is only offered to waiting runs (a webhook no agent is configured for).
+        Agent states gate here: ``off`` refuses everything, ``hibernate`` refuses webhooks and
+        agent calls; held states (``error``, ``suspended``) still queue.
         """
-        raise NotImplementedError
+        resumed = self._offer_to_waits(event)
+        result: dict[str, Any] = {"queued": None, "resumed": resumed, "refused": None}
+        if not event.agent:
+            return result
+        agent = self.project.agents.get(event.agent)
+        if agent is None:
+            result["refused"] = f"no such agent {event.agent!r}"
+            return result
+        if any(run_id.startswith(f"{event.agent}-") for run_id in resumed):
+            return result
+        refused = self._gate(event)
+        if refused:
+            result["refused"] = refused
+            self.store.add_agent_event(event.agent, "trigger.refused", {"kind": event.kind, "reason": refused})
+            return result
+        result["queued"] = self.store.enqueue(
+            event.agent,
+            event.kind,
+            event.payload,
+            event.prompt,
+            limit=agent.queue_size,
+            source=event.source,
+            dedupe_key=event.dedupe_key,
+            coalesce=coalesce,
+            call_id=event.call_id,
+            rerun_count=event.rerun_count,
+            recovery=event.recovery,
+        )
+        self.wakeup.set()
+        return result
+
+    def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
+        try:
+            from llamaherd.waits import match_waiting
+        except ImportError:
+            return []
+        resumed = match_waiting(self, event)
+        if resumed:
+            self.wakeup.set()
+        return resumed
+
+    def _gate(self, event: TriggerEvent) -> str | None:
+        state = self.store.agent_state(event.agent)
+        if state == "off":
+            return f"agent {event.agent!r} is off"
+        if state == "hibernate" and event.kind in ("webhook", "agent"):
+            return f"agent {event.agent!r} is hibernating: only its schedule starts runs"
+        return None
+
+    # ------------------------------------------------------------------ dispatch
+    def scales(self) -> dict[str, int]:
+        """Claimable capacity per agent: its ``scale``, or 0 while it is held or paused."""
+        paused_all, paused = self.store.paused()
+        scales = {}
+        for name, agent in self.project.agents.items():
+            held = paused_all or name in paused or self.store.agent_state(name) in HELD_STATES
+            scales[name] = 0 if held else agent.scale
+        return scales
+
+    def claim(self) -> tuple[Any, Any] | None:
+        return self.store.claim(self.scales(), self.project.setting("scale"), self.host)
+
+    def dispatch(self) -> None:
+        while not self.stopping.is_set():
+            claimed = self.claim()
+            if claimed is None:
+                return
+            _item, run = claimed
+            self.start_thread(run)
+
+    def start_thread(self, run: Any) -> None:
+        thread = threading.Thread(target=self._execute, args=(run,), name=f"run-{run.id}", daemon=True)
+        self.threads[run.id] = thread
+        thread.start()
+
+    def _execute(self, run: Any) -> None:
+        try:
+            self.runner.run(run)
+        except Exception:  # the runner never raises; this is the last line of defence
+            log.exception("run %s crashed", run.id)
+        finally:
+            self.threads.pop(run.id, None)
+            self.wakeup.set()
+
+    def kill(self, run_id: str, reason: str = "killed by user") -> bool:
+        """Kill an active or waiting run; True if it was live."""
+        run = self.store.get_run(run_id)
+        if run is None or run.state in ("done", "error", "timeout", "killed"):
+            return False
+        return bool(self.runner.kill(run_id, reason=reason))
+

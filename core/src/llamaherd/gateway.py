@@ -1,5 +1,138 @@
-"""The gateway API: HTTP routes the in-sandbox commands call with their run's token."""
+"""The gateway API: HTTP routes the in-sandbox commands call with their run's token.
+
+Every request names its run (``X-AL-Run-Id``, from ``$AL_RUN_ID``) and proves it with
+``Authorization: Bearer $AL_RUN_TOKEN``; the token's sha256 is compared in constant time with the
+run's stored hash. A run acts only as itself: another run's token gets 403. Each endpoint calls
+the same language-skill handler the model's tool call uses, so there is one implementation.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
 from llamaherd import hookimpl
+
+ACTIVE_STATES = ("running", "waiting")
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"ok": False, "error": message, **extra}, status_code=status)
+
+
+def authenticate(engine: Any, request: Request) -> Any:
+    """The RunContext of the request's run, or a JSONResponse refusing it (401/403/409)."""
+    from llamaherd.session import RunContext
+
+    auth = request.headers.get("authorization", "")
+    token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    run_id = request.headers.get("x-al-run-id", "")
+    if not token or not run_id:
+        return _error(401, "missing run credentials (Authorization: Bearer and X-AL-Run-Id)")
+    row = engine.store.get_run(run_id)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    if row is None or not row.token_hash or not hmac.compare_digest(digest, row.token_hash):
+        return _error(403, "this token does not belong to that run")
+    if row.state not in ACTIVE_STATES:
+        return _error(409, f"run {run_id} is {row.state}")
+    live = engine.runner.live(run_id)
+    if live is not None:
+        return live.ctx
+    agent = engine.project.agents.get(row.agent)
+    if agent is None:
+        return _error(409, f"agent {row.agent!r} no longer exists")
+    return RunContext(run_id, agent, engine, engine.store, trigger=row.trigger or {})
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    return data
+
+
+def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
+    """An endpoint that authenticates, then calls the language-skill tool ``tool_name``."""
+
+    async def endpoint(request: Request) -> Response:
+        engine = request.app.state.engine
+        try:
+            args = await _body(request)
+        except ValueError as exc:
+            return _error(400, f"bad JSON body: {exc}")
+        if args_from_path:
+            args[args_from_path] = request.path_params[args_from_path]
+        ctx = await run_in_threadpool(authenticate, engine, request)
+        if isinstance(ctx, Response):
+            return ctx
+        tool = engine.registry.tools().get(tool_name)
+        if tool is None:
+            return _error(404, f"no language skill provides {tool_name!r}")
+        try:
+            result = await run_in_threadpool(tool.handler, ctx, args)
+        except (ValueError, TypeError, KeyError) as exc:
+            return _error(400, str(exc))
+        return _answer(result)
+
+    endpoint.__name__ = f"gateway_{tool_name}"
+    return endpoint
+
+
+def _answer(result: Any) -> JSONResponse:
+    from llamaherd.session import Deferred
+
+    if isinstance(result, Deferred):
+        return _error(409, "this action parks the model session: call it as a model tool")
+    if isinstance(result, dict) and result.get("ok") is False:
+        status = 403 if result.pop("forbidden", False) else 409
+        return JSONResponse(result, status_code=status)
+    return JSONResponse(result if isinstance(result, dict) else {"ok": True, "result": result})
+
+
+async def setenv(request: Request) -> Response:
+    """``setenv NAME VALUE`` from a hook or script: applies to the model's later bash calls."""
+    engine = request.app.state.engine
+    ctx = await run_in_threadpool(authenticate, engine, request)
+    if isinstance(ctx, Response):
+        return ctx
+    try:
+        args = await _body(request)
+        engine.runner.setenv(ctx.run_id, str(args["name"]), str(args.get("value", "")))
+    except (ValueError, KeyError) as exc:
+        return _error(400, f"setenv: {exc}")
+    except LookupError as exc:
+        return _error(409, str(exc))
+    return JSONResponse({"ok": True, "note": "applies to the agent's later bash tool calls"})
+
+
+ROUTES = [
+    ("/gateway/status", "set_status", None, "POST"),
+    ("/gateway/return", "return_value", None, "POST"),
+    ("/gateway/rerun", "rerun", None, "POST"),
+    ("/gateway/call", "call_agent", None, "POST"),
+    ("/gateway/call/{call_id}", "check_call", "call_id", "GET"),
+    ("/gateway/lock", "acquire_lock", None, "POST"),
+    ("/gateway/unlock", "release_lock", None, "POST"),
+    ("/gateway/lock-heartbeat", "heartbeat_lock", None, "POST"),
+    ("/gateway/wait", "wait_for_trigger", None, "POST"),
+]
+
+
+@hookimpl
+def register_routes(app):
+    routes = [
+        Route(path, skill_endpoint(tool, param), methods=[method])
+        for path, tool, param, method in ROUTES
+    ]
+    routes.append(Route("/gateway/setenv", setenv, methods=["POST"]))
+    app.router.routes.extend(routes)

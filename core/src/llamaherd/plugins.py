@@ -77,14 +77,11 @@ class PluginManager:
     def hook(self) -> Any:
         return self.pm.hook
 
-    def register(
-        self, plugin: Any, name: str, *, builtin: bool = False, dist: Any = None
-    ) -> None:
+    def register(self, plugin: Any, name: str, *, builtin: bool = False) -> None:
         self.pm.register(plugin, name=name)
         self.info[name] = PluginInfo(
             name=name,
-            distribution=dist.metadata["Name"] if dist else ("llamaherd" if builtin else None),
-            version=dist.version if dist else None,
+            distribution="llamaherd" if builtin else None,
             builtin=builtin,
             hooks=sorted(h.name for h in self.pm.get_hookcallers(plugin) or []),
         )
@@ -117,12 +114,61 @@ class PluginManager:
         for ext in manager:
             if not wanted(ext) or self.pm.has_plugin(ext.name):
                 continue
-            self.register(ext.plugin, ext.name, dist=getattr(ext.entry_point, "dist", None))
+            self.register(ext.plugin, ext.name)
+
+    def call_each(self, hook_name: str, **kwargs: Any) -> None:
+        """Call every implementation of a hook; one that raises becomes a warning naming it."""
+        for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
+            try:
+                impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            except Exception as exc:  # a broken plugin must not take the CLI down
+                _warn(
+                    f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}"
+                )
 
     def registry(self) -> Registry:
         if self._registry is None:
             self._registry = Registry(self)
         return self._registry
+
+    def describe(self, show_all: bool = False) -> list[PluginInfo]:
+        """Loaded plugins (built-ins only with ``show_all``) with distribution and version.
+
+        Distributions are looked up here, not at load time, so ``al --help`` does not pay for
+        scanning every installed distribution's metadata.
+        """
+        self.registry()
+        dists = entrypoint_distributions()
+        rows = []
+        for info in self.info.values():
+            if info.builtin and not show_all:
+                continue
+            if info.builtin:
+                info.version = _version("llamaherd")
+            elif info.name in dists:
+                info.distribution, info.version = dists[info.name]
+            rows.append(info)
+        return rows
+
+
+def entrypoint_distributions() -> dict[str, tuple[str, str]]:
+    """Entry-point name -> (distribution, version) for the ``llamaherd`` group."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, tuple[str, str]] = {}
+    for ep in entry_points(group=GROUP):
+        if ep.dist is not None and ep.name not in found:
+            found[ep.name] = (ep.dist.metadata["Name"], ep.dist.version)
+    return found
+
+
+def _version(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 class DuplicateName(Exception):
@@ -156,8 +202,10 @@ class Registry:
             name = obj.name
             if name in table:
                 other = self.owner[(kind, name)]
-                _warn(f"{kind[:-1].replace('_', ' ')} {name!r} from plugin {plugin!r} "
-                      f"ignored: already registered by {other!r}")
+                _warn(
+                    f"{kind[:-1].replace('_', ' ')} {name!r} from plugin {plugin!r} "
+                    f"ignored: already registered by {other!r}"
+                )
                 return
             table[name] = obj
             self.owner[(kind, name)] = plugin
@@ -205,4 +253,10 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("credential_types", "webhook_secret"): "llamaherd-webhooks",
     ("credential_types", "anthropic_key"): "llamaherd-anthropic",
     ("credential_types", "openai_key"): "llamaherd-openai",
+    # Agent config.toml keys that a trigger plugin adds.
+    ("agent_keys", "schedule"): "llamaherd-cron",
+    ("agent_keys", "timezone"): "llamaherd-cron",
+    ("agent_keys", "catchUp"): "llamaherd-cron",
+    ("agent_keys", "every"): "llamaherd-cron",
+    ("agent_keys", "webhooks"): "llamaherd-webhooks",
 }

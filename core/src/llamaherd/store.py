@@ -5,14 +5,43 @@ PostgreSQL included, through ``database``). Every public method is one transacti
 is SQLite-only SQL: claims use ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and ``BEGIN IMMEDIATE``
 on SQLite.
 
-STATUS: interface stub. Signatures and docstrings are the contract the scheduler, the session and
-the triggers code against; the implementation fills the bodies.
+Concurrency. peewee keeps one connection per thread, so a Store is shared by all the threads of a
+process. On SQLite every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time across
+processes, waiting up to the busy timeout, default 10 s, ``?timeout=`` in the URL); WAL with
+``synchronous=NORMAL`` keeps every committed item across a killed process. On PostgreSQL claims
+of one agent are serialised by a transaction-level advisory lock, so ``scale`` holds across any
+number of schedulers, while work items are taken with ``FOR UPDATE SKIP LOCKED``.
+
+Errors. A database that cannot be used (corrupt, read-only, disk full, locked past the busy
+timeout, unreachable) raises ``StoreError`` with one line naming the database and what to do;
+the transaction is rolled back, so no item is ever half written.
+
+Schema versions live in ``llamaherd.migrations``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import functools
+import json
+import logging
+import secrets
+import sqlite3
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import peewee as pw
+from playhouse import db_url
+
+from llamaherd import migrations
+
+log = logging.getLogger(__name__)
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")
 FINAL_STATES = ("done", "error", "timeout", "killed")
@@ -27,6 +56,22 @@ TRANSITIONS: dict[str, tuple[str, ...]] = {
     "killed": (),
 }
 EXIT_CODES = {"done": 0, "error": 1, "timeout": 124, "killed": 137}
+AGENT_STATES = ("idle", "hibernate", "suspended", "error", "off")
+# Work item states: queued -> claimed -> done, or queued -> dropped (queue full).
+ITEM_STATES = ("queued", "claimed", "done", "dropped")
+
+DEFAULT_URL = "sqlite:///.al/work-queue.db"
+BUSY_TIMEOUT = 10.0
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "synchronous": "normal",  # with WAL: durable against a killed process, fsync at checkpoints
+    "cache_size": -16000,
+    "temp_store": "memory",
+}
+_PAUSED_ALL = "*"  # the paused-table row that pauses the whole scheduler
+# PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)).
+_PG_SCHEMA, _PG_CLAIM, _PG_QUEUE, _PG_GLOBAL = 7401, 7402, 7403, 7404
+_BRANCHES = 200  # per-agent branches per candidate query (SQLite allows 500 compound terms)
 
 
 class StoreError(Exception):
@@ -83,17 +128,476 @@ class RunRow:
     trigger: dict[str, Any]  # the work item's kind/payload/prompt/source/recovery, copied at claim
 
 
+_ITEM_COLUMNS = tuple(f.name for f in fields(WorkItemRow))
+_RUN_COLUMNS = tuple(f.name for f in fields(RunRow))
+# Columns update_run may set; state goes through transition(), identity never changes.
+_PLAIN_RUN_COLUMNS = frozenset(_RUN_COLUMNS) - {"id", "agent", "state", "created_at"}
+
+
+# ---------------------------------------------------------------------------------- schema
+class JSONText(pw.TextField):
+    """JSON in a TEXT column: the same text on every backend."""
+
+    def db_value(self, value: Any) -> str | None:
+        return None if value is None else _dumps(value)
+
+    def python_value(self, value: str | None) -> Any:
+        return None if value is None else json.loads(value)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), default=str)
+
+
+def _define_models(db: pw.Database) -> SimpleNamespace:
+    """The tables, bound to ``db`` (per Store, so stores on different databases coexist)."""
+
+    class Base(pw.Model):
+        class Meta:
+            database = db
+            legacy_table_names = False
+
+    class WorkItem(Base):
+        agent = pw.TextField()
+        kind = pw.TextField()
+        payload = JSONText()
+        prompt = pw.TextField(default="")
+        source = pw.TextField(null=True)
+        run_id = pw.TextField(null=True, index=True)
+        call_id = pw.IntegerField(null=True)
+        recovery = JSONText(null=True)
+        rerun_count = pw.IntegerField(default=0)
+        created_at = pw.DoubleField()
+        dedupe_key = pw.TextField(null=True, unique=True)
+        state = pw.TextField(default="queued")
+
+        class Meta:
+            table_name = "work_items"
+
+    # The queue proper: only queued items, per agent in FIFO order.
+    WorkItem.add_index(
+        WorkItem.index(WorkItem.agent, WorkItem.id, where=(WorkItem.state == "queued"))
+    )
+
+    class Run(Base):
+        id = pw.TextField(primary_key=True)
+        agent = pw.TextField()
+        state = pw.TextField()
+        trigger_kind = pw.TextField()
+        item_id = pw.IntegerField(null=True)
+        host = pw.TextField(null=True)
+        created_at = pw.DoubleField()
+        started_at = pw.DoubleField(null=True)
+        finished_at = pw.DoubleField(null=True)
+        exit_code = pw.IntegerField(null=True)
+        reason = pw.TextField(null=True)
+        status = pw.TextField(null=True)
+        return_value = JSONText(null=True)
+        call_depth = pw.IntegerField(default=0)
+        caller_run = pw.TextField(null=True)
+        call_id = pw.IntegerField(null=True)
+        rerun_count = pw.IntegerField(default=0)
+        rerun_requested = pw.BooleanField(default=False)
+        sandbox = JSONText(null=True)
+        transcript = JSONText(null=True)
+        wait_filter = JSONText(null=True)
+        wait_deadline = pw.DoubleField(null=True)
+        deadline = pw.DoubleField(null=True)
+        input_tokens = pw.IntegerField(default=0)
+        output_tokens = pw.IntegerField(default=0)
+        token_hash = pw.TextField(null=True)
+        trigger = JSONText()
+
+        class Meta:
+            table_name = "runs"
+            indexes = ((("state", "agent"), False), (("agent", "created_at"), False))
+
+    class RunEvent(Base):
+        id = pw.BigAutoField()
+        run_id = pw.TextField()
+        at = pw.DoubleField()
+        type = pw.TextField()
+        data = JSONText(null=True)
+
+        class Meta:
+            table_name = "run_events"
+            indexes = ((("run_id", "id"), False),)
+
+    class StatusMessage(Base):
+        run_id = pw.TextField(index=True)
+        at = pw.DoubleField()
+        text = pw.TextField()
+
+        class Meta:
+            table_name = "status_messages"
+
+    class Call(Base):
+        caller_run = pw.TextField(index=True)
+        target = pw.TextField()
+        context = pw.TextField(default="")
+        depth = pw.IntegerField(default=0)
+        state = pw.TextField(default="pending")
+        return_value = JSONText(null=True)
+        error = pw.TextField(null=True)
+        run_id = pw.TextField(null=True)
+        created_at = pw.DoubleField()
+        finished_at = pw.DoubleField(null=True)
+
+        class Meta:
+            table_name = "calls"
+
+    class Lock(Base):
+        uri = pw.TextField(primary_key=True)
+        run_id = pw.TextField(index=True)
+        acquired_at = pw.DoubleField()
+        expires_at = pw.DoubleField(index=True)
+
+        class Meta:
+            table_name = "locks"
+
+    class LockWait(Base):
+        """The lock a run last failed to take: the edges of the wait-for graph."""
+
+        run_id = pw.TextField(primary_key=True)
+        uri = pw.TextField()
+        since = pw.DoubleField()
+
+        class Meta:
+            table_name = "lock_waits"
+
+    class AgentState(Base):
+        agent = pw.TextField(primary_key=True)
+        state = pw.TextField()
+        cause = pw.TextField(null=True)
+        updated_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "agent_states"
+
+    class AgentEvent(Base):
+        id = pw.BigAutoField()
+        agent = pw.TextField()
+        at = pw.DoubleField(index=True)
+        type = pw.TextField()
+        data = JSONText(null=True)
+
+        class Meta:
+            table_name = "agent_events"
+            indexes = ((("agent", "id"), False),)
+
+    class Paused(Base):
+        name = pw.TextField(primary_key=True)  # an agent, or "*" for the whole scheduler
+        at = pw.DoubleField()
+
+        class Meta:
+            table_name = "paused"
+
+    class CronTick(Base):
+        agent = pw.TextField()
+        tick = pw.DoubleField()
+        claimed_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "cron_ticks"
+            indexes = ((("agent", "tick"), True),)
+
+    class Delivery(Base):
+        source = pw.TextField()
+        delivery_id = pw.TextField(null=True)
+        at = pw.DoubleField(index=True)
+        headers = JSONText()
+        body = pw.BlobField()
+        status = pw.IntegerField()
+        result = pw.TextField()
+        matched = JSONText()
+
+        class Meta:
+            table_name = "deliveries"
+            indexes = ((("source", "delivery_id"), True),)
+
+    class Host(Base):
+        name = pw.TextField(primary_key=True)
+        info = JSONText()
+        heartbeat_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "hosts"
+
+    class MetaKV(Base):
+        key = pw.TextField(primary_key=True)
+        value = pw.TextField()
+
+        class Meta:
+            table_name = "meta"
+
+    tables = [
+        WorkItem, Run, RunEvent, StatusMessage, Call, Lock, LockWait, AgentState, AgentEvent,
+        Paused, CronTick, Delivery, Host, MetaKV,
+    ]  # fmt: skip
+    return SimpleNamespace(tables=tables, **{model.__name__: model for model in tables})
+
+
+# ---------------------------------------------------------------------------------- helpers
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _guarded(method: Callable[P, T]) -> Callable[P, T]:
+    """Turn a database failure into one StoreError line naming the database and what to do."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except StoreError:
+            raise
+        except (pw.PeeweeException, sqlite3.Error, OSError) as exc:
+            raise StoreError(_explain(args[0]._where, args[0]._timeout, exc)) from exc
+
+    return wrapper
+
+
+def _explain(where: str, timeout: float, exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    low = text.lower()
+    if "locked" in low or "busy" in low:
+        return (
+            f"database {where} is locked: another process held it past the {timeout:g}s busy "
+            "timeout; retry, or stop the process that holds it"
+        )
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return (
+            f"database {where} is corrupt ({text}): move it aside to start afresh "
+            "(queued work in it is lost) or restore a backup"
+        )
+    if "readonly" in low or "read-only" in low or "unable to open" in low or "denied" in low:
+        return f"database {where} cannot be written ({text}): check the permissions of the file and its directory"
+    if "full" in low or "no space" in low:
+        return f"database {where}: the disk is full ({text}); free some space and retry"
+    return f"database {where}: {text}"
+
+
+def _display_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
+    """A peewee database for ``url``, its display name and its busy timeout."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    timeout = float(query.pop("timeout", BUSY_TIMEOUT))
+    if parts.scheme == "sqlite":
+        name = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if name in ("", ":memory:"):
+            raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
+        path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(_explain(str(path), timeout, exc)) from exc
+        db = pw.SqliteDatabase(
+            str(path), pragmas=SQLITE_PRAGMAS, timeout=timeout, lock_type="IMMEDIATE"
+        )
+        return db, str(path), timeout
+    try:
+        db = db_url.connect(
+            parts._replace(query=urlencode(query)).geturl(),
+            unquote_password=True,
+            unquote_user=True,
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise StoreError(f"database {_display_url(url)}: {exc}") from exc
+    if not isinstance(db, pw.PostgresqlDatabase):
+        raise StoreError(
+            f"database {_display_url(url)}: only sqlite:// and postgresql:// are supported"
+        )
+    return db, _display_url(url), timeout
+
+
+def _new_run_id(agent: str) -> str:
+    return f"{agent}-{secrets.token_hex(4)}"
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+# ---------------------------------------------------------------------------------- store
 class Store:
     """Open with ``Store.open(url, root)``; the schema is created or migrated on open."""
 
+    def __init__(
+        self, db: pw.Database, where: str, timeout: float, clock: Callable[[], float]
+    ) -> None:
+        self._db = db
+        self._where = where
+        self._timeout = timeout
+        self._clock = clock
+        self._pg = isinstance(db, pw.PostgresqlDatabase)
+        self.m = _define_models(db)
+        self._sql = self._prepare_sql()
+        run_fields = [self.m.Run._meta.fields[name] for name in _RUN_COLUMNS]
+        self._run_reads = [field.python_value for field in run_fields]
+        self._run_writes = {field.name: field.db_value for field in run_fields}
+        self._run_updates: dict[tuple[str, ...], str] = {}
+
     @classmethod
-    def open(cls, url: str, root: str | None = None) -> Store:
-        """Connect (relative sqlite paths are under ``root``), create/migrate the schema."""
-        raise NotImplementedError
+    def open(
+        cls, url: str, root: str | None = None, *, clock: Callable[[], float] | None = None
+    ) -> Store:
+        """Connect (relative sqlite paths are under ``root``), create/migrate the schema.
 
-    def close(self) -> None: ...
+        ``clock`` (default ``llamaherd.engine.clock``, which honours AL_FAKE_CLOCK_FILE) stamps
+        every time the store writes: lock expiry, events, runs."""
+        if clock is None:
+            from llamaherd.engine import clock  # late: the engine module imports the store
+        db, where, timeout = _connect(url or DEFAULT_URL, root)
+        store = cls(db, where, timeout, clock)
+        store._migrate()
+        return store
 
-    # ---------------------------------------------------------------- queue
+    @_guarded
+    def close(self) -> None:
+        """Close this thread's connection (other threads' close when they end)."""
+        self._db.close()
+
+    @property
+    def url_display(self) -> str:
+        """The database path or URL, without a password."""
+        return self._where
+
+    # ------------------------------------------------------------ internals
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL."""
+        with self._db.atomic():
+            yield
+
+    def _exec(self, sql: str, params: tuple | list = ()) -> Any:
+        return self._db.execute_sql(sql, params)
+
+    @staticmethod
+    def _upsert(model: type[pw.Model], **values: Any) -> None:
+        """Insert or overwrite by primary key (portable, unlike REPLACE)."""
+        key = model._meta.primary_key
+        others = [model._meta.fields[name] for name in values if name != key.name]
+        model.insert(**values).on_conflict(conflict_target=[key], preserve=others).execute()
+
+    def _pg_lock(self, kind: int, key: str | None = None) -> None:
+        """Serialise with other PostgreSQL sessions until this transaction ends."""
+        if self._pg:
+            if key is None:
+                self._exec("SELECT pg_advisory_xact_lock(%s, 0)", (kind,))
+            else:
+                self._exec("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, key))
+
+    def _prepare_sql(self) -> SimpleNamespace:
+        """Hot-path statements, written once with this backend's placeholder."""
+
+        def q(sql: str) -> str:
+            return " ".join(sql.split()).replace("?", self._db.param)
+
+        item_cols = ", ".join(_ITEM_COLUMNS)
+        run_cols = ", ".join(_RUN_COLUMNS)
+        lock = " FOR UPDATE SKIP LOCKED" if self._pg else ""
+        return SimpleNamespace(
+            running="SELECT agent, COUNT(*) FROM runs WHERE state = 'running' GROUP BY agent",
+            running_one=q("SELECT COUNT(*) FROM runs WHERE state = 'running' AND agent = ?"),
+            # One branch per agent, each an index seek on the queued-items partial index.
+            head=q(
+                f"SELECT * FROM (SELECT {item_cols} FROM work_items WHERE state = 'queued' "
+                "AND agent = ? ORDER BY id LIMIT 1) AS h{n}"
+            ),
+            take=q(
+                f"SELECT {item_cols} FROM work_items WHERE state = 'queued' AND agent = ? "
+                f"ORDER BY id LIMIT 1{lock}"
+            ),
+            run_exists=q("SELECT 1 FROM runs WHERE id = ?"),
+            get_run=q(f"SELECT {run_cols} FROM runs WHERE id = ?"),
+            lock_run=q(
+                f"SELECT {run_cols} FROM runs WHERE id = ?{' FOR UPDATE' if self._pg else ''}"
+            ),
+            drop_locks=q("DELETE FROM locks WHERE run_id = ?"),
+            drop_waits=q("DELETE FROM lock_waits WHERE run_id = ?"),
+            end_items=q(
+                "UPDATE work_items SET state = 'done' WHERE id = ? "
+                "OR (run_id = ? AND state = 'queued')"
+            ),
+            settle_call=q(
+                "UPDATE calls SET state = ?, return_value = ?, error = ?, finished_at = ? "
+                "WHERE id = ? AND run_id = ? AND state = 'pending'"
+            ),
+            call_of=q("SELECT caller_run, depth FROM calls WHERE id = ?"),
+            call_run=q("UPDATE calls SET run_id = ?, state = 'pending' WHERE id = ?"),
+            insert_run=q(
+                f"INSERT INTO runs ({run_cols}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
+            ),
+            item_state=q("UPDATE work_items SET state = ? WHERE id = ?"),
+            event=q("INSERT INTO run_events (run_id, at, type, data) VALUES (?, ?, ?, ?)"),
+            dedupe=q("SELECT 1 FROM work_items WHERE dedupe_key = ?"),
+            coalesce=q(
+                "SELECT 1 FROM work_items WHERE state = 'queued' AND agent = ? AND kind = ? LIMIT 1"
+            ),
+            depth=q(
+                "SELECT COUNT(*) FROM work_items WHERE state = 'queued' AND agent = ? "
+                "AND kind <> 'resume'"
+            ),
+            oldest=q(
+                "SELECT id, kind, created_at FROM work_items WHERE state = 'queued' AND agent = ? "
+                "AND kind <> 'resume' ORDER BY id LIMIT ?"
+            ),
+            insert_item=q(
+                "INSERT INTO work_items (agent, kind, payload, prompt, source, run_id, call_id, "
+                "recovery, rerun_count, created_at, dedupe_key, state) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued') RETURNING id"
+            ),
+            agent_event=q("INSERT INTO agent_events (agent, at, type, data) VALUES (?, ?, ?, ?)"),
+        )
+
+    def _schema_version(self) -> int:
+        """The stamped version; 1 for a database from before versioning; 0 when empty."""
+        if self.m.MetaKV.table_exists():
+            row = self.m.MetaKV.get_or_none(self.m.MetaKV.key == "schema_version")
+            if row is not None:
+                return int(row.value)
+        return 1 if self.m.WorkItem.table_exists() else 0
+
+    def _migrate(self) -> None:
+        try:
+            if self._schema_version() == migrations.SCHEMA_VERSION:
+                return
+            with self._write():
+                self._pg_lock(_PG_SCHEMA)
+                have = self._schema_version()  # again: another process may have just done it
+                if have > migrations.SCHEMA_VERSION:
+                    raise StoreError(
+                        f"database {self._where} has schema version {have}, newer than this "
+                        f"llamaherd knows ({migrations.SCHEMA_VERSION}): upgrade llamaherd"
+                    )
+                if have == 0:
+                    self._db.create_tables(self.m.tables)
+                else:
+                    migrations.upgrade(self._db, self.m, have)
+                    self._db.create_tables(self.m.tables, safe=True)
+                self._upsert(
+                    self.m.MetaKV, key="schema_version", value=str(migrations.SCHEMA_VERSION)
+                )
+        except StoreError:
+            raise
+        except (pw.PeeweeException, sqlite3.Error, OSError) as exc:
+            raise StoreError(_explain(self._where, self._timeout, exc)) from exc
+
+    # ------------------------------------------------------------ queue
+    @_guarded
     def enqueue(
         self,
         agent: str,
@@ -113,9 +617,48 @@ class Store:
         """Commit a work item; return its id, or None when ``dedupe_key`` was seen before or
         ``coalesce`` found an equivalent pending item (same agent and kind, still queued).
         When the agent's queue already holds ``limit`` items the oldest are dropped, each with a
-        ``dropped`` agent event and a log line."""
-        raise NotImplementedError
+        ``dropped`` agent event and a log line. ``resume`` items are neither counted nor
+        dropped. An item carrying ``call_id`` (a retried call) puts that call back to pending."""
+        sql = self._sql
+        with self._write():
+            self._pg_lock(_PG_QUEUE, agent)
+            if dedupe_key is not None and self._exec(sql.dedupe, (dedupe_key,)).fetchone():
+                return None
+            if coalesce and self._exec(sql.coalesce, (agent, kind)).fetchone():
+                return None
+            if kind != "resume":
+                self._drop_overflow(agent, max(limit, 1))
+            if call_id is not None:
+                self._exec(sql.call_run, (None, call_id))
+            params = (
+                agent, kind, _dumps(payload), prompt or "", source, run_id, call_id,
+                None if recovery is None else _dumps(recovery), rerun_count, self._clock(),
+                dedupe_key,
+            )  # fmt: skip
+            if dedupe_key is None:
+                return self._exec(sql.insert_item, params).fetchone()[0]
+            try:  # a concurrent host may have committed the same key since the check
+                with self._db.atomic():
+                    return self._exec(sql.insert_item, params).fetchone()[0]
+            except pw.IntegrityError:
+                return None
 
+    def _drop_overflow(self, agent: str, limit: int) -> None:
+        depth = self._exec(self._sql.depth, (agent,)).fetchone()[0]
+        if depth < limit:
+            return
+        now = self._clock()
+        victims = self._exec(self._sql.oldest, (agent, depth - limit + 1)).fetchall()
+        for item_id, kind, created_at in victims:
+            self._exec(self._sql.item_state, ("dropped", item_id))
+            data = {"item_id": item_id, "kind": kind, "created_at": created_at, "limit": limit}
+            self._exec(self._sql.agent_event, (agent, now, "dropped", _dumps(data)))
+            log.warning(
+                "queue of agent %s is full (%d items): dropped its oldest item %d (%s)",
+                agent, limit, item_id, kind,
+            )  # fmt: skip
+
+    @_guarded
     def claim(
         self,
         scales: dict[str, int],
@@ -126,127 +669,574 @@ class Store:
         """Atomically take the oldest claimable item (FIFO per agent; agents fairly) whose agent
         has fewer than ``scales[agent]`` runs in state ``running`` and with fewer than
         ``global_scale`` running overall. A normal item creates a Run in ``running``; a
-        ``resume`` item moves its waiting run back to ``running``. Returns None when nothing
-        can be claimed."""
-        raise NotImplementedError
+        ``resume`` item moves its waiting run back to ``running``, with the resume payload in
+        ``run.trigger["resume_payload"]`` (and in the returned item's ``payload``). Returns None
+        when nothing can be claimed.
 
-    def queue_depth(self, agent: str | None = None) -> dict[str, int]: ...
+        Fairness: among agents with room, the one with the fewest running runs goes first, ties
+        to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped."""
+        with self._write():
+            if global_scale is not None:
+                self._pg_lock(_PG_GLOBAL)
+            running = dict(self._exec(self._sql.running).fetchall())
+            if global_scale is not None and sum(running.values()) >= global_scale:
+                return None
+            skip = paused or set()
+            room = [
+                agent
+                for agent, scale in scales.items()
+                if scale > 0 and running.get(agent, 0) < scale and agent not in skip
+            ]
+            for _ in range(10):  # a stale resume item is retired and the search runs again
+                heads = self._queue_heads(room)
+                heads.sort(key=lambda item: (running.get(item.agent, 0), item.id))
+                for head in heads:
+                    item = self._lock_head(head, scales[head.agent])
+                    if item is None:
+                        continue
+                    claimed = self._take(item, host)
+                    if claimed is not None:
+                        return claimed
+                    break
+                else:
+                    return None
+        return None
 
+    def _queue_heads(self, agents: list[str]) -> list[WorkItemRow]:
+        """The oldest queued item of each agent (those with none are absent)."""
+        heads: list[WorkItemRow] = []
+        for start in range(0, len(agents), _BRANCHES):
+            chunk = agents[start : start + _BRANCHES]
+            sql = " UNION ALL ".join(self._sql.head.format(n=n) for n in range(len(chunk)))
+            heads.extend(self._item(row) for row in self._exec(sql, chunk).fetchall())
+        return heads
+
+    def _lock_head(self, head: WorkItemRow, scale: int) -> WorkItemRow | None:
+        """On PostgreSQL, take the agent's claim lock, recount its running runs and lock its
+        oldest unlocked item (SKIP LOCKED); on SQLite the transaction already excludes others."""
+        if not self._pg:
+            return head
+        self._pg_lock(_PG_CLAIM, head.agent)
+        if self._exec(self._sql.running_one, (head.agent,)).fetchone()[0] >= scale:
+            return None
+        row = self._exec(self._sql.take, (head.agent,)).fetchone()
+        return None if row is None else self._item(row)
+
+    def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
+        now = self._clock()
+        trigger = {
+            "kind": item.kind,
+            "payload": item.payload,
+            "prompt": item.prompt,
+            "source": item.source,
+            "recovery": item.recovery,
+        }
+        if item.kind == "resume":
+            return self._take_resume(item, host, now)
+        caller_run, depth = None, 0
+        if item.call_id is not None:
+            found = self._exec(self._sql.call_of, (item.call_id,)).fetchone()
+            caller_run, depth = found if found else (None, 0)
+        run = self._blank_run(item.agent, item.kind, host, now, trigger)
+        run.item_id, run.call_id, run.rerun_count = item.id, item.call_id, item.rerun_count
+        run.caller_run, run.call_depth = caller_run, depth
+        self._insert_run(run, "claimed")
+        self._exec(self._sql.item_state, ("claimed", item.id))
+        if item.call_id is not None:
+            self._exec(self._sql.call_run, (run.id, item.call_id))
+        return item, run
+
+    def _take_resume(
+        self, item: WorkItemRow, host: str, now: float
+    ) -> tuple[WorkItemRow, RunRow] | None:
+        run = self._fetch_run(item.run_id, lock=True) if item.run_id else None
+        if run is None or run.state != "waiting":
+            self._exec(self._sql.item_state, ("done", item.id))  # its run ended meanwhile
+            return None
+        trigger = dict(run.trigger or {}, resume_payload=item.payload)
+        self._apply(
+            run, "running", "resumed", None, now,
+            host=host, trigger=trigger, wait_filter=None, wait_deadline=None,
+        )  # fmt: skip
+        self._exec(self._sql.item_state, ("claimed", item.id))
+        return item, run
+
+    def _blank_run(
+        self, agent: str, kind: str, host: str | None, now: float, trigger: dict[str, Any]
+    ) -> RunRow:
+        run_id = _new_run_id(agent)
+        while self._exec(self._sql.run_exists, (run_id,)).fetchone():
+            run_id = _new_run_id(agent)
+        return RunRow(
+            id=run_id, agent=agent, state="running", trigger_kind=kind, item_id=None, host=host,
+            created_at=now, started_at=now, finished_at=None, exit_code=None, reason=None,
+            status=None, return_value=None, call_depth=0, caller_run=None, call_id=None,
+            rerun_count=0, rerun_requested=False, sandbox=None, transcript=None, wait_filter=None,
+            wait_deadline=None, deadline=None, input_tokens=0, output_tokens=0, token_hash=None,
+            trigger=trigger,
+        )  # fmt: skip
+
+    def _insert_run(self, run: RunRow, reason: str) -> None:
+        writes = self._run_writes
+        self._exec(
+            self._sql.insert_run, [writes[name](getattr(run, name)) for name in _RUN_COLUMNS]
+        )
+        data = {"from": None, "to": "running", "reason": reason}
+        self._exec(self._sql.event, (run.id, run.created_at, "state", _dumps(data)))
+
+    @staticmethod
+    def _item(row: tuple) -> WorkItemRow:
+        values = dict(zip(_ITEM_COLUMNS, row, strict=True))
+        values["payload"] = json.loads(values["payload"])
+        if values["recovery"] is not None:
+            values["recovery"] = json.loads(values["recovery"])
+        return WorkItemRow(**values)
+
+    @staticmethod
+    def _run(model: pw.Model) -> RunRow:
+        return RunRow(**{name: getattr(model, name) for name in _RUN_COLUMNS})
+
+    def _fetch_run(self, run_id: str, lock: bool = False) -> RunRow | None:
+        """One run by id, read with plain SQL (the hot path); ``lock``: FOR UPDATE on PG."""
+        row = self._exec(self._sql.lock_run if lock else self._sql.get_run, (run_id,)).fetchone()
+        if row is None:
+            return None
+        return RunRow(*(read(value) for read, value in zip(self._run_reads, row, strict=True)))
+
+    def _update_run(self, run_id: str, changes: dict[str, Any]) -> None:
+        names = tuple(changes)
+        sql = self._run_updates.get(names)
+        if sql is None:
+            assignments = ", ".join(f"{name} = {self._db.param}" for name in names)
+            sql = self._run_updates[names] = (
+                f"UPDATE runs SET {assignments} WHERE id = {self._db.param}"
+            )
+        writes = self._run_writes
+        self._exec(sql, [*(writes[name](changes[name]) for name in names), run_id])
+
+    @_guarded
+    def queue_depth(self, agent: str | None = None) -> dict[str, int]:
+        """Queued items per agent (agents with none are absent unless asked for by name)."""
+        WorkItem = self.m.WorkItem
+        query = (
+            WorkItem.select(WorkItem.agent, pw.fn.COUNT(WorkItem.id))
+            .where(WorkItem.state == "queued")
+            .group_by(WorkItem.agent)
+        )
+        if agent is not None:
+            query = query.where(WorkItem.agent == agent)
+        depth = dict(query.tuples())
+        if agent is not None:
+            depth.setdefault(agent, 0)
+        return depth
+
+    @_guarded
     def clear_queue(self, agent: str, kinds: tuple[str, ...] | None = None) -> int:
         """Delete queued items of ``agent`` (optionally only these kinds); return the count."""
-        raise NotImplementedError
+        WorkItem = self.m.WorkItem
+        query = WorkItem.delete().where((WorkItem.state == "queued") & (WorkItem.agent == agent))
+        if kinds is not None:
+            query = query.where(WorkItem.kind.in_(list(kinds)))
+        with self._write():
+            return query.execute()
 
-    # ---------------------------------------------------------------- runs
+    # ------------------------------------------------------------ runs
+    @_guarded
     def create_run(self, agent: str, trigger_kind: str, **fields: Any) -> RunRow:
-        """A run in ``running`` not from the queue (foreground ``al run``)."""
-        raise NotImplementedError
+        """A run in ``running`` not from the queue (foreground ``al run``). ``fields`` are run
+        columns (host, trigger, call_id, ...); ``trigger`` defaults to the kind with an empty
+        payload."""
+        unknown = set(fields) - _PLAIN_RUN_COLUMNS
+        if unknown:
+            raise TypeError(f"create_run: not run columns: {', '.join(sorted(unknown))}")
+        trigger = {"kind": trigger_kind, "payload": {}, "prompt": "", "source": None}
+        with self._write():
+            now = self._clock()
+            run = self._blank_run(agent, trigger_kind, None, now, trigger)
+            for name, value in fields.items():
+                setattr(run, name, value)
+            self._insert_run(run, "started in the foreground")
+            if run.call_id is not None:
+                self._exec(self._sql.call_run, (run.id, run.call_id))
+            return run
 
-    def get_run(self, run_id: str) -> RunRow | None: ...
+    @_guarded
+    def get_run(self, run_id: str) -> RunRow | None:
+        return self._fetch_run(run_id)
 
+    @_guarded
     def find_run(self, prefix: str) -> RunRow | None:
-        """A run by full id or unique prefix."""
-        raise NotImplementedError
+        """A run by full id or unique prefix (None when unknown or ambiguous)."""
+        Run = self.m.Run
+        row = Run.get_or_none(Run.id == prefix)
+        if row is None and prefix:
+            found = list(
+                Run.select().where(pw.fn.SUBSTR(Run.id, 1, len(prefix)) == prefix).limit(2)
+            )
+            row = found[0] if len(found) == 1 else None
+        return None if row is None else self._run(row)
 
+    @_guarded
     def runs(
         self, agent: str | None = None, states: tuple[str, ...] | None = None, limit: int = 50
-    ) -> list[RunRow]: ...
+    ) -> list[RunRow]:
+        """Runs, newest first."""
+        Run = self.m.Run
+        query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+        if agent is not None:
+            query = query.where(Run.agent == agent)
+        if states is not None:
+            query = query.where(Run.state.in_(list(states)))
+        return [self._run(row) for row in query]
 
+    @_guarded
     def transition(
         self, run_id: str, state: str, reason: str | None = None, exit_code: int | None = None
     ) -> RunRow:
         """Move a run to ``state`` if TRANSITIONS allows it (else InvalidTransition), record a
         ``state`` event with time and reason. Entering a final state releases its locks, marks
-        its work item done and settles its call record (done with return value, or error)."""
-        raise NotImplementedError
+        its work item done and settles its call record (done with return value, or error).
+        ``exit_code`` defaults to EXIT_CODES[state] for a final state."""
+        with self._write():
+            run = self._locked_run(run_id)
+            self._apply(run, state, reason, exit_code, self._clock())
+            return run
 
+    def _locked_run(self, run_id: str) -> RunRow:
+        run = self._fetch_run(run_id, lock=True)
+        if run is None:
+            raise StoreError(f"no run {run_id!r} in database {self._where}")
+        return run
+
+    def _apply(
+        self,
+        run: RunRow,
+        state: str,
+        reason: str | None,
+        exit_code: int | None,
+        now: float,
+        **extra: Any,
+    ) -> None:
+        """The one state change: checked against TRANSITIONS, recorded, cleaned up if final."""
+        if state not in TRANSITIONS.get(run.state, ()):
+            raise InvalidTransition(
+                f"run {run.id} cannot go from {run.state} to {state}"
+                f" (allowed: {', '.join(TRANSITIONS.get(run.state, ())) or 'none, it has ended'})"
+            )
+        before = run.state
+        changes: dict[str, Any] = {"state": state, **extra}
+        if state in FINAL_STATES:  # the run's reason is why it ended; others are in its events
+            changes["reason"] = reason
+            changes["finished_at"] = now
+            changes["exit_code"] = EXIT_CODES[state] if exit_code is None else exit_code
+        elif exit_code is not None:
+            changes["exit_code"] = exit_code
+        for name, value in changes.items():
+            setattr(run, name, value)
+        self._update_run(run.id, changes)
+        data = {"from": before, "to": state, "reason": reason}
+        if "exit_code" in changes:
+            data["exit_code"] = changes["exit_code"]
+        self._exec(self._sql.event, (run.id, now, "state", _dumps(data)))
+        if state in FINAL_STATES:
+            self._finish(run, now)
+
+    def _finish(self, run: RunRow, now: float) -> None:
+        """Release the run's locks, retire its item (and pending resumes), settle its call."""
+        sql = self._sql
+        self._exec(sql.drop_locks, (run.id,))
+        self._exec(sql.drop_waits, (run.id,))
+        self._exec(sql.end_items, (run.item_id, run.id))
+        if run.call_id is None:
+            return
+        if run.state == "done":
+            settle = ("done", _dumps(run.return_value), None)
+        else:
+            settle = ("error", None, f"{run.state}: {run.reason or 'no reason given'}")
+        # Only while this run owns the call: a retry enqueued for it has taken it back.
+        self._exec(sql.settle_call, (*settle, now, run.call_id, run.id))
+
+    @_guarded
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set plain columns: sandbox, deadline, host, status, rerun_requested, tokens..."""
-        raise NotImplementedError
+        unknown = set(fields) - _PLAIN_RUN_COLUMNS
+        if unknown:
+            raise TypeError(f"update_run: cannot set {', '.join(sorted(unknown))}")
+        if not fields:
+            return
+        Run = self.m.Run
+        with self._write():
+            Run.update({getattr(Run, k): v for k, v in fields.items()}).where(
+                Run.id == run_id
+            ).execute()
 
-    def checkpoint(self, run_id: str, transcript: list[dict[str, Any]]) -> None: ...
+    @_guarded
+    def checkpoint(self, run_id: str, transcript: list[dict[str, Any]]) -> None:
+        """Store the run's transcript (after every turn)."""
+        self.update_run(run_id, transcript=transcript)
 
+    @_guarded
     def set_status(self, run_id: str, text: str) -> None:
         """Record a status message (kept as history) and make it the run's current status."""
-        raise NotImplementedError
+        m = self.m
+        with self._write():
+            m.StatusMessage.insert(run_id=run_id, at=self._clock(), text=text).execute()
+            m.Run.update(status=text).where(m.Run.id == run_id).execute()
 
-    def set_return(self, run_id: str, value: Any) -> None: ...
+    @_guarded
+    def set_return(self, run_id: str, value: Any) -> None:
+        """Set the run's return value (its caller gets it when the run ends done)."""
+        with self._write():
+            self.m.Run.update(return_value=value).where(self.m.Run.id == run_id).execute()
+            self._exec(self._sql.event, (run_id, self._clock(), "return", _dumps({"value": value})))
 
+    @_guarded
     def add_event(self, run_id: str, type: str, data: dict[str, Any] | None = None) -> None:
         """Append a run event (also used for structured log lines: model_call, tool_call...)."""
-        raise NotImplementedError
+        with self._write():
+            self._exec(self._sql.event, (run_id, self._clock(), type, _dumps(data or {})))
 
+    @_guarded
     def events(self, run_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Run events with id > after_id, oldest first: {id, at, type, data}."""
-        raise NotImplementedError
+        E = self.m.RunEvent
+        query = E.select().where((E.run_id == run_id) & (E.id > after_id)).order_by(E.id)
+        return [{"id": e.id, "at": e.at, "type": e.type, "data": e.data or {}} for e in query]
 
-    def status_messages(self, run_id: str) -> list[dict[str, Any]]: ...
+    @_guarded
+    def status_messages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's status history, oldest first: {id, at, text}."""
+        S = self.m.StatusMessage
+        query = S.select().where(S.run_id == run_id).order_by(S.id)
+        return [{"id": s.id, "at": s.at, "text": s.text} for s in query]
 
-    def active_count(self, agent: str | None = None) -> int: ...
+    @_guarded
+    def active_count(self, agent: str | None = None) -> int:
+        """Runs in ``running`` (the ones that count against scale; waiting runs do not)."""
+        if agent is None:
+            return sum(count for _, count in self._exec(self._sql.running).fetchall())
+        return self._exec(self._sql.running_one, (agent,)).fetchone()[0]
 
-    # ---------------------------------------------------------------- waits
+    # ------------------------------------------------------------ waits
+    @_guarded
     def set_waiting(self, run_id: str, wait_filter: dict[str, Any], deadline: float) -> None:
         """Transition running -> waiting with the filter and deadline stored."""
-        raise NotImplementedError
+        with self._write():
+            run = self._locked_run(run_id)
+            self._apply(
+                run, "waiting", "wait_for_trigger", None, self._clock(),
+                wait_filter=wait_filter, wait_deadline=deadline,
+            )  # fmt: skip
 
-    def waiting_runs(self) -> list[RunRow]: ...
+    @_guarded
+    def waiting_runs(self) -> list[RunRow]:
+        """Every run in ``waiting``, oldest first."""
+        Run = self.m.Run
+        query = Run.select().where(Run.state == "waiting").order_by(Run.created_at)
+        return [self._run(row) for row in query]
 
+    @_guarded
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
-        """Enqueue a ``resume`` item for a waiting run once (False if already resumed)."""
-        raise NotImplementedError
+        """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
+        run is not waiting). The dispatcher's claim then moves the run back to running."""
+        m = self.m
+        with self._write():
+            run = self._locked_run(run_id)
+            pending = m.WorkItem.select().where(
+                (m.WorkItem.run_id == run_id)
+                & (m.WorkItem.kind == "resume")
+                & (m.WorkItem.state == "queued")
+            )
+            if run.state != "waiting" or pending.exists():
+                return False
+            self.enqueue(run.agent, "resume", payload, run_id=run_id, source="resume")
+            return True
 
-    def expired_waits(self, now: float) -> list[RunRow]: ...
+    @_guarded
+    def expired_waits(self, now: float) -> list[RunRow]:
+        """Waiting runs whose wait deadline is at or before ``now``."""
+        Run = self.m.Run
+        query = Run.select().where((Run.state == "waiting") & (Run.wait_deadline <= now))
+        return [self._run(row) for row in query]
 
-    # ---------------------------------------------------------------- calls
-    def create_call(self, caller_run: str, target: str, context: str, depth: int) -> int: ...
+    # ------------------------------------------------------------ calls
+    @_guarded
+    def create_call(self, caller_run: str, target: str, context: str, depth: int) -> int:
+        """Record an agent call (pending until the run that serves it ends)."""
+        with self._write():
+            return self.m.Call.insert(
+                caller_run=caller_run, target=target, context=context, depth=depth,
+                created_at=self._clock(),
+            ).execute()  # fmt: skip
 
+    @_guarded
     def get_call(self, call_id: int) -> dict[str, Any] | None:
         """{id, caller_run, target, state: pending|done|error, return_value, error, run_id}."""
-        raise NotImplementedError
+        call = self.m.Call.get_or_none(self.m.Call.id == call_id)
+        if call is None:
+            return None
+        names = ("id", "caller_run", "target", "context", "depth", "state", "return_value")
+        names += ("error", "run_id", "created_at", "finished_at")
+        return {name: getattr(call, name) for name in names}
 
-    # ---------------------------------------------------------------- locks
+    # ------------------------------------------------------------ locks
+    @_guarded
     def acquire_lock(self, run_id: str, uri: str, ttl: float) -> dict[str, Any]:
         """{"ok": True} or {"ok": False, "holder": run_id, "expires_at": t} or, when the holder
         is itself waiting on a lock this run holds, {"ok": False, "deadlock": [a, b], ...}.
-        Expired locks are reclaimed first. Re-acquiring one's own lock extends it."""
-        raise NotImplementedError
+        Expired locks are reclaimed first. Re-acquiring one's own lock extends it.
 
-    def release_lock(self, run_id: str, uri: str) -> bool: ...
+        A refused run is recorded as waiting for ``uri`` until it takes it, releases it or
+        ends; a longer cycle of waits (a -> b -> c -> a) is refused too, naming every run."""
+        m = self.m
+        with self._write():
+            now = self._clock()
+            m.Lock.delete().where(m.Lock.expires_at <= now).execute()
+            lock = self._lock_row(uri)
+            if lock is None or lock.run_id == run_id:
+                self._upsert(
+                    m.Lock, uri=uri, run_id=run_id, expires_at=now + ttl,
+                    acquired_at=lock.acquired_at if lock else now,
+                )  # fmt: skip
+                m.LockWait.delete().where(m.LockWait.run_id == run_id).execute()
+                return {"ok": True, "uri": uri, "expires_at": now + ttl}
+            refused = {"ok": False, "holder": lock.run_id, "expires_at": lock.expires_at}
+            cycle = self._wait_cycle(run_id, lock.run_id)
+            if cycle:
+                names = " -> ".join([*cycle, run_id])
+                return {**refused, "deadlock": cycle, "message": f"deadlock: {names}"}
+            self._upsert(m.LockWait, run_id=run_id, uri=uri, since=now)
+            return refused
 
+    def _lock_row(self, uri: str) -> pw.Model | None:
+        Lock = self.m.Lock
+        query = Lock.select().where(Lock.uri == uri)
+        return (query.for_update() if self._pg else query).get_or_none()
+
+    def _wait_cycle(self, run_id: str, holder: str) -> list[str]:
+        """[run_id, holder, ...] if following holder's waits leads back to run_id, else []."""
+        m = self.m
+        chain = [run_id, holder]
+        while len(chain) <= 64:
+            waits = m.LockWait.get_or_none(m.LockWait.run_id == chain[-1])
+            lock = self._lock_row(waits.uri) if waits else None
+            if lock is None or lock.run_id in chain[1:]:
+                return []
+            if lock.run_id == run_id:
+                return chain
+            chain.append(lock.run_id)
+        return []
+
+    @_guarded
+    def release_lock(self, run_id: str, uri: str) -> bool:
+        """Release ``uri`` if ``run_id`` holds it (and stop waiting for it); True if held."""
+        m = self.m
+        with self._write():
+            m.LockWait.delete().where(
+                (m.LockWait.run_id == run_id) & (m.LockWait.uri == uri)
+            ).execute()
+            return bool(
+                m.Lock.delete().where((m.Lock.uri == uri) & (m.Lock.run_id == run_id)).execute()
+            )
+
+    @_guarded
     def heartbeat_lock(self, run_id: str, uri: str | None, ttl: float) -> int:
         """Extend one (or, with uri None, all) of the run's locks; return how many."""
-        raise NotImplementedError
+        Lock = self.m.Lock
+        with self._write():
+            query = Lock.update(expires_at=self._clock() + ttl).where(Lock.run_id == run_id)
+            if uri is not None:
+                query = query.where(Lock.uri == uri)
+            return query.execute()
 
-    def release_all_locks(self, run_id: str) -> int: ...
+    @_guarded
+    def release_all_locks(self, run_id: str) -> int:
+        """Release every lock of ``run_id``; return how many."""
+        m = self.m
+        with self._write():
+            m.LockWait.delete().where(m.LockWait.run_id == run_id).execute()
+            return m.Lock.delete().where(m.Lock.run_id == run_id).execute()
 
-    def locks(self) -> list[dict[str, Any]]: ...
+    @_guarded
+    def locks(self) -> list[dict[str, Any]]:
+        """Live locks: {uri, holder, run_id (the same), acquired_at, expires_at}."""
+        Lock = self.m.Lock
+        query = Lock.select().where(Lock.expires_at > self._clock()).order_by(Lock.uri)
+        return [
+            {"uri": k.uri, "holder": k.run_id, "run_id": k.run_id, "acquired_at": k.acquired_at,
+             "expires_at": k.expires_at}
+            for k in query
+        ]  # fmt: skip
 
-    # ---------------------------------------------------------------- agent states
+    # ------------------------------------------------------------ agent states
+    @_guarded
     def agent_state(self, agent: str) -> str:
         """Stored state: idle (default), hibernate, suspended, error, off."""
-        raise NotImplementedError
+        row = self.m.AgentState.get_or_none(self.m.AgentState.agent == agent)
+        return "idle" if row is None else row.state
 
-    def set_agent_state(self, agent: str, state: str, cause: str) -> None: ...
+    @_guarded
+    def set_agent_state(self, agent: str, state: str, cause: str) -> None:
+        """Store the agent's state and record a ``state`` agent event with the cause."""
+        if state not in AGENT_STATES:
+            raise ValueError(f"agent state {state!r} is not one of {', '.join(AGENT_STATES)}")
+        with self._write():
+            now = self._clock()
+            self._upsert(self.m.AgentState, agent=agent, state=state, cause=cause, updated_at=now)
+            data = {"state": state, "cause": cause}
+            self._exec(self._sql.agent_event, (agent, now, "state", _dumps(data)))
 
-    def add_agent_event(self, agent: str, type: str, data: dict[str, Any] | None = None) -> None: ...
+    @_guarded
+    def add_agent_event(self, agent: str, type: str, data: dict[str, Any] | None = None) -> None:
+        with self._write():
+            self._exec(self._sql.agent_event, (agent, self._clock(), type, _dumps(data or {})))
 
-    def agent_events(self, agent: str, limit: int = 50) -> list[dict[str, Any]]: ...
+    @_guarded
+    def agent_events(self, agent: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The agent's latest ``limit`` events, oldest first: {id, at, type, data}."""
+        E = self.m.AgentEvent
+        query = E.select().where(E.agent == agent).order_by(E.id.desc()).limit(limit)
+        return [{"id": e.id, "at": e.at, "type": e.type, "data": e.data or {}} for e in query][::-1]
 
+    @_guarded
     def set_paused(self, agent: str | None, paused: bool) -> None:
         """Pause/resume one agent, or (agent None) the whole scheduler."""
-        raise NotImplementedError
+        Paused = self.m.Paused
+        name = _PAUSED_ALL if agent is None else agent
+        with self._write():
+            if paused:
+                self._upsert(Paused, name=name, at=self._clock())
+            else:
+                Paused.delete().where(Paused.name == name).execute()
 
+    @_guarded
     def paused(self) -> tuple[bool, set[str]]:
         """(scheduler paused, paused agents)."""
-        raise NotImplementedError
+        names = {name for (name,) in self.m.Paused.select(self.m.Paused.name).tuples()}
+        return _PAUSED_ALL in names, names - {_PAUSED_ALL}
 
-    # ---------------------------------------------------------------- cron
+    # ------------------------------------------------------------ cron
+    @_guarded
     def claim_tick(self, agent: str, tick: float) -> bool:
         """True exactly once per (agent, tick), across processes and hosts."""
-        raise NotImplementedError
+        with self._write():
+            try:
+                with self._db.atomic():  # a savepoint, so a duplicate leaves the rest intact
+                    self.m.CronTick.insert(
+                        agent=agent, tick=tick, claimed_at=self._clock()
+                    ).execute()
+            except pw.IntegrityError:
+                return False
+            return True
 
-    def last_tick(self, agent: str) -> float | None: ...
+    @_guarded
+    def last_tick(self, agent: str) -> float | None:
+        """The latest claimed tick of ``agent``."""
+        C = self.m.CronTick
+        return C.select(pw.fn.MAX(C.tick)).where(C.agent == agent).scalar()
 
-    # ---------------------------------------------------------------- webhooks
+    # ------------------------------------------------------------ webhooks
+    @_guarded
     def record_delivery(
         self,
         source: str,
@@ -257,20 +1247,143 @@ class Store:
         result: str,
         matched: list[str],
     ) -> bool:
-        """Keep a receipt; False when (source, delivery_id) was already recorded."""
-        raise NotImplementedError
+        """Keep a receipt; False when (source, delivery_id) was already recorded. A delivery
+        answered with status >= 400 is a dead letter."""
+        with self._write():
+            try:
+                with self._db.atomic():
+                    self.m.Delivery.insert(
+                        source=source, delivery_id=delivery_id, at=self._clock(),
+                        headers=headers, body=bytes(body), status=status, result=result,
+                        matched=list(matched),
+                    ).execute()  # fmt: skip
+            except pw.IntegrityError:
+                return False
+            return True
 
-    def delivery_seen(self, source: str, delivery_id: str) -> bool: ...
+    @_guarded
+    def delivery_seen(self, source: str, delivery_id: str) -> bool:
+        D = self.m.Delivery
+        return D.select().where((D.source == source) & (D.delivery_id == delivery_id)).exists()
 
-    def deliveries(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]: ...
+    @_guarded
+    def deliveries(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]:
+        """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
+        result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
+        D = self.m.Delivery
+        query = D.select().order_by(D.id.desc()).limit(limit)
+        if dead_letters:
+            query = query.where(D.status >= 400)
+        names = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
+        return [{**{n: getattr(d, n) for n in names}, "body": bytes(d.body)} for d in query]
 
-    # ---------------------------------------------------------------- hosts and upkeep
-    def heartbeat_host(self, host: str, info: dict[str, Any]) -> None: ...
+    # ------------------------------------------------------------ hosts and upkeep
+    @_guarded
+    def heartbeat_host(self, host: str, info: dict[str, Any]) -> None:
+        """Record that scheduler ``host`` is alive now."""
+        with self._write():
+            self._upsert(self.m.Host, name=host, info=info, heartbeat_at=self._clock())
 
-    def stale_hosts(self, older_than: float) -> list[str]: ...
+    @_guarded
+    def stale_hosts(self, older_than: float) -> list[str]:
+        """Hosts whose last heartbeat is before the time ``older_than`` (a timestamp)."""
+        Host = self.m.Host
+        query = Host.select(Host.name).where(Host.heartbeat_at < older_than).order_by(Host.name)
+        return [name for (name,) in query.tuples()]
 
+    @_guarded
+    def hosts(self) -> list[dict[str, Any]]:
+        """Every scheduler host that heartbeats: {host, info, heartbeat_at}, by name."""
+        Host = self.m.Host
+        return [
+            {"host": h.name, "info": h.info, "heartbeat_at": h.heartbeat_at}
+            for h in Host.select().order_by(Host.name)
+        ]
+
+    @_guarded
+    def forget_host(self, host: str) -> None:
+        """Drop a host's heartbeat row (after its runs were reconciled)."""
+        with self._write():
+            self.m.Host.delete().where(self.m.Host.name == host).execute()
+
+    @_guarded
     def prune(self, days: float) -> int:
-        """Delete finished runs, events, deliveries older than ``days``; return rows removed."""
-        raise NotImplementedError
+        """Delete finished runs, events, deliveries older than ``days``; return rows removed.
+        The latest cron tick of each agent is kept (it is where the schedule resumes)."""
+        m = self.m
+        with self._write():
+            cutoff = self._clock() - days * 86400
+            old_runs = m.Run.select(m.Run.id).where(
+                m.Run.state.in_(list(FINAL_STATES)) & (m.Run.finished_at < cutoff)
+            )
+            latest_ticks = m.CronTick.select(pw.fn.MAX(m.CronTick.id)).group_by(m.CronTick.agent)
+            deletes = [
+                m.RunEvent.delete().where(m.RunEvent.run_id.in_(old_runs)),
+                m.StatusMessage.delete().where(m.StatusMessage.run_id.in_(old_runs)),
+                m.LockWait.delete().where(m.LockWait.run_id.in_(old_runs)),
+                m.Call.delete().where(m.Call.finished_at < cutoff),
+                m.Run.delete().where(m.Run.id.in_(old_runs)),
+                m.WorkItem.delete().where(
+                    m.WorkItem.state.in_(["done", "dropped"]) & (m.WorkItem.created_at < cutoff)
+                ),
+                m.AgentEvent.delete().where(m.AgentEvent.at < cutoff),
+                m.Delivery.delete().where(m.Delivery.at < cutoff),
+                m.CronTick.delete().where(
+                    (m.CronTick.tick < cutoff) & m.CronTick.id.not_in(latest_ticks)
+                ),
+            ]
+            return sum(query.execute() for query in deletes)
 
-    def stats(self, agent: str | None = None, since: float | None = None) -> dict[str, Any]: ...
+    @_guarded
+    def stats(self, agent: str | None = None, since: float | None = None) -> dict[str, Any]:
+        """Run history: {runs, states, exit_codes, durations {p50, p95, max} (seconds, finished
+        runs), tokens {input, output}, agents {name: the same per agent}, calls [{caller,
+        target, count}] (the agent-call graph)}."""
+        m = self.m
+        query = m.Run.select(
+            m.Run.agent, m.Run.state, m.Run.exit_code, m.Run.started_at, m.Run.finished_at,
+            m.Run.input_tokens, m.Run.output_tokens,
+        )  # fmt: skip
+        calls = (
+            m.Call.select(m.Run.agent, m.Call.target, pw.fn.COUNT(m.Call.id))
+            .join(m.Run, on=(m.Call.caller_run == m.Run.id))
+            .group_by(m.Run.agent, m.Call.target)
+        )
+        if agent is not None:
+            query = query.where(m.Run.agent == agent)
+            calls = calls.where((m.Run.agent == agent) | (m.Call.target == agent))
+        if since is not None:
+            query = query.where(m.Run.created_at >= since)
+            calls = calls.where(m.Call.created_at >= since)
+        rows = list(query.namedtuples())
+        per_agent = {
+            name: _summary([r for r in rows if r.agent == name])
+            for name in sorted({r.agent for r in rows})
+        }
+        return {
+            **_summary(rows),
+            "since": since,
+            "agents": per_agent,
+            "calls": [{"caller": c, "target": t, "count": n} for c, t, n in calls.tuples()],
+        }
+
+
+def _summary(rows: list[Any]) -> dict[str, Any]:
+    durations = sorted(
+        r.finished_at - r.started_at for r in rows if r.finished_at and r.started_at is not None
+    )
+    exit_codes = Counter(str(r.exit_code) for r in rows if r.exit_code is not None)
+    return {
+        "runs": len(rows),
+        "states": dict(Counter(r.state for r in rows)),
+        "exit_codes": dict(exit_codes),
+        "durations": {
+            "p50": _percentile(durations, 0.50),
+            "p95": _percentile(durations, 0.95),
+            "max": durations[-1] if durations else None,
+        },
+        "tokens": {
+            "input": sum(r.input_tokens for r in rows),
+            "output": sum(r.output_tokens for r in rows),
+        },
+    }

@@ -76,6 +76,8 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
+    # Opaque provider state that must round-trip with the message (e.g. thinking blocks).
+    provider_data: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -85,6 +87,8 @@ class Message:
             data["tool_call_id"] = self.tool_call_id
         if self.is_error:
             data["is_error"] = True
+        if self.provider_data:
+            data["provider_data"] = self.provider_data
         return data
 
     @classmethod
@@ -95,6 +99,7 @@ class Message:
             tool_calls=[ToolCall(**tc) for tc in data.get("tool_calls", [])],
             tool_call_id=data.get("tool_call_id"),
             is_error=data.get("is_error", False),
+            provider_data=data.get("provider_data", {}),
         )
 
 
@@ -119,6 +124,7 @@ class Reply:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     stop_reason: str | None = None
+    provider_data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,6 +184,9 @@ class TriggerEvent:
     prompt: str = ""
     source: str | None = None
     dedupe_key: str | None = None
+    call_id: int | None = None  # agent calls: the call record the callee's result settles
+    rerun_count: int = 0  # scheduled reruns: how many times this run has been rerun
+    recovery: dict[str, Any] | None = None  # requeued after a crash: the interrupted run's times
 
 
 Emit = Callable[[TriggerEvent], Any]

@@ -2,4 +2,7 @@
 
 COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.project",
+    "llamaherd.commands.scheduler",
+    "llamaherd.commands.creds",
+    "llamaherd.commands.prompt",
 )

@@ -1,28 +1,250 @@
-"""Project commands: plugins, validate, schema, new, add, prompt."""
+"""Project commands: plugins, validate, schema, new, add."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.types import ConfigError, LlamaherdError
+
+# --------------------------------------------------------------------------- al plugins
 
 
 @click.command("plugins")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--all", "show_all", is_flag=True, help="Include core's built-in plugins.")
 def plugins_command(as_json: bool, show_all: bool) -> None:
-    """List installed plugins and what each registers."""
+    """List installed plugins, their versions and what each registers."""
     from llamaherd.plugins import get_manager
 
     manager = get_manager()
-    manager.registry()
-    rows = [info for info in manager.info.values() if show_all or not info.builtin]
+    rows = [info.__dict__ for info in manager.describe(show_all)]
+    failed = [{"name": name, "error": error} for name, error in sorted(manager.failed.items())]
     if as_json:
-        click.echo(json.dumps([info.__dict__ for info in rows], indent=2))
+        click.echo(json.dumps(rows + failed, indent=2))
         return
-    for info in rows:
-        click.echo(f"{info.name}\t{info.distribution}\t{info.version}\t{', '.join(info.registers) or '(registers nothing yet)'}")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "distribution", "version", "registers", box=None, pad_edge=False)
+    for row in sorted(rows, key=lambda r: r["name"]):
+        table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
+    for row in failed:
+        table.add_row(row["name"], "", "", f"[red]failed to load: {row['error']}[/red]")
+    Console(soft_wrap=True).print(table)
+
+
+def _registers(row: dict[str, Any]) -> str:
+    """Registered objects, then the other hooks a plugin implements (commands, routes, ...)."""
+    from llamaherd.plugins import KINDS
+
+    extra = [hook.removeprefix("register_") for hook in row["hooks"] if hook not in KINDS]
+    return ", ".join([*row["registers"], *extra]) or "registers nothing"
+
+
+# --------------------------------------------------------------------------- al validate / schema
+
+
+@click.command("validate")
+@click.argument("agents", nargs=-1)
+@pass_app
+def validate_command(app: AppContext, agents: tuple[str, ...]) -> None:
+    """Check the project and agent configs; exit 2 on any error.
+
+    With AGENT names, check only those agents (and the project config).
+    """
+    from llamaherd.schema import validate_project
+
+    project = _load(app)
+    problems = validate_project(project, app.registry, agents or None)
+    broken = {p.agent for p in problems if p.agent}  # includes agents that failed to parse
+    for name in agents:
+        if name not in broken:
+            project.agent(name)  # an unknown name is one clear error
+    for problem in problems:
+        if problem.agent is None:
+            click.echo(str(problem))
+    for name in agents or sorted(set(project.agents) | broken):
+        own = [p for p in problems if p.agent == name]
+        for problem in own:
+            click.echo(str(problem))
+        if not any(p.is_error for p in own):
+            click.echo(f"ok  agents/{name}")
+    if any(p.is_error for p in problems):
+        raise SystemExit(2)
+
+
+def _load(app: AppContext) -> Any:
+    """The project, with a broken root config.toml reported relative to the cwd."""
+    try:
+        return app.project
+    except ConfigError as exc:
+        if not Path(exc.file).is_file():
+            raise
+        raise ConfigError(_relative(Path(exc.file)), exc.key, exc.message) from None
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+@click.command("schema")
+@click.option("--agent", "which", flag_value="agent", help="Only the agent config.toml schema.")
+@click.option(
+    "--project", "which", flag_value="project", help="Only the project config.toml schema."
+)
+@pass_app
+def schema_command(app: AppContext, which: str | None) -> None:
+    """Print the JSON Schema assembled from core and every installed plugin."""
+    from llamaherd.schema import schemas
+
+    assembled = schemas(app.registry)
+    documents = {"project": assembled.project_schema(), "agent": assembled.agent_schema()}
+    click.echo(json.dumps(documents[which] if which else documents, indent=2))
+
+
+# --------------------------------------------------------------------------- al new
+
+
+def _template(*parts: str) -> str:
+    from importlib.resources import files
+
+    return files("llamaherd").joinpath("templates", *parts).read_text(encoding="utf-8")
+
+
+# Scaffold files: target path -> template path. Dotfiles are stored without the dot so that
+# packaging tools never skip them.
+NEW_PROJECT_FILES: dict[str, tuple[str, ...]] = {
+    "config.toml": ("project", "config.toml"),
+    ".gitignore": ("project", "gitignore"),
+    "agents/hello/SKILL.md": ("project", "hello", "SKILL.md"),
+    "agents/hello/config.toml": ("project", "hello", "config.toml"),
+    "agents/hello/script.toml": ("project", "hello", "script.toml"),
+}
+
+
+@click.command("new")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+def new_command(directory: Path) -> None:
+    """Create a project in DIRECTORY with one example agent that runs offline."""
+    import getpass
+    from string import Template
+
+    if directory.exists() and any(directory.iterdir()):
+        raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
+    values = {"user": getpass.getuser()}
+    for target, template in NEW_PROJECT_FILES.items():
+        path = directory / target
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(Template(_template(*template)).safe_substitute(values), encoding="utf-8")
+    click.echo(f"created {directory}: cd {directory} && al validate && al run hello")
+
+
+# --------------------------------------------------------------------------- al add
+
+# A scp-like git address (user@host:path) or any URL with a scheme.
+GIT_URL = re.compile(r"^([a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
+AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+CLONE_TIMEOUT = 300
+
+
+@click.command("add")
+@click.argument("source")
+@click.option("--name", help="Agent name (default: the skill's frontmatter name, else its folder).")
+@click.option("--force", is_flag=True, help="Replace an existing agent of the same name.")
+@pass_app
+def add_command(app: AppContext, source: str, name: str | None, force: bool) -> None:
+    """Install a skill from a folder or a git URL (URL#subdir) as agents/<name>/."""
+    from llamaherd.project import parse_skill
+
+    project = _load(app)
+    with tempfile.TemporaryDirectory(prefix="al-add-") as tmp:
+        skill_dir, fallback = _fetch(source, Path(tmp))
+        if not (skill_dir / "SKILL.md").is_file():
+            raise LlamaherdError(f"{source}: no SKILL.md there")
+        try:
+            meta, _ = parse_skill(skill_dir / "SKILL.md")
+        except ConfigError as exc:  # name the source, not our temporary clone
+            raise ConfigError(f"{source}: SKILL.md", exc.key, exc.message) from None
+        declared = meta.get("name")
+        name = name or (
+            declared.strip() if isinstance(declared, str) and declared.strip() else fallback
+        )
+        if not AGENT_NAME.match(name):
+            raise LlamaherdError(
+                f"{name!r} is not a valid agent name (letters, digits, '_', '.', '-'); use --name"
+            )
+        target = project.root / "agents" / name
+        if target.exists():
+            if not force:
+                raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
+            shutil.rmtree(target)
+        shutil.copytree(skill_dir, target, ignore=shutil.ignore_patterns(".git"))
+    if not (target / "config.toml").exists():
+        (target / "config.toml").write_text(_agent_config(project, source), encoding="utf-8")
+    click.echo(f"added agents/{name} from {source}")
+
+
+def _fetch(source: str, tmp: Path) -> tuple[Path, str]:
+    """The directory holding the skill (``source`` or a shallow clone) and a fallback name."""
+    address, _, subdir = source.partition("#")
+    if ".." in Path(subdir).parts or Path(subdir).is_absolute():
+        raise LlamaherdError(f"{source}: the #path must stay inside the source")
+    is_url = bool(GIT_URL.match(address))
+    local = Path(address).expanduser()
+    if not is_url and local.is_dir():
+        skill_dir = (local / subdir).resolve()
+        return skill_dir, skill_dir.name
+    if not is_url and not address.endswith(".git"):
+        raise LlamaherdError(f"{source}: no such folder, and not a git URL")
+    clone = tmp / "clone"
+    try:
+        result = subprocess.run(
+            ["git", "clone", "--depth", "1", "--quiet", address, str(clone)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},  # never hang on a password prompt
+            timeout=CLONE_TIMEOUT,
+        )
+    except OSError as exc:
+        raise LlamaherdError(f"cannot run git to fetch {address}: {exc.strerror}") from None
+    except subprocess.TimeoutExpired:
+        raise LlamaherdError(f"git clone {address} timed out after {CLONE_TIMEOUT} s") from None
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {result.returncode}"
+        raise LlamaherdError(f"git clone {address} failed: {reason}")
+    repo = re.split(r"[/:]", address.rstrip("/"))[-1].removesuffix(".git")
+    return clone / subdir, Path(subdir).name if subdir.strip("/") else repo
+
+
+def _agent_config(project: Any, source: str) -> str:
+    """A commented config.toml for an added skill, using the project's first model."""
+    from string import Template
+
+    models = list(project.config.get("models", {}))
+    line = (
+        f"models = [{json.dumps(models[0])}]"
+        if models
+        else '# models = ["sonnet"]   # names of [models.*] in ../../config.toml'
+    )
+    return Template(_template("agent-config.toml")).substitute(
+        source=json.dumps(source), models=line
+    )
 
 
 def register(cli: click.Group) -> None:
-    cli.add_command(plugins_command)
+    for command in (plugins_command, validate_command, schema_command, new_command, add_command):
+        cli.add_command(command)

@@ -1,1 +1,14 @@
-"""llamaherd-cron: Trigger: cron expressions and intervals."""
+"""llamaherd-cron: Trigger: cron expressions and intervals.
+
+Only the hook lives here; croniter and the trigger code load when the registry is built, so
+``al --help`` stays fast.
+"""
+
+from llamaherd import hookimpl
+
+
+@hookimpl
+def register_trigger_types(register):
+    from llamaherd_cron.trigger import CronTrigger
+
+    register(CronTrigger())

@@ -1,0 +1,3 @@
+from llamaherd.cli import main
+
+main()

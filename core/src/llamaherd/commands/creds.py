@@ -1,0 +1,315 @@
+"""``al creds``: add, list, remove and test stored credentials; list the credential types.
+
+Values are never printed: output names types, instances and fields only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import PurePosixPath
+from typing import Any, NoReturn
+
+import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.credentials import (
+    CredentialInvalid,
+    CredentialStore,
+    format_ref,
+    is_staged,
+    parse_ref,
+    unknown_type_message,
+)
+from llamaherd.types import LlamaherdError
+
+
+@click.group("creds")
+def creds() -> None:
+    """Manage credentials in ~/.action-llama/credentials (or $AL_CREDENTIALS_DIR)."""
+
+
+def _credential_type(app: AppContext, type_name: str) -> Any:
+    from llamaherd.plugins import PROVIDED_BY
+
+    try:
+        return app.registry.credential_types[type_name]
+    except KeyError:
+        raise LlamaherdError(unknown_type_message(type_name, PROVIDED_BY)) from None
+
+
+# --------------------------------------------------------------------------- add
+
+
+def _field_sources(credential_type: Any, specs: tuple[str, ...], option: str) -> dict[str, str]:
+    """Map field -> VAR or PATH from ``[FIELD=]X`` specs (bare X only for one-field types)."""
+    names = [f.name for f in credential_type.fields]
+    sources: dict[str, str] = {}
+    for spec in specs:
+        field, sep, rest = spec.partition("=")
+        # Env var names cannot contain "=", but a path can: only a known field name splits it.
+        if sep and field in names:
+            target, source = field, rest
+        elif len(names) == 1 and not (sep and option == "--from-env"):
+            target, source = names[0], spec
+        else:
+            raise LlamaherdError(
+                f"{option} {spec}: {credential_type.name} has fields {', '.join(names)}; "
+                f"use {option} FIELD={'VAR' if option == '--from-env' else 'PATH'}"
+            )
+        if target in sources:
+            raise LlamaherdError(f"{option}: field {target!r} given twice")
+        sources[target] = source
+    return sources
+
+
+def _value_from_env(field: str, var: str) -> str:
+    value = os.environ.get(var, "").strip()
+    if not value:
+        raise LlamaherdError(
+            f"--from-env: environment variable {var} (for field {field!r}) is not set or empty"
+        )
+    return value
+
+
+def _value_from_file(field: str, path: str) -> str:
+    try:
+        # "-" is stdin, for scripts: `printf %s "$TOKEN" | al creds add github_token --file -`
+        with click.open_file(os.path.expanduser(path), encoding="utf-8") as fh:
+            value = fh.read()
+    except OSError as exc:
+        raise LlamaherdError(f"--file {path} (for field {field!r}): {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise LlamaherdError(f"--file {path} (for field {field!r}): not UTF-8 text") from None
+    if not value.strip():
+        raise LlamaherdError(f"--file {path} (for field {field!r}): the file is empty")
+    return value
+
+
+def _prompt(field: Any) -> str:
+    label = f"{field.name} ({field.description})" if field.description else field.name
+    return click.prompt(label, hide_input=field.secret, value_proc=_non_blank)
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise click.UsageError("a value is required")
+    return value
+
+
+@creds.command("add")
+@click.argument("ref", metavar="TYPE[:INSTANCE]")
+@click.option(
+    "--from-env",
+    "from_env",
+    multiple=True,
+    metavar="[FIELD=]VAR",
+    help="Read a field from an environment variable (repeat FIELD=VAR per field).",
+)
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    metavar="[FIELD=]PATH",
+    help="Read a field from a file, or stdin for '-' (repeat FIELD=PATH per field).",
+)
+@pass_app
+def add(app: AppContext, ref: str, from_env: tuple[str, ...], files: tuple[str, ...]) -> None:
+    """Store a credential; prompts for every field not given (secret fields hidden)."""
+    type_name, instance = parse_ref(ref)
+    credential_type = _credential_type(app, type_name)
+    env_sources = _field_sources(credential_type, from_env, "--from-env")
+    file_sources = _field_sources(credential_type, files, "--file")
+    both = sorted(env_sources.keys() & file_sources.keys())
+    if both:
+        raise LlamaherdError(f"field {both[0]!r} given by both --from-env and --file")
+    values: dict[str, str] = {}
+    for field in credential_type.fields:
+        if field.name in env_sources:
+            values[field.name] = _value_from_env(field.name, env_sources[field.name])
+        elif field.name in file_sources:
+            values[field.name] = _value_from_file(field.name, file_sources[field.name])
+        else:
+            values[field.name] = _prompt(field)
+    store = CredentialStore()
+    verb = "replaced" if store.exists(type_name, instance) else "added"
+    store.write(type_name, instance, values)
+    click.echo(
+        f"{verb} {format_ref(type_name, instance)} ({', '.join(values)}) in {store.path(type_name, instance)}"
+    )
+
+
+# --------------------------------------------------------------------------- ls
+
+
+def _project_agents(app: AppContext) -> list[Any]:
+    """Agents of the current project; none outside a project (a broken one is a warning)."""
+    from llamaherd.project import find_root
+
+    if app.project_dir is None and find_root() is None:
+        return []
+    try:
+        return list(app.project.agents.values())
+    except LlamaherdError as exc:
+        click.echo(f"warning: {exc}", err=True)
+        return []
+
+
+def _inventory(app: AppContext, store: CredentialStore) -> list[dict[str, Any]]:
+    rows: dict[tuple[str, str], dict[str, Any]] = {
+        (type_name, instance): {
+            "type": type_name,
+            "instance": instance,
+            "fields": fields,
+            "stored": True,
+            "agents": [],
+        }
+        for type_name, instance, fields in store.list()
+    }
+    for agent in _project_agents(app):
+        for ref in agent.credentials:
+            try:
+                key = parse_ref(ref)
+            except LlamaherdError:  # `al validate` reports malformed refs
+                continue
+            row = rows.setdefault(
+                key,
+                {"type": key[0], "instance": key[1], "fields": [], "stored": False, "agents": []},
+            )
+            row["agents"].append(agent.name)
+    return [rows[key] for key in sorted(rows)]
+
+
+@creds.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def ls(app: AppContext, as_json: bool) -> None:
+    """List stored credentials (no values) and the agents that use them."""
+    store = CredentialStore()
+    rows = _inventory(app, store)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no credentials in {store.root}; add one with `al creds add TYPE[:INSTANCE]`")
+        return
+    table = _table("Type", "Instance", "Fields", "Used by")
+    for row in rows:
+        fields = ", ".join(row["fields"]) if row["stored"] else "[red]missing[/red]"
+        table.add_row(row["type"], row["instance"], fields, ", ".join(row["agents"]) or "-")
+    _print(table)
+
+
+# --------------------------------------------------------------------------- rm, types, test
+
+
+@creds.command("rm")
+@click.argument("ref", metavar="TYPE[:INSTANCE]")
+def rm(ref: str) -> None:
+    """Delete a stored credential."""
+    type_name, instance = parse_ref(ref)
+    store = CredentialStore()
+    if not store.remove(type_name, instance):
+        raise LlamaherdError(f"no credential {format_ref(type_name, instance)} in {store.root}")
+    click.echo(f"removed {format_ref(type_name, instance)}")
+
+
+def _env_names(credential_type: Any) -> list[str]:
+    """Names of the env vars a type exports, found by calling ``env`` with placeholders."""
+    placeholders = {field.name: f"<{field.name}>" for field in credential_type.fields}
+    staged_at = PurePosixPath("/credentials") / credential_type.name / "default"
+    return sorted(credential_type.env(placeholders, staged_at))
+
+
+@creds.command("types")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def types(app: AppContext, as_json: bool) -> None:
+    """List every credential type the installed plugins provide."""
+    registry = app.registry
+    rows = [
+        {
+            "type": name,
+            "plugin": registry.owner.get(("credential_types", name)),
+            "description": getattr(credential_type, "description", ""),
+            "fields": [
+                {"name": f.name, "secret": f.secret, "description": f.description}
+                for f in credential_type.fields
+            ],
+            "env": _env_names(credential_type) if is_staged(credential_type) else [],
+            "staged": is_staged(credential_type),
+            "validates": callable(getattr(credential_type, "validate", None)),
+        }
+        for name, credential_type in sorted(registry.credential_types.items())
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = _table("Type", "Plugin", "Fields", "Env vars")
+    for row in rows:
+        fields = ", ".join(f["name"] + (" (secret)" if f["secret"] else "") for f in row["fields"])
+        env = (", ".join(row["env"]) or "-") if row["staged"] else "(not staged into runs)"
+        table.add_row(row["type"], row["plugin"] or "-", fields, env)
+    _print(table)
+
+
+@creds.command("test")
+@click.argument("ref", metavar="TYPE[:INSTANCE]")
+@pass_app
+def test(app: AppContext, ref: str) -> None:
+    """Check a stored credential against its service (exit 1 when it is refused)."""
+    from llamaherd.redact import Redactor
+
+    type_name, instance = parse_ref(ref)
+    credential_type = _credential_type(app, type_name)
+    store = CredentialStore()
+    shown = format_ref(type_name, instance)
+    values = store.read(type_name, instance)
+    if values is None:
+        raise LlamaherdError(
+            f"no credential {shown} in {store.root}; add it with `al creds add {shown}`"
+        )
+    missing = [f.name for f in credential_type.fields if f.name not in values]
+    if missing:
+        _fail(shown, f"missing field(s) {', '.join(missing)}; run `al creds add {shown}`")
+    validate = getattr(credential_type, "validate", None)
+    if validate is None:
+        click.echo(f"ok: {shown}: all fields present ({type_name} has no online check)")
+        return
+    redactor = Redactor(values.values())  # a plugin's error text must not leak the value
+    try:
+        detail = validate(values)
+    except CredentialInvalid as exc:
+        _fail(shown, redactor.redact(str(exc)))
+    except Exception as exc:  # a plugin bug or a network error is still a failed check
+        _fail(shown, redactor.redact(f"{type(exc).__name__}: {exc}"))
+    click.echo(f"ok: {shown}" + (f": {redactor.redact(str(detail))}" if detail else ""))
+
+
+def _fail(shown: str, message: str) -> NoReturn:
+    click.echo(f"failed: {shown}: {message}", err=True)
+    sys.exit(1)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _table(*columns: str) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        # Fold long names rather than cut them with an ellipsis: every name must stay readable.
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _print(renderable: Any) -> None:
+    from rich.console import Console
+
+    Console(soft_wrap=False).print(renderable)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(creds)

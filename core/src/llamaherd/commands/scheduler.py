@@ -1,0 +1,397 @@
+"""Scheduler commands: start, stop, run, stat, runs, logs, kill, pause, resume, stats."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.types import LlamaherdError
+
+FINAL = ("done", "error", "timeout", "killed")
+
+
+def _store(app: AppContext) -> Any:
+    from llamaherd.store import Store
+
+    return Store.open(app.project.database_url, str(app.project.root))
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _load_payload(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise LlamaherdError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise LlamaherdError(f"{path}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise LlamaherdError(f"{path}: expected a JSON object")
+    return data
+
+
+# ---------------------------------------------------------------------- start / stop
+@click.command("start")
+@click.option("--detach", is_flag=True, help="Run in the background (log in .al/scheduler.log).")
+@click.option("--port", type=int, default=None, help="Override [gateway] port (0 picks a free one).")
+@click.option("--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop.")
+@pass_app
+def start_command(app: AppContext, detach: bool, port: int | None, grace: float) -> None:
+    """Run the scheduler: triggers, dispatcher and the HTTP server."""
+    project = app.project
+    if port is not None:
+        project.config.setdefault("gateway", {})["port"] = port
+    if detach:
+        _detach(project, port, grace)
+        return
+    from llamaherd.scheduler import Scheduler
+
+    _configure_logging()
+    scheduler = Scheduler(project, grace=grace)
+    click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
+    sys.exit(scheduler.run())
+
+
+def _configure_logging() -> None:
+    import logging
+
+    logging.basicConfig(
+        level=os.environ.get("AL_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _detach(project: Any, port: int | None, grace: float) -> None:
+    from llamaherd.scheduler import scheduler_info
+
+    project.state_dir.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", str(grace)]
+    if port is not None:
+        args += ["--port", str(port)]
+    with open(project.state_dir / "scheduler.log", "ab") as log:
+        child = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        info = scheduler_info(project.state_dir)
+        if info and info["pid"] == child.pid:
+            (project.state_dir / "scheduler.pid").write_text(str(child.pid))
+            click.echo(f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)")
+            return
+        if child.poll() is not None:
+            raise LlamaherdError(f"scheduler exited with {child.returncode}; see .al/scheduler.log")
+        time.sleep(0.05)
+    raise LlamaherdError("scheduler did not come up within 30 s; see .al/scheduler.log")
+
+
+@click.command("stop")
+@pass_app
+def stop_command(app: AppContext) -> None:
+    """Stop the running scheduler (active runs get its grace period)."""
+    from llamaherd.client import ControlClient
+    from llamaherd.scheduler import pid_alive
+
+    client = ControlClient.find(app.project)
+    if client is None:
+        raise LlamaherdError("no scheduler is running for this project")
+    client.post("/control/stop")
+    while pid_alive(client.pid):
+        time.sleep(0.05)
+    click.echo(f"scheduler {client.pid} stopped")
+
+
+# ---------------------------------------------------------------------- run
+@click.command("run")
+@click.argument("agent")
+@click.option("--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file.")
+@click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
+@pass_app
+def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bool) -> None:
+    """Run AGENT now: through the running scheduler, else in the foreground.
+
+    Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
+    """
+    from llamaherd.client import ControlClient
+
+    project = app.project
+    project.agent(agent)
+    data = _load_payload(payload)
+    client = ControlClient.find(project)
+    if client is not None:
+        item = client.post("/control/run", {"agent": agent, "payload": data})["items"][0]
+        if no_follow:
+            click.echo(json.dumps({"queued": item}))
+            return
+        store = _store(app)
+        run_id = _wait_for_item(store, agent, item)
+        sys.exit(follow(store, run_id))
+    sys.exit(_run_foreground(project, agent, data))
+
+
+def _wait_for_item(store: Any, agent: str, item: int) -> str:
+    while True:
+        for run in store.runs(agent=agent, limit=200):
+            if run.item_id == item:
+                return run.id
+        time.sleep(0.05)
+
+
+def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> int:
+    """No scheduler: this process dispatches the project's queue until our run has ended."""
+    from llamaherd.control import manual_event
+    from llamaherd.engine import Engine
+
+    engine = Engine(project)
+    try:
+        if engine.store.agent_state(agent_name) == "error":
+            engine.store.set_agent_state(agent_name, "idle", "manual run")
+        result = engine.emit(manual_event(agent_name, payload))
+        if result["refused"]:
+            raise LlamaherdError(result["refused"])
+        engine.serve("127.0.0.1", 0)
+        run_id = None
+        while run_id is None:
+            engine.dispatch()
+            run_id = next((r.id for r in engine.store.runs(agent=agent_name, limit=200) if r.item_id == result["queued"]), None)
+            if run_id is None:
+                engine.wakeup.wait(0.1)
+        printer = threading.Thread(target=follow, args=(engine.store, run_id), daemon=True)
+        printer.start()
+        try:
+            while printer.is_alive():
+                engine.wakeup.clear()
+                engine.dispatch()
+                for run in engine.store.expired_waits(engine.clock()):
+                    engine.runner.expire_wait(run)
+                engine.wakeup.wait(0.2)
+        except KeyboardInterrupt:
+            engine.kill(run_id, reason="interrupted by user")
+            printer.join(10)
+            return 130
+        final = engine.store.get_run(run_id)
+        return final.exit_code if final and final.exit_code is not None else 1
+    finally:
+        engine.stopping.set()
+        for thread in list(engine.threads.values()):
+            thread.join(5)
+        engine.close()
+
+
+def follow(store: Any, run_id: str, *, poll: float = 0.1) -> int:
+    """Print a run's events as they arrive until it has ended; return its exit code."""
+    from llamaherd.logview import format_event
+
+    console = _console()
+    after = 0
+    while True:
+        run = store.get_run(run_id)
+        for event in store.events(run_id, after):
+            after = event["id"]
+            console.print(format_event(event))
+        if run is None or run.state in FINAL:
+            if run is not None and run.return_value is not None:
+                console.print(f"[bold green]return value:[/] {json.dumps(run.return_value)}")
+            console.print(f"[bold]run {run_id} {run.state if run else 'gone'}[/] (exit {run.exit_code if run else '?'})")
+            return run.exit_code if run and run.exit_code is not None else 1
+        time.sleep(poll)
+
+
+# ---------------------------------------------------------------------- stat / runs / logs
+@click.command("stat")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--watch", is_flag=True, help="Redraw every second.")
+@pass_app
+def stat_command(app: AppContext, as_json: bool, watch: bool) -> None:
+    """Agents: state, active/scale, queue depth, last result, next scheduled fire."""
+    from llamaherd.status import agent_rows
+
+    store = _store(app)
+
+    def rows() -> list[dict[str, Any]]:
+        return agent_rows(app.project, store, app.registry)
+
+    if as_json:
+        click.echo(json.dumps({"agents": rows()}, indent=2))
+        return
+    if not watch:
+        _console().print(_stat_table(rows()))
+        return
+    from rich.live import Live
+
+    with Live(_stat_table(rows()), console=_console(), refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(1)
+                live.update(_stat_table(rows()))
+        except KeyboardInterrupt:
+            pass
+
+
+STATE_STYLES = {"active": "green", "running": "green", "waiting": "cyan", "error": "red", "idle": "dim",
+                "off": "red", "hibernate": "blue", "suspended": "yellow", "paused": "yellow",
+                "done": "green", "timeout": "red", "killed": "red"}
+
+
+def _stat_table(rows: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    from llamaherd.status import ago, until
+
+    table = Table(box=None, header_style="bold")
+    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
+        table.add_column(column)
+    for row in rows:
+        last = "-"
+        if row["last_result"]:
+            last = f"[{STATE_STYLES.get(row['last_result'], 'white')}]{row['last_result']}[/] {ago(row['last_finished_at'])}"
+        waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
+        table.add_row(
+            row["agent"],
+            f"[{STATE_STYLES.get(row['state'], 'white')}]{row['state']}[/]",
+            f"{row['active']}/{row['scale']}{waiting}",
+            str(row["queued"]),
+            last,
+            until(row["next_fire"]),
+            ", ".join(row["hosts"]) or "-",
+        )
+    return table
+
+
+@click.command("runs")
+@click.argument("agent", required=False)
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) -> None:
+    """Recent runs, newest first."""
+    from rich.table import Table
+
+    from llamaherd.status import ago, run_dict
+
+    if agent:
+        app.project.agent(agent)
+    rows = _store(app).runs(agent=agent, limit=limit)
+    if as_json:
+        click.echo(json.dumps([run_dict(r) for r in rows], indent=2, default=str))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON"):
+        table.add_column(column)
+    for run in rows:
+        duration = f"{run.finished_at - run.started_at:.1f}s" if run.finished_at and run.started_at else "-"
+        table.add_row(run.id, run.agent, f"[{STATE_STYLES.get(run.state, 'white')}]{run.state}[/]",
+                      "-" if run.exit_code is None else str(run.exit_code), run.trigger_kind,
+                      ago(run.started_at), duration, run.reason or "")
+    _console().print(table)
+
+
+def _resolve_run(app: AppContext, store: Any, target: str) -> str:
+    if target in app.project.agents:
+        latest = store.runs(agent=target, limit=1)
+        if not latest:
+            raise LlamaherdError(f"agent {target!r} has no runs yet")
+        return latest[0].id
+    run = store.find_run(target)
+    if run is None:
+        raise LlamaherdError(f"no such run or agent {target!r} (see `al runs`)")
+    return run.id
+
+
+@click.command("logs")
+@click.argument("target")
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print raw events as JSON lines.")
+@pass_app
+def logs_command(app: AppContext, target: str, follow_: bool, as_json: bool) -> None:
+    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run)."""
+    from llamaherd.logview import format_event
+
+    store = _store(app)
+    run_id = _resolve_run(app, store, target)
+    if follow_:
+        follow(store, run_id)
+        return
+    console = _console()
+    for event in store.events(run_id):
+        if as_json:
+            click.echo(json.dumps(event))
+        else:
+            console.print(format_event(event))
+
+
+# ---------------------------------------------------------------------- kill / pause / resume
+@click.command("kill")
+@click.argument("target")
+@pass_app
+def kill_command(app: AppContext, target: str) -> None:
+    """Kill a run (id or prefix), or every live run of an agent."""
+    from llamaherd.client import ControlClient
+
+    client = ControlClient.find(app.project)
+    if client is None:
+        raise LlamaherdError("no scheduler is running for this project (`al start`)")
+    killed = client.post("/control/kill", {"target": target})["killed"]
+    click.echo(f"killed {len(killed)} run(s): {', '.join(killed) or '-'}")
+
+
+def _pause_command(paused: bool) -> click.Command:
+    verb = "pause" if paused else "resume"
+
+    @click.command(verb)
+    @click.argument("agent", required=False)
+    @pass_app
+    def command(app: AppContext, agent: str | None) -> None:
+        if agent:
+            app.project.agent(agent)
+        _store(app).set_paused(agent, paused)
+        click.echo(f"{verb}d {agent or 'the scheduler'}")
+
+    command.help = (
+        "Stop starting runs (of AGENT, or of every agent); triggers keep queueing."
+        if paused
+        else "Start runs again (of AGENT, or of every agent)."
+    )
+    return command
+
+
+# ---------------------------------------------------------------------- stats
+@click.command("stats")
+@click.argument("agent", required=False)
+@click.option("--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def stats_command(app: AppContext, agent: str | None, since: str, as_json: bool) -> None:
+    """Run history: counts, durations, exit codes, tokens, the agent-call graph."""
+    from llamaherd.durations import parse_duration
+
+    if agent:
+        app.project.agent(agent)
+    data = _store(app).stats(agent, time.time() - parse_duration(since, "--since"))
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    console = _console()
+    for key, value in data.items():
+        console.print(f"[bold]{key}[/]: {json.dumps(value, default=str)}")
+
+
+def register(cli: click.Group) -> None:
+    for command in (start_command, stop_command, run_command, stat_command, runs_command,
+                    logs_command, kill_command, _pause_command(True), _pause_command(False),
+                    stats_command):
+        cli.add_command(command)

@@ -1,0 +1,152 @@
+"""The control API the CLI (and the dashboard) use on a running scheduler.
+
+Reads are open on the loopback interface; every mutating call needs the control token from
+``.al/control-token``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llamaherd.server import json_body, require_read, require_token
+from llamaherd.status import agent_rows, run_dict
+from llamaherd.types import LlamaherdError, TriggerEvent
+
+
+def _engine(request: Request) -> Any:
+    return request.app.state.engine
+
+
+@require_read
+async def health(request: Request) -> Response:
+    engine = _engine(request)
+    return JSONResponse({"ok": True, "host": engine.host, "gateway": engine.gateway_url})
+
+
+@require_read
+async def stat(request: Request) -> Response:
+    engine = _engine(request)
+    rows = await run_in_threadpool(agent_rows, engine.project, engine.store, engine.registry, engine.clock())
+    return JSONResponse({"agents": rows})
+
+
+def manual_event(agent: str, payload: dict[str, Any] | None) -> TriggerEvent:
+    from llamaherd.prompts import trigger_block
+
+    payload = payload or {}
+    return TriggerEvent(agent=agent, kind="manual", payload=payload, prompt=trigger_block("manual", payload))
+
+
+@require_token
+async def run(request: Request) -> Response:
+    """Queue ``count`` manual runs of ``agent`` (default 1); answer with the item ids."""
+    engine = _engine(request)
+    body = await json_body(request)
+    agent = str(body.get("agent", ""))
+    engine.project.agent(agent)  # unknown agent -> 400 with the known names
+    count = int(body.get("count", 1))
+    if not 1 <= count <= 10_000:
+        raise LlamaherdError("count: expected 1 to 10000")
+
+    def emit_all() -> list[dict[str, Any]]:
+        if engine.store.agent_state(agent) == "error":
+            # A manual run is how an owner recovers an agent in error.
+            engine.store.set_agent_state(agent, "idle", "manual run")
+        return [engine.emit(manual_event(agent, body.get("payload"))) for _ in range(count)]
+
+    results = await run_in_threadpool(emit_all)
+    refused = next((r["refused"] for r in results if r["refused"]), None)
+    if refused:
+        return JSONResponse({"error": refused}, status_code=409)
+    return JSONResponse({"items": [r["queued"] for r in results]}, status_code=202)
+
+
+@require_read
+async def runs(request: Request) -> Response:
+    engine = _engine(request)
+    agent = request.query_params.get("agent") or None
+    limit = int(request.query_params.get("limit", 50))
+    rows = await run_in_threadpool(engine.store.runs, agent, None, limit)
+    return JSONResponse({"runs": [run_dict(r) for r in rows]})
+
+
+@require_read
+async def run_detail(request: Request) -> Response:
+    engine = _engine(request)
+    found = await run_in_threadpool(engine.store.find_run, request.path_params["run_id"])
+    if found is None:
+        return JSONResponse({"error": f"no such run {request.path_params['run_id']!r}"}, status_code=404)
+    return JSONResponse(run_dict(found))
+
+
+@require_read
+async def run_events(request: Request) -> Response:
+    engine = _engine(request)
+    after = int(request.query_params.get("after", 0))
+    events = await run_in_threadpool(engine.store.events, request.path_params["run_id"], after)
+    return JSONResponse({"events": events})
+
+
+def _targets(engine: Any, target: str) -> list[str]:
+    """Run ids a kill target names: one run (id or prefix) or every live run of an agent."""
+    if target in engine.project.agents:
+        return [r.id for r in engine.store.runs(agent=target, states=("running", "waiting"), limit=10_000)]
+    found = engine.store.find_run(target)
+    if found is None:
+        raise LlamaherdError(f"no such run or agent {target!r}")
+    return [found.id]
+
+
+@require_token
+async def kill(request: Request) -> Response:
+    engine = _engine(request)
+    body = await json_body(request)
+
+    def kill_all() -> list[str]:
+        return [run_id for run_id in _targets(engine, str(body.get("target", ""))) if engine.kill(run_id)]
+
+    return JSONResponse({"killed": await run_in_threadpool(kill_all)})
+
+
+def _pause(paused: bool):
+    @require_token
+    async def endpoint(request: Request) -> Response:
+        engine = _engine(request)
+        body = await json_body(request)
+        agent = body.get("agent") or None
+        if agent:
+            engine.project.agent(agent)
+        await run_in_threadpool(engine.store.set_paused, agent, paused)
+        engine.wakeup.set()
+        return JSONResponse({"paused": paused, "agent": agent})
+
+    return endpoint
+
+
+@require_token
+async def stop(request: Request) -> Response:
+    engine = _engine(request)
+    stopper = getattr(engine, "request_stop", None)
+    if stopper is None:
+        return JSONResponse({"error": "not a scheduler"}, status_code=409)
+    asyncio.get_running_loop().call_soon(stopper)
+    return JSONResponse({"stopping": True})
+
+
+ROUTES: list[tuple[str, Any, list[str]]] = [
+    ("/control/health", health, ["GET"]),
+    ("/control/stat", stat, ["GET"]),
+    ("/control/run", run, ["POST"]),
+    ("/control/runs", runs, ["GET"]),
+    ("/control/runs/{run_id}", run_detail, ["GET"]),
+    ("/control/runs/{run_id}/events", run_events, ["GET"]),
+    ("/control/kill", kill, ["POST"]),
+    ("/control/pause", _pause(True), ["POST"]),
+    ("/control/resume", _pause(False), ["POST"]),
+    ("/control/stop", stop, ["POST"]),
+]

@@ -1,0 +1,267 @@
+"""The two prompts of a run: the system prompt and the first user message.
+
+``al prompt`` and the runner call the same ``build_prompts`` so what you preview is what the model
+gets. Block names follow Action Llama's (``<agent-config>``, ``<credential-context>``,
+``<environment>``, ``<webhook-trigger>``, ``<skill-subagent>``) so SKILL.md files written for it
+keep reading the same.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+BASE_PREAMBLE = """\
+You are an autonomous agent run by llamaherd. Nobody is watching this conversation live: work \
+through the task with your tools, then finish with a short summary and no tool calls.
+
+Built-in tools:
+- bash: run a shell command in your sandbox. The working directory carries over between calls; \
+`setenv NAME VALUE` sets an environment variable for your later bash calls. Long output is \
+truncated.
+- read_file / write_file: read or write a file (paths relative to the working directory).
+Credentials are available as environment variables and files (see <credential-context>); never \
+print their values."""
+
+SCHEDULED_TEXT = (
+    "You are running on a schedule. Check for new work and act on anything you find; "
+    "if there is nothing to do, say so and stop."
+)
+MANUAL_TEXT = (
+    "You have been triggered manually. Check for new work and act on anything you find; "
+    "if there is nothing to do, say so and stop."
+)
+# Webhook fields shown before the payload, in this order, when present.
+WEBHOOK_FIELDS = (
+    "source",
+    "event",
+    "action",
+    "repo",
+    "number",
+    "title",
+    "url",
+    "sender",
+    "author",
+    "ref",
+    "branch",
+    "labels",
+    "conclusion",
+    "delivery",
+)
+
+
+@dataclass
+class Environment:
+    """What ``<environment>`` tells the model about its sandbox and limits."""
+
+    cwd: str = "(the run's working directory)"
+    writable: list[str] = field(default_factory=lambda: ["the working directory", "/tmp"])
+    timeout: float = 900
+    max_turns: int = 100
+    bash_timeout: float = 300
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def _block(name: str, text: str) -> str:
+    return f"<{name}>\n{text.strip()}\n</{name}>"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------------------ system prompt
+
+
+def system_prompt(agent: Any, registry: Any, run: Any) -> str:
+    """BASE_PREAMBLE, then each language skill's preamble grouped by category, then SKILL.md."""
+    parts = [BASE_PREAMBLE]
+    skills = sorted(registry.language_skills.values(), key=lambda s: (s.category, s.name))
+    category = None
+    for skill in skills:
+        text = (skill.preamble(run) or "").strip()
+        if not text:
+            continue
+        if skill.category != category:
+            category = skill.category
+            parts.append(f"## {category.replace('_', ' ').title()}")
+        parts.append(text)
+    parts.append("---\n\n" + agent.body.strip())
+    return "\n\n".join(parts)
+
+
+# ------------------------------------------------------------------------------ user prompt
+
+
+def credential_context(agent: Any, registry: Any, credential_store: Any = None) -> str:
+    """What each declared credential provides: env var NAMES, file dir, the type's text.
+
+    Values are read only to let a type describe itself (``context``); they never appear here.
+    A missing credential is described from the type alone, so ``al prompt`` works without them.
+    """
+    from llamaherd.credentials import parse_ref
+
+    lines: list[str] = []
+    for ref in agent.credentials:
+        type_name, instance = parse_ref(ref)
+        ctype = registry.credential_types.get(type_name)
+        if ctype is None:
+            lines.append(f"- {type_name} ({instance}): credential type not installed")
+            continue
+        if getattr(ctype, "sandbox", True) is False:
+            continue  # model keys stay with the scheduler
+        values = _placeholder_values(ctype)
+        if credential_store is not None:
+            values.update(credential_store.read(type_name, instance) or {})
+        root = "$AL_CREDENTIALS_PATH"
+        env_names = sorted(ctype.env(values, f"{root}/{type_name}/{instance}"))
+        head = f"- {type_name} ({instance}): files in {root}/{type_name}/{instance}/"
+        if env_names:
+            head += "; env " + ", ".join(env_names)
+        lines.append(head)
+        text = (ctype.context(values) or "").strip()
+        if text:
+            lines.append("  " + text.replace("\n", "\n  "))
+    return "\n".join(lines) or "No credentials are configured for this agent."
+
+
+def _placeholder_values(ctype: Any) -> dict[str, str]:
+    # A type's env()/context() may index its fields; give them empty strings, never real values.
+    return {f.name: "" for f in getattr(ctype, "fields", [])}
+
+
+def environment_block(env: Environment) -> str:
+    return (
+        f"Working directory: {env.cwd}\n"
+        f"Writable paths: {', '.join(env.writable)}\n"
+        f"Limits: the whole run times out after {env.timeout:g} s; at most {env.max_turns} "
+        f"model turns; each bash call times out after {env.bash_timeout:g} s unless you pass "
+        "a shorter timeout."
+    )
+
+
+def recovery_notice(recovery: dict[str, Any], now: float) -> str:
+    """``<recovery-notice>``: the interrupted run's times, now, and how long the system was down."""
+    started = recovery.get("started_at")
+    progress = recovery.get("last_progress") or started
+    down = recovery.get("down_seconds")
+    if down is None and progress is not None:
+        down = max(0.0, now - float(progress))
+    lines = [
+        "An earlier run for this same trigger was interrupted (scheduler crash or host "
+        "restart). Check what it already did before acting, so you do not repeat side "
+        "effects."
+    ]
+    if recovery.get("interrupted_run"):
+        lines.append(f"Interrupted run: {recovery['interrupted_run']}")
+    if started is not None:
+        lines.append(f"Interrupted run started: {_iso(float(started))}")
+    if progress is not None:
+        lines.append(f"Its last recorded progress: {_iso(float(progress))}")
+    lines.append(f"Now: {_iso(now)}")
+    if down is not None:
+        lines.append(f"System down for about {float(down):.0f} s")
+    return _block("recovery-notice", "\n".join(lines))
+
+
+def webhook_block(trigger: dict[str, Any]) -> str:
+    """``<webhook-trigger>``: the normalised fields, then the full payload as JSON."""
+    data = trigger.get("payload") or {}
+    fields = {"source": trigger.get("source"), **data}
+    lines = [
+        f"{key}: {_scalar(fields[key])}" for key in WEBHOOK_FIELDS if fields.get(key) is not None
+    ]
+    raw = data.get("payload", data)
+    lines.append("payload:\n" + _json(raw))
+    return _block("webhook-trigger", "\n".join(lines))
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def subagent_block(caller_agent: str, caller_run: str, context: str, call_id: Any = None) -> str:
+    """``<skill-subagent>``: who called this agent and with what context."""
+    head = f"caller agent: {caller_agent}\ncaller run: {caller_run}\n"
+    if call_id is not None:
+        head += f"call id: {call_id}\n"
+    tail = "\nWhen done, pass your result to return_value (or `al-return`): the caller reads it."
+    return _block("skill-subagent", head + "context:\n" + context + "\n" + tail)
+
+
+def trigger_block(trigger: dict[str, Any] | str, payload: dict[str, Any] | None = None) -> str:
+    """Exactly one trigger block: the trigger's own prompt text when it gave one, else by kind.
+
+    ``trigger`` is a run's trigger dict (kind/payload/prompt/source), or just a kind with
+    ``payload`` (what a trigger uses to fill ``TriggerEvent.prompt``).
+    """
+    if isinstance(trigger, str):
+        trigger = {"kind": trigger, "payload": payload or {}}
+    if trigger.get("prompt"):
+        return str(trigger["prompt"]).strip()
+    kind = trigger.get("kind", "manual")
+    payload = trigger.get("payload") or {}
+    if kind == "scheduled":
+        return SCHEDULED_TEXT
+    if kind == "webhook":
+        return webhook_block(trigger)
+    if kind == "agent":
+        return subagent_block(
+            str(payload.get("caller_agent", "?")),
+            str(payload.get("caller_run", "?")),
+            str(payload.get("context", "")),
+            payload.get("call_id"),
+        )
+    if payload:
+        return MANUAL_TEXT + "\n\n" + _block("manual-payload", _json(payload))
+    return MANUAL_TEXT
+
+
+def user_prompt(
+    agent: Any,
+    registry: Any,
+    trigger: dict[str, Any],
+    environment: Environment,
+    *,
+    credential_store: Any = None,
+    now: float | None = None,
+) -> str:
+    """The first user message: config, credentials, environment, recovery notice, trigger."""
+    parts = [
+        _block("agent-config", _json(agent.params)),
+        _block("credential-context", credential_context(agent, registry, credential_store)),
+        _block("environment", environment_block(environment)),
+    ]
+    if trigger.get("recovery"):
+        from llamaherd.engine import clock
+
+        parts.append(recovery_notice(trigger["recovery"], now if now is not None else clock()))
+    parts.append(trigger_block(trigger))
+    return "\n\n".join(parts)
+
+
+def build_prompts(
+    agent: Any,
+    registry: Any,
+    trigger: dict[str, Any],
+    *,
+    run: Any = None,
+    environment: Environment | None = None,
+    credential_store: Any = None,
+    now: float | None = None,
+) -> tuple[str, str]:
+    """(system, user) for a run of ``agent`` started by ``trigger`` (kind/payload/prompt/...)."""
+    env = environment or Environment(timeout=agent.timeout, max_turns=max_turns(agent))
+    system = system_prompt(agent, registry, run)
+    user = user_prompt(agent, registry, trigger, env, credential_store=credential_store, now=now)
+    return system, user
+
+
+def max_turns(agent: Any) -> int:
+    """The agent's ``maxTurns`` (default 100)."""
+    return int(agent.config.get("maxTurns", 100))

@@ -1,0 +1,500 @@
+"""The runner: one run from sandbox start to final state, in the calling thread.
+
+``Runner.run(run_row)`` starts a sandbox with the agent's credentials staged, runs ``hooks.pre``,
+the LLM session (``llamaherd.session``), ``hooks.post``, records the final state and removes the
+sandbox. A run that calls ``wait_for_trigger`` is parked instead: state ``waiting``, sandbox
+paused, thread ended; a later ``run()`` of the same row (claimed from a ``resume`` item)
+re-attaches and continues from the checkpointed transcript.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import shlex
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llamaherd.prompts import Environment, build_prompts, max_turns
+from llamaherd.session import ENV_NAME, Outcome, RunContext, Session, truncate
+from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition
+from llamaherd.types import LlamaherdError, SandboxSpec, TriggerEvent
+
+log = logging.getLogger("llamaherd.runner")
+
+BIN_DIR = Path(__file__).parent / "sandbox_bin"
+HOOK_TIMEOUT = 300.0
+
+
+@dataclass
+class RunResult:
+    """What ``run_finished`` hooks get: the final state and what the run produced."""
+
+    state: str
+    exit_code: int
+    reason: str | None = None
+    return_value: Any = None
+    text: str = ""
+
+
+class RunFailed(LlamaherdError):
+    """A step of the run failed in a way that ends it as ``error`` with this reason."""
+
+
+@dataclass
+class _Prepared:
+    """Everything a sandbox needs that is rebuilt per process: credentials, token, spec."""
+
+    credentials: dict[str, dict[str, str]]
+    redactor: Any
+    spec: SandboxSpec
+
+
+@dataclass
+class _Live:
+    """An active run's handles, so kill/timeout from other threads can reach it."""
+
+    ctx: RunContext
+    cancel: threading.Event = field(default_factory=threading.Event)
+    session: Session | None = None
+    prepared: _Prepared | None = None
+    pending_env: dict[str, str] = field(default_factory=dict)  # setenv before the session
+    stopped: str | None = None  # "killed" | "timeout" once forced to end
+    timer: threading.Timer | None = None
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Runner:
+    """Executes runs for an Engine; ``active()`` lists the runs it holds a thread for."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self._live: dict[str, _Live] = {}
+        # Sandboxes of waiting (or just re-attached) runs, kept for the next run() of the row.
+        self._parked: dict[str, tuple[Any, _Prepared]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> Any:
+        return self.engine.store
+
+    def active(self) -> set[str]:
+        with self._lock:
+            return set(self._live)
+
+    def live(self, run_id: str) -> _Live | None:
+        """The live handles of an active run (the gateway uses them for ``setenv``)."""
+        with self._lock:
+            return self._live.get(run_id)
+
+    # ------------------------------------------------------------------ public API
+
+    def run(self, row: Any) -> Any:
+        """Execute a fresh run or continue a resumed one; never raises; returns the final row."""
+        try:
+            self._run(row)
+        except Exception as exc:  # the last line of defence: record, never propagate
+            log.exception("run %s crashed", row.id)
+            self._transition(row.id, "error", f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                live = self._live.pop(row.id, None)
+            if live and live.timer:
+                live.timer.cancel()
+        return self.store.get_run(row.id)
+
+    def kill(self, run_id: str, reason: str = "killed by user", state: str = "killed") -> bool:
+        """End a queued, active or waiting run now; True if it was live."""
+        with self._lock:
+            live = self._live.get(run_id)
+        if live is not None:
+            return self._force_stop(live, state, reason)
+        row = self.store.get_run(run_id)
+        if row is None or row.state in FINAL_STATES:
+            return False
+        if not self._transition(run_id, state, reason):
+            return False
+        self._discard_sandbox(row)
+        return True
+
+    def attach(self, row: Any) -> bool:
+        """Re-attach to the sandbox of a run left behind by a dead scheduler (recovery).
+
+        True when the sandbox is still there; the next ``run(row)`` continues the session from
+        its checkpoint in it.
+        """
+        agent = self.engine.project.agents.get(row.agent)
+        runtime = self._runtime(agent) if agent else None
+        if runtime is None or not row.sandbox:
+            return False
+        try:
+            prepared = self._prepare(row, agent)
+            sandbox = runtime.attach(row.sandbox, prepared.spec)
+        except Exception as exc:
+            log.warning("run %s: cannot re-attach its sandbox: %s", row.id, exc)
+            return False
+        if sandbox is None or not sandbox.alive():
+            return False
+        self._parked[row.id] = (sandbox, prepared)
+        return True
+
+    def setenv(self, run_id: str, name: str, value: str) -> None:
+        """``setenv`` from a hook or script: an env var for the model's later bash calls."""
+        live = self.live(run_id)
+        if live is None:
+            raise LookupError(f"run {run_id} is not active")
+        if not ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not a valid variable name")
+        if live.session is not None:
+            live.session.setenv(name, value)
+        else:
+            live.pending_env[name] = value
+
+    def expire_wait(self, row: Any) -> None:
+        """A waiting run passed its deadline: resume it with an error tool result."""
+        self.store.resume_waiting(
+            row.id,
+            {
+                "result": "wait_for_trigger timed out: no trigger matching "
+                f"{row.wait_filter} arrived before its deadline",
+                "is_error": True,
+                "timeout": True,
+            },
+        )
+        self.engine.wakeup.set()
+
+    # ------------------------------------------------------------------ one run
+
+    def _run(self, row: Any) -> None:
+        agent = self.engine.project.agents.get(row.agent)
+        if agent is None:
+            self._transition(row.id, "error", f"agent {row.agent!r} no longer exists")
+            return
+        resumed = bool(row.transcript)
+        live = _Live(RunContext(row.id, agent, self.engine, self.store, trigger=row.trigger or {}))
+        with self._lock:
+            self._live[row.id] = live
+        try:
+            sandbox, prepared = self._sandbox(row, agent, resumed)
+        except (LlamaherdError, OSError) as exc:
+            self._transition(row.id, "error", live.ctx.redact(str(exc)))
+            return
+        live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
+        self.store.update_run(row.id, sandbox=sandbox.handle())
+        outcome = self._drive(row, live, prepared, resumed)
+        if outcome.state == "waiting":
+            self._park(row, live, outcome)
+            return
+        self._finish(row, live, outcome)
+
+    def _sandbox(self, row: Any, agent: Any, resumed: bool) -> tuple[Any, _Prepared]:
+        """Start a fresh sandbox, or get the parked / re-attached one of a resumed run."""
+        runtime = self._runtime(agent)
+        if runtime is None:
+            raise RunFailed(self._missing_runtime(agent))
+        if resumed:
+            parked = self._parked.pop(row.id, None)
+            if parked is None:
+                prepared = self._prepare(row, agent)
+                sandbox = runtime.attach(row.sandbox or {}, prepared.spec)
+                if sandbox is None:
+                    raise RunFailed("the run's sandbox is gone (could not re-attach after restart)")
+            else:
+                sandbox, prepared = parked
+            sandbox.resume()
+            return sandbox, prepared
+        stale = self._parked.pop(row.id, None)  # re-attached before any checkpoint: start over
+        if stale is not None:
+            self._discard_sandbox(row, stale[0])
+        prepared = self._prepare(row, agent)
+        runtime.prepare(agent, self.engine.project)
+        return runtime.start(prepared.spec), prepared
+
+    def _prepare(self, row: Any, agent: Any) -> _Prepared:
+        """Credentials, redactor, a fresh gateway token (hash stored) and the SandboxSpec."""
+        from llamaherd.credentials import credential_env, load_for_agent, secret_values
+        from llamaherd.redact import Redactor
+
+        types = self.engine.registry.credential_types
+        creds = load_for_agent(agent, self.engine.registry, self.engine.credentials)
+        redactor = Redactor(secret_values(types, creds))
+        token = secrets.token_urlsafe(32)
+        self.store.update_run(row.id, token_hash=token_hash(token))
+        env = {
+            "AL_GATEWAY_URL": self.engine.gateway_url,
+            "AL_RUN_TOKEN": token,
+            "AL_RUN_ID": row.id,
+            "AL_AGENT": agent.name,
+        }
+        spec = SandboxSpec(
+            run_id=row.id,
+            agent=agent,
+            project=self.engine.project,
+            credentials=creds,
+            env=env,
+            bin_dir=BIN_DIR,
+            timeout=agent.timeout,
+            credential_env=lambda root: credential_env(types, creds, root),
+            gateway_socket=self.engine.gateway_socket,
+        )
+        return _Prepared(creds, redactor, spec)
+
+    def _drive(self, row: Any, live: _Live, prepared: _Prepared, resumed: bool) -> Outcome:
+        """Hooks.pre (fresh runs) and the session, under the run's deadline."""
+        ctx = live.ctx
+        try:
+            chain = self._chain(ctx, live, prepared)
+            transcript = row.transcript or []
+            left = float(transcript[0].get("time_left") or 0) if transcript else 0.0
+            left = left or ctx.agent.timeout
+            deadline = self.engine.clock() + left
+            self.store.update_run(row.id, deadline=deadline)
+            why = f"run timed out after {ctx.agent.timeout:g} s"
+            live.timer = threading.Timer(left, self._force_stop, (live, "timeout", why))
+            live.timer.daemon = True
+            live.timer.start()
+            session_kw = {
+                "tools": self._skill_tools(),
+                "max_turns": max_turns(ctx.agent),
+                "options": self._options(ctx, row),
+                "deadline": lambda: deadline - self.engine.clock(),
+            }
+            if resumed:
+                live.session = Session(ctx, chain, transcript, **session_kw)
+                return self._session(live, resume=_resume_payload(row))
+            _call_hook("run_started", run=ctx)
+            self._hooks(live, "pre")
+            system, user = build_prompts(
+                ctx.agent,
+                self.engine.registry,
+                ctx.trigger,
+                run=ctx,
+                environment=Environment(
+                    cwd=ctx.sandbox.workdir,
+                    timeout=ctx.agent.timeout,
+                    max_turns=max_turns(ctx.agent),
+                ),
+                credential_store=self.engine.credentials,
+            )
+            live.session = Session.start(ctx, chain, system, user, **session_kw)
+            live.session.env.update(live.pending_env)
+            return self._session(live)
+        except LlamaherdError as exc:
+            return Outcome("error", reason=ctx.redact(str(exc)))
+
+    def _session(self, live: _Live, resume: dict[str, Any] | None = None) -> Outcome:
+        assert live.session is not None
+        if live.cancel.is_set():
+            live.session.cancel.set()
+        return live.session.run(resume)
+
+    def _chain(self, ctx: RunContext, live: _Live, prepared: _Prepared) -> Any:
+        from llamaherd.credentials import secret_values
+        from llamaherd.models import ModelChain
+        from llamaherd.redact import Redactor
+
+        def key_lookup(type_name: str, instance: str) -> dict[str, str] | None:
+            return self.engine.credentials.read(type_name, instance)
+
+        chain = ModelChain(
+            self.engine.project,
+            ctx.agent,
+            self.engine.registry,
+            key_lookup,
+            on_event=ctx.log,
+            sleep=live.cancel.wait,
+        )
+        # The model keys never reach the sandbox, but are masked in whatever is stored anyway.
+        model_keys = [s for entry in chain.entries for s in entry.secrets]
+        staged = secret_values(self.engine.registry.credential_types, prepared.credentials)
+        prepared.redactor = ctx.redactor = Redactor([*staged, *model_keys])
+        return chain
+
+    def _skill_tools(self) -> dict[str, Any]:
+        from llamaherd.session import BUILTIN_HANDLERS
+
+        tools = self.engine.registry.tools()
+        return {name: tool for name, tool in tools.items() if name not in BUILTIN_HANDLERS}
+
+    def _options(self, ctx: RunContext, row: Any) -> dict[str, Any]:
+        trigger = ctx.trigger
+        return {
+            "agent_dir": str(ctx.agent.path),
+            "params": ctx.agent.params,
+            "trigger": {k: trigger.get(k) for k in ("kind", "payload", "source")},
+            "run_id": row.id,
+        }
+
+    def _hooks(self, live: _Live, phase: str) -> None:
+        """Run ``hooks.<phase>`` in order; a failing pre hook raises RunFailed."""
+        ctx = live.ctx
+        for command in ctx.agent.hooks[phase]:
+            if live.cancel.is_set():
+                return
+            result = ctx.sandbox.exec(
+                "/bin/sh -c " + shlex.quote(command),
+                cwd=ctx.sandbox.workdir,
+                timeout=HOOK_TIMEOUT,
+            )
+            output = ctx.redact(truncate(result.output, 4000))
+            ctx.log(
+                "hook",
+                {
+                    "phase": phase,
+                    "command": command,
+                    "exit_code": result.exit_code,
+                    "timed_out": result.timed_out,
+                    "duration": result.duration,
+                    "output": output,
+                },
+            )
+            if result.exit_code != 0 and phase == "pre" and not live.cancel.is_set():
+                why = "timed out" if result.timed_out else f"exited {result.exit_code}"
+                raise RunFailed(f"hooks.pre command {command!r} {why}: {output.strip()}")
+
+    # ------------------------------------------------------------------ endings
+
+    def _park(self, row: Any, live: _Live, outcome: Outcome) -> None:
+        """wait_for_trigger: store the wait, pause the sandbox, free the thread."""
+        ctx, session = live.ctx, live.session
+        assert outcome.deferred is not None and session is not None
+        if live.timer:
+            live.timer.cancel()
+        now = self.engine.clock()
+        remaining = (self.store.get_run(row.id).deadline or now) - now
+        session.meta["time_left"] = max(1.0, remaining)
+        session.checkpoint()
+        data = outcome.deferred.data
+        try:
+            self.store.set_waiting(row.id, data["filter"], now + float(data["timeout"]))
+        except InvalidTransition:
+            self._discard_sandbox(row, ctx.sandbox)  # killed in the meantime
+            return
+        ctx.sandbox.pause()
+        with self._lock:
+            self._parked[row.id] = (ctx.sandbox, live.prepared)
+        ctx.log("wait", {"filter": data["filter"], "timeout": data["timeout"]})
+
+    def _finish(self, row: Any, live: _Live, outcome: Outcome) -> None:
+        ctx = live.ctx
+        if live.timer:
+            live.timer.cancel()
+        if live.stopped is None:
+            try:
+                self._hooks(live, "post")
+            except LlamaherdError as exc:
+                ctx.log("hook_error", {"phase": "post", "error": str(exc)})
+        state, reason = _final_state(outcome)
+        if live.stopped is None:
+            self._transition(row.id, state, reason)
+        final = self.store.get_run(row.id)
+        result = RunResult(
+            final.state,
+            final.exit_code if final.exit_code is not None else 1,
+            final.reason,
+            final.return_value,
+            outcome.text,
+        )
+        _call_hook("run_finished", run=ctx, result=result)
+        self._discard_sandbox(row, ctx.sandbox)
+        self._maybe_rerun(final, ctx)
+
+    def _maybe_rerun(self, final: Any, ctx: RunContext) -> None:
+        """A scheduled run that ended done and asked for a rerun is queued again at once."""
+        if final.trigger_kind != "scheduled" or final.state != "done" or not final.rerun_requested:
+            return
+        if final.rerun_count >= ctx.agent.max_reruns:
+            ctx.log("rerun_refused", {"reason": f"maxReruns ({ctx.agent.max_reruns}) reached"})
+            return
+        self.engine.emit(
+            TriggerEvent(
+                agent=final.agent,
+                kind="scheduled",
+                payload=ctx.trigger.get("payload") or {},
+                prompt=ctx.trigger.get("prompt") or "",
+                source=ctx.trigger.get("source"),
+                rerun_count=final.rerun_count + 1,
+            )
+        )
+
+    def _force_stop(self, live: _Live, state: str, reason: str) -> bool:
+        """Kill or time out an active run from another thread: record it, kill the sandbox."""
+        if live.stopped is not None:
+            return False
+        live.stopped = state
+        live.cancel.set()
+        if live.session is not None:
+            live.session.cancel.set()
+        self._transition(live.ctx.run_id, state, reason)
+        if live.ctx.sandbox is not None:
+            try:
+                live.ctx.sandbox.kill()
+            except Exception as exc:
+                log.warning("run %s: sandbox kill failed: %s", live.ctx.run_id, exc)
+        return True
+
+    def _discard_sandbox(self, row: Any, sandbox: Any = None) -> None:
+        """Kill and remove a run's sandbox (parked, passed in, or re-attached from its handle)."""
+        parked = self._parked.pop(row.id, None)
+        sandbox = sandbox or (parked[0] if parked else None)
+        if sandbox is None and row.sandbox:
+            agent = self.engine.project.agents.get(row.agent)
+            runtime = self._runtime(agent) if agent else None
+            try:
+                sandbox = runtime.attach(row.sandbox, None) if runtime else None
+            except Exception as exc:
+                log.warning("run %s: cannot re-attach its sandbox to remove it: %s", row.id, exc)
+        if sandbox is None:
+            return
+        try:
+            sandbox.kill()
+            sandbox.cleanup()
+        except Exception as exc:
+            log.warning("run %s: sandbox cleanup failed: %s", row.id, exc)
+
+    def _transition(self, run_id: str, state: str, reason: str | None) -> bool:
+        try:
+            self.store.transition(run_id, state, reason=reason, exit_code=EXIT_CODES.get(state))
+            return True
+        except InvalidTransition:
+            return False  # already ended (killed or timed out meanwhile)
+
+    def _runtime(self, agent: Any) -> Any:
+        return self.engine.registry.runtimes.get(agent.runtime["type"])
+
+    def _missing_runtime(self, agent: Any) -> str:
+        from llamaherd.plugins import PROVIDED_BY
+
+        name = agent.runtime["type"]
+        dist = PROVIDED_BY.get(("runtimes", name))
+        hint = f"; install {dist}" if dist else ""
+        return f"{agent.config_file}: runtime.type: runtime {name!r} is not installed{hint}"
+
+
+def _final_state(outcome: Outcome) -> tuple[str, str | None]:
+    if outcome.state == "done":
+        return "done", None
+    if outcome.state == "cancelled":
+        return "killed", "cancelled"
+    return "error", outcome.reason
+
+
+def _resume_payload(row: Any) -> dict[str, Any] | None:
+    """The result a resumed run's pending tool call gets (put there by waits / expire_wait)."""
+    return (row.trigger or {}).get("resume_payload")
+
+
+def _call_hook(name: str, **kwargs: Any) -> None:
+    """Lifecycle hooks of plugins; a failing plugin is logged, never fatal to the run."""
+    from llamaherd.plugins import get_manager
+
+    try:
+        getattr(get_manager().hook, name)(**kwargs)
+    except Exception as exc:
+        log.warning("%s hook failed: %s: %s", name, type(exc).__name__, exc)

@@ -1,0 +1,255 @@
+"""The scheduler process (``al start``): triggers, the dispatcher, the HTTP server, recovery.
+
+State lives in the database, so a restart loses nothing: queued items stay queued, waiting runs
+keep waiting, and runs left ``running`` by a crash are adopted when their sandbox is still alive
+or marked ``error`` (reason ``interrupted``) and requeued once with a recovery notice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from llamaherd.engine import Engine
+from llamaherd.types import LlamaherdError, TriggerEvent
+
+log = logging.getLogger("llamaherd.scheduler")
+
+HOUSEKEEPING_EVERY = 1.0
+HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is presumed dead
+PRUNE_EVERY = 3600.0
+
+
+def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
+    """What a running scheduler wrote about itself in ``.al/scheduler.json``, if it still runs."""
+    try:
+        info = json.loads((state_dir / "scheduler.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return info if pid_alive(int(info.get("pid", 0))) else None
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SchedulerLock:
+    """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
+
+    def __init__(self, state_dir: Path):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / "scheduler.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            info = scheduler_info(state_dir) or {}
+            raise LlamaherdError(
+                f"another scheduler is already running for this project "
+                f"(pid {info.get('pid', '?')}, {info.get('url', '?')}); stop it with `al stop`"
+            ) from None
+
+    def release(self) -> None:
+        os.close(self.fd)
+
+
+class Scheduler(Engine):
+    def __init__(self, project: Any, *, grace: float = 30.0):
+        self.lock = SchedulerLock(project.state_dir)
+        try:
+            super().__init__(project)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.grace = grace
+        self.triggers: list[Any] = []
+        self._last_housekeeping = 0.0
+        self._last_prune = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self) -> int:
+        gateway = self.project.gateway
+        self.serve(gateway["bind"], int(gateway["port"]))
+        self._write_info()
+        self.store.heartbeat_host(self.host, {"pid": os.getpid(), "url": self.gateway_url})
+        self.recover()
+        self._start_triggers()
+        self._install_signals()
+        log.info("scheduler %s listening on %s", self.host, self.gateway_url)
+        try:
+            while not self.stopping.is_set():
+                self.wakeup.clear()
+                self.dispatch()
+                self.housekeeping()
+                self.wakeup.wait(0.25)
+        finally:
+            self.shutdown()
+        return 0
+
+    def request_stop(self, *_: Any) -> None:
+        self.stopping.set()
+        self.wakeup.set()
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request_stop)
+            signal.signal(signal.SIGINT, self.request_stop)
+
+    def _write_info(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "host": self.host,
+            "url": self.gateway_url,
+            "socket": self.gateway_socket,
+            "started_at": time.time(),
+        }
+        path = self.project.state_dir / "scheduler.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, path)
+
+    def _start_triggers(self) -> None:
+        agents = list(self.project.agents.values())
+        for trigger in self.registry.trigger_types.values():
+            try:
+                trigger.start(self, agents, self.emit)
+            except Exception as exc:
+                log.error("trigger type %s failed to start: %s", trigger.name, exc)
+                continue
+            self.triggers.append(trigger)
+
+    def shutdown(self) -> None:
+        """Stop triggers, let active runs finish within the grace period, then kill them."""
+        for trigger in self.triggers:
+            try:
+                trigger.stop()
+            except Exception as exc:
+                log.warning("trigger type %s failed to stop: %s", trigger.name, exc)
+        deadline = time.monotonic() + self.grace
+        for thread in list(self.threads.values()):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for run_id, thread in list(self.threads.items()):
+            if thread.is_alive():
+                self.kill(run_id, reason="scheduler stopped")
+                thread.join(5)
+        try:
+            (self.project.state_dir / "scheduler.json").unlink()
+        except FileNotFoundError:
+            pass
+        self.close()
+        self.lock.release()
+
+    # ------------------------------------------------------------------ upkeep
+    def housekeeping(self) -> None:
+        now = time.time()
+        if now - self._last_housekeeping < HOUSEKEEPING_EVERY:
+            return
+        self._last_housekeeping = now
+        self.store.heartbeat_host(self.host, {"pid": os.getpid(), "url": self.gateway_url})
+        for run in self.store.expired_waits(self.clock()):
+            self.runner.expire_wait(run)
+        self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=False)
+        if now - self._last_prune > PRUNE_EVERY:
+            self._last_prune = now
+            self.store.prune(float(self.project.setting("historyRetentionDays")))
+
+    def recover(self) -> None:
+        """Reconcile runs a crash left behind, then remove sandboxes no live run owns."""
+        self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=True)
+        live = {r.id for r in self.store.runs(states=("running", "waiting"), limit=100_000)}
+        for runtime in self.registry.runtimes.values():
+            try:
+                removed = runtime.cleanup_orphans(live)
+            except Exception as exc:
+                log.warning("runtime %s: orphan cleanup failed: %s", runtime.name, exc)
+                continue
+            if removed:
+                log.info("runtime %s: removed %d orphaned sandboxes", runtime.name, removed)
+
+    def reconcile(self, runs: list[Any], *, startup: bool) -> None:
+        stale = set(self.store.stale_hosts(HOST_STALE_AFTER)) if runs else set()
+        for run in runs:
+            if run.id in self.threads or not self._owner_dead(run.host, stale):
+                continue
+            if startup and self.runner.attach(run):
+                log.info("adopted run %s", run.id)
+                self.store.update_run(run.id, host=self.host)
+                self.start_thread(self.store.get_run(run.id))
+                continue
+            self.interrupted(run)
+
+    def _owner_dead(self, host: str | None, stale: set[str]) -> bool:
+        if host == self.host:
+            return False
+        if not host:
+            return True
+        name, _, pid = host.rpartition(":")
+        if name == socket.gethostname() and pid.isdigit():
+            return not pid_alive(int(pid))
+        return host in stale
+
+    def interrupted(self, run: Any) -> None:
+        """Mark a run whose process died as error/interrupted and requeue its trigger once."""
+        from llamaherd.store import InvalidTransition
+
+        try:
+            self.store.transition(run.id, "error", reason="interrupted")
+        except InvalidTransition:
+            return  # another scheduler got there first
+        log.warning("run %s was interrupted (its scheduler died)", run.id)
+        self._cleanup_sandbox(run)
+        agent = self.project.agents.get(run.agent)
+        trigger = run.trigger or {}
+        if agent is None or agent.get("onInterrupted", "requeue") == "fail" or trigger.get("recovery"):
+            return
+        events = self.store.events(run.id)
+        now = self.clock()
+        last_progress = events[-1]["at"] if events else run.started_at
+        recovery = {
+            "interrupted_run": run.id,
+            "started_at": run.started_at,
+            "last_progress": last_progress,
+            "now": now,
+            "down_seconds": max(0.0, now - (last_progress or now)),
+        }
+        self.emit(
+            TriggerEvent(
+                agent=run.agent,
+                kind=run.trigger_kind,
+                payload=trigger.get("payload", {}),
+                prompt=trigger.get("prompt", ""),
+                source=trigger.get("source"),
+                call_id=run.call_id,
+                recovery=recovery,
+            )
+        )
+
+    def _cleanup_sandbox(self, run: Any) -> None:
+        agent = self.project.agents.get(run.agent)
+        runtime = self.registry.runtimes.get(agent.runtime["type"]) if agent else None
+        if runtime is None or not run.sandbox:
+            return
+        try:
+            sandbox = runtime.attach(run.sandbox, None)
+            if sandbox is not None:
+                sandbox.kill()
+                sandbox.cleanup()
+        except Exception as exc:
+            log.warning("run %s: sandbox cleanup failed: %s", run.id, exc)

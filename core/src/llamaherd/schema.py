@@ -1,0 +1,829 @@
+"""One JSON Schema for each config file, assembled from core and every registered plugin.
+
+Core owns the keys of DESIGN §3. Plugins extend them through the ``schema`` fragment of the
+objects they register:
+
+- a trigger type's fragment adds top-level keys to an agent's ``config.toml``
+  (cron: ``schedule``; webhooks: ``[[webhooks]]``);
+- a runtime's fragment is the variant of the agent's ``[runtime]`` table whose ``type`` is its name;
+- a provider's fragment adds keys to a project ``[models.<name>]`` table whose ``provider`` is its
+  name;
+- a webhook source's fragment adds keys to a project ``[webhooks.<name>]`` table by ``type``.
+
+A fragment is a JSON Schema object (``{"type": "object", "properties": {...}}``); a bare
+``{key: schema}`` map of properties is accepted too.
+
+``al schema`` prints the documents built here (draft 2020-12, tagged tables expressed with
+``if``/``then`` and ``unevaluatedProperties``). Validation does the tag dispatch itself with one
+compiled validator per variant: that is faster than ``unevaluatedProperties`` and lets every error
+name the plugin to install when a tag is unknown.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import getpass
+import json
+import weakref
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from llamaherd.plugins import PROVIDED_BY
+from llamaherd.project import (
+    DEFAULTS,
+    GATEWAY_DEFAULTS,
+    LOCAL_DEFAULTS,
+    RUN_TIMEOUT,
+    WAIT_TIMEOUT,
+    Agent,
+    Project,
+)
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+DEFAULT_RUNTIME = "container"
+
+# --------------------------------------------------------------------------- core's parts
+
+
+def _int(description: str, minimum: int = 0, default: Any = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer", "minimum": minimum, "description": description}
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _seconds(description: str, default: Any = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "description": description}
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _strings(description: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+def _table(properties: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "additionalProperties": False,
+        **extra,
+    }
+
+
+MODEL_KEYS: dict[str, Any] = {
+    "provider": {"type": "string", "description": "Provider plugin that serves this model."},
+    "model": {"type": "string", "minLength": 1, "description": "Model id sent to the provider."},
+    "authType": {
+        "type": "string",
+        "description": 'How the provider authenticates, e.g. "api_key" (provider default).',
+    },
+    "thinkingLevel": {
+        "type": "string",
+        "description": 'Extended thinking effort where supported, e.g. "off", "low", "medium", "high".',
+    },
+    "base_url": {"type": "string", "description": "API base URL (proxies, compatible servers)."},
+    "max_tokens": _int("Maximum output tokens per model turn.", minimum=1),
+    "temperature": {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 2,
+        "description": "Sampling temperature.",
+    },
+    "credential": {
+        "type": "string",
+        "default": "default",
+        "description": "Instance of the provider's key credential (`al creds add TYPE:INSTANCE`).",
+    },
+}
+
+MODEL_REQUIRED = ["provider", "model"]
+
+WEBHOOK_SOURCE_KEYS: dict[str, Any] = {
+    "type": {"type": "string", "description": 'Webhook source type, e.g. "github".'},
+    "credential": {
+        "type": "string",
+        "default": "default",
+        "description": "Instance of the source's secret credential used to check signatures.",
+    },
+    "allowUnsigned": {
+        "type": "boolean",
+        "default": False,
+        "description": "Accept deliveries without a valid signature (never on a public address).",
+    },
+}
+
+RUNTIME_KEYS: dict[str, Any] = {
+    "type": {
+        "type": "string",
+        "default": DEFAULT_RUNTIME,
+        "description": 'Where tool calls execute: "container" (llamaherd-docker) or "host-user".',
+    },
+}
+
+PROJECT_KEYS: dict[str, Any] = {
+    "models": {
+        "type": "object",
+        "description": "Named models; agents list them by name in `models`.",
+        "additionalProperties": {"type": "object"},
+    },
+    "local": _table(
+        {
+            "image": {
+                "type": "string",
+                "default": LOCAL_DEFAULTS["image"],
+                "description": "Container image for agents.",
+            },
+            "memory": {
+                "type": "string",
+                "pattern": "^[0-9]+(\\.[0-9]+)?[bkmgBKMG]?$",
+                "default": LOCAL_DEFAULTS["memory"],
+                "description": 'Memory limit per sandbox, e.g. "4g".',
+            },
+            "cpus": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": LOCAL_DEFAULTS["cpus"],
+                "description": "CPU limit per sandbox.",
+            },
+            "timeout": _seconds("Default run timeout in seconds.", LOCAL_DEFAULTS["timeout"]),
+        },
+        "Local sandbox defaults.",
+    ),
+    "gateway": _table(
+        {
+            "port": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 65535,
+                "default": GATEWAY_DEFAULTS["port"],
+                "description": "HTTP port of the scheduler's server.",
+            },
+            "bind": {
+                "type": "string",
+                "default": GATEWAY_DEFAULTS["bind"],
+                "description": "Address the server listens on.",
+            },
+        },
+        "The scheduler's HTTP server (gateway API, webhooks, control API, dashboard).",
+    ),
+    "webhooks": {
+        "type": "object",
+        "description": "Named webhook sources; agents refer to them in `[[webhooks]] source`.",
+        "additionalProperties": {"type": "object"},
+    },
+    "maxReruns": _int(
+        "Reruns a scheduled run may request with `al-rerun`.", default=DEFAULTS["maxReruns"]
+    ),
+    "maxCallDepth": _int("How deep agents may call agents.", default=DEFAULTS["maxCallDepth"]),
+    "workQueueSize": _int(
+        "Queued work items per agent before new ones are dropped.", 1, DEFAULTS["workQueueSize"]
+    ),
+    "scale": _int("Project-wide cap on concurrent runs (default unlimited)."),
+    "resourceLockTimeout": _seconds(
+        "Seconds before an unrefreshed resource lock expires.", DEFAULTS["resourceLockTimeout"]
+    ),
+    "defaultWaitTimeout": _seconds(
+        "Default `wait_for_trigger` timeout in seconds.", DEFAULTS["defaultWaitTimeout"]
+    ),
+    "historyRetentionDays": _int(
+        "Days finished runs are kept.", default=DEFAULTS["historyRetentionDays"]
+    ),
+    "database": {
+        "type": "string",
+        "default": DEFAULTS["database"],
+        "description": "Database URL (peewee): sqlite:///path or postgresql://... ($AL_DATABASE_URL wins).",
+    },
+}
+
+AGENT_KEYS: dict[str, Any] = {
+    "source": {
+        "type": "string",
+        "description": "Where `al add` got this skill (folder or git URL).",
+    },
+    "models": {
+        **_strings(
+            "Names of `[models.*]` in the project config: first primary, the rest fallbacks."
+        ),
+        "minItems": 1,
+        "uniqueItems": True,
+    },
+    "credentials": {
+        **_strings('Credentials staged into each run: "type" or "type:instance".'),
+        "uniqueItems": True,
+    },
+    "hooks": _table(
+        {
+            "pre": _strings("Shell commands run in the sandbox before the session, in order."),
+            "post": _strings("Shell commands run in the sandbox after the session, in order."),
+        },
+        "Shell commands (`/bin/sh -c`, 5 min each; a non-zero exit aborts the run).",
+    ),
+    "params": {"type": "object", "description": "Free-form parameters given to the agent."},
+    "scale": _int("Concurrent runs of this agent (0 disables it).", default=1),
+    "timeout": _seconds(f"Run timeout in seconds (default `[local].timeout`, then {RUN_TIMEOUT})."),
+    "maxWorkQueueSize": _int("Queued work items for this agent (default `workQueueSize`).", 1),
+    "maxReruns": _int("Reruns a scheduled run may request (default project `maxReruns`)."),
+    "waitTimeout": _seconds(
+        f"`wait_for_trigger` timeout (default `defaultWaitTimeout`, then {WAIT_TIMEOUT})."
+    ),
+    "runtime": {"type": "object", "description": "Where the agent's tool calls execute."},
+    "maxTurns": _int("Upper bound on model turns per run.", 1),
+    "suspendTimeout": _seconds("Seconds a paused sandbox may stay suspended before it is removed."),
+    "onInterrupted": {
+        "enum": ["requeue", "fail"],
+        "default": "requeue",
+        "description": "What happens to a run that was active when the scheduler died.",
+    },
+}
+
+# --------------------------------------------------------------------------- assembly
+
+
+def fragment(obj: Any) -> tuple[dict[str, Any], list[str]]:
+    """Properties and required keys of a registered object's ``schema`` fragment."""
+    schema = getattr(obj, "schema", None) or {}
+    if (
+        schema.get("type") == "object"
+        or isinstance(schema.get("properties"), dict)
+        and (
+            set(schema)
+            <= {"properties", "required", "description", "title", "additionalProperties"}
+        )
+    ):
+        return dict(schema.get("properties", {})), list(schema.get("required", []))
+    return dict(schema), []
+
+
+def _variant(
+    base: dict[str, Any], obj: Any, description: str, required: Iterable[str]
+) -> dict[str, Any]:
+    """A closed table: the base keys plus one plugin's fragment."""
+    properties, extra = fragment(obj)
+    schema = _table({**base, **properties}, description)
+    if [*required, *extra]:
+        schema["required"] = [*required, *extra]
+    return schema
+
+
+def _variants(
+    base: dict[str, Any], objects: dict[str, Any], what: str, required: Iterable[str] = ()
+) -> dict[str, Draft202012Validator]:
+    """One compiled validator per registered object: ``{name: validator}``."""
+    return {
+        name: Draft202012Validator(_variant(base, obj, f"{what} {name}", required))
+        for name, obj in objects.items()
+    }
+
+
+def _tagged(
+    base: dict[str, Any], tag: str, objects: dict[str, Any], description: str, default: str | None
+) -> dict[str, Any]:
+    """The documented form of a tagged table: ``if tag == name then <fragment>`` per object."""
+    properties = copy.deepcopy(base)
+    properties[tag] = {**properties[tag], "enum": sorted(objects)}
+    branches = []
+    for name in sorted(objects):
+        extra, required = fragment(objects[name])
+        condition: dict[str, Any] = {"properties": {tag: {"const": name}}}
+        if name != default:  # the default variant also applies when the tag is absent
+            condition["required"] = [tag]
+        then: dict[str, Any] = {"properties": extra}
+        if required:
+            then["required"] = required
+        branches.append({"if": condition, "then": then})
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "unevaluatedProperties": False,
+    }
+    if branches:
+        schema["allOf"] = branches
+    return schema
+
+
+def _document(title: str, properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "$schema": DIALECT,
+        "title": title,
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+
+
+class Schemas:
+    """The assembled schemas of one registry, with validators compiled once."""
+
+    def __init__(self, registry: Any):
+        self.registry = registry
+        self.agent_keys = dict(AGENT_KEYS)
+        for trigger in registry.trigger_types.values():
+            for key, schema in fragment(trigger)[0].items():
+                self.agent_keys.setdefault(key, schema)
+        self.agent_base = Draft202012Validator(_document("agent config.toml", self.agent_keys))
+        self.project_base = Draft202012Validator(_document("project config.toml", PROJECT_KEYS))
+        self.runtimes = _variants(RUNTIME_KEYS, registry.runtimes, "[runtime]")
+        self.models = _variants(MODEL_KEYS, registry.providers, "model", MODEL_REQUIRED)
+        self.webhook_sources = _variants(
+            WEBHOOK_SOURCE_KEYS, registry.webhook_sources, "webhook source"
+        )
+
+    def project_schema(self) -> dict[str, Any]:
+        """The project ``config.toml`` schema as documented by ``al schema --project``."""
+        registry = self.registry
+        properties = copy.deepcopy(PROJECT_KEYS)
+        model = _tagged(MODEL_KEYS, "provider", registry.providers, "A model.", None)
+        model["required"] = MODEL_REQUIRED
+        properties["models"]["additionalProperties"] = model
+        properties["webhooks"]["additionalProperties"] = _tagged(
+            WEBHOOK_SOURCE_KEYS, "type", registry.webhook_sources, "A webhook source.", None
+        )
+        return _document("llamaherd project config.toml", properties)
+
+    def agent_schema(self) -> dict[str, Any]:
+        """The agent ``config.toml`` schema as documented by ``al schema --agent``."""
+        properties = copy.deepcopy(self.agent_keys)
+        properties["runtime"] = _tagged(
+            RUNTIME_KEYS,
+            "type",
+            self.registry.runtimes,
+            AGENT_KEYS["runtime"]["description"],
+            DEFAULT_RUNTIME,
+        )
+        return _document("llamaherd agent config.toml", properties)
+
+
+_CACHE: weakref.WeakKeyDictionary[Any, Schemas] = weakref.WeakKeyDictionary()
+
+
+def schemas(registry: Any) -> Schemas:
+    """The (cached) assembled schemas of ``registry``."""
+    found = _CACHE.get(registry)
+    if found is None:
+        found = _CACHE[registry] = Schemas(registry)
+    return found
+
+
+def project_schema(registry: Any) -> dict[str, Any]:
+    return schemas(registry).project_schema()
+
+
+def agent_schema(registry: Any) -> dict[str, Any]:
+    return schemas(registry).agent_schema()
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One line of ``al validate``: file (relative to the project root), dotted key, message."""
+
+    file: str
+    key: str
+    message: str
+    severity: str = "error"  # or "warning"
+    agent: str | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}: {self.key}: " if self.key else f"{self.file}: "
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{prefix}{where}{self.message}"
+
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "an array",
+    "object": "a table",
+    "null": "nothing",
+}
+
+
+def _describe(value: Any) -> str:
+    """A value as the user wrote it in TOML, for "got ..." messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"a {type(value).__name__}"
+
+
+def did_you_mean(value: Any, choices: Iterable[str]) -> str:
+    """`` (did you mean "x"?)`` when ``value`` is close to one of ``choices``, else ``""``."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def one_of(choices: Iterable[str]) -> str:
+    names = sorted(choices)
+    return "one of " + ", ".join(f'"{n}"' for n in names) if names else "nothing (none installed)"
+
+
+def _join(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
+    """(relative key path, message) pairs for one jsonschema error."""
+    kind, expected, value = error.validator, error.validator_value, error.instance
+    if kind in ("additionalProperties", "unevaluatedProperties"):
+        known = list(error.schema.get("properties", {}))
+        for key in value:
+            if key not in known:
+                hint = did_you_mean(key, known) or f" (known keys: {', '.join(sorted(known))})"
+                yield [key], f"unknown key{hint}"
+    elif kind == "required":
+        for key in expected:
+            if key not in value:
+                yield [key], "missing (required)"
+    elif kind == "type":
+        names = [expected] if isinstance(expected, str) else expected
+        wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+        yield [], f"expected {wanted}, got {_describe(value)}"
+    elif kind == "enum":
+        yield (
+            [],
+            f"expected {one_of(expected)}, got {_describe(value)}{did_you_mean(value, expected)}",
+        )
+    else:
+        yield [], _BOUNDS.get(kind, lambda e: e.message)(error)
+
+
+_BOUNDS = {
+    "minimum": lambda e: f"expected a number >= {e.validator_value}, got {_describe(e.instance)}",
+    "exclusiveMinimum": lambda e: (
+        f"expected a number > {e.validator_value}, got {_describe(e.instance)}"
+    ),
+    "maximum": lambda e: f"expected a number <= {e.validator_value}, got {_describe(e.instance)}",
+    "exclusiveMaximum": lambda e: (
+        f"expected a number < {e.validator_value}, got {_describe(e.instance)}"
+    ),
+    "minLength": lambda e: "expected a non-empty string",
+    "minItems": lambda e: f"expected at least {e.validator_value} item(s)",
+    "uniqueItems": lambda e: "expected unique items",
+    "pattern": lambda e: (
+        f"expected a string matching {e.validator_value}, got {_describe(e.instance)}"
+    ),
+    "const": lambda e: f"expected {_describe(e.validator_value)}, got {_describe(e.instance)}",
+}
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def missing_plugin(kind: str, name: str, label: str) -> str | None:
+    """``<label> needs the <dist> plugin`` when a first-party distribution provides ``name``."""
+    dist = PROVIDED_BY.get((kind, name))
+    return None if dist is None else f"{label} needs the {dist} plugin (pip install {dist})"
+
+
+class _Checker:
+    """Collects the problems of one project; skips schema errors under keys already reported."""
+
+    def __init__(self, project: Project, registry: Any):
+        self.project = project
+        self.registry = registry
+        self.schemas = schemas(registry)
+        self.problems: list[Problem] = []
+        self.store = _credential_store()
+
+    def add(
+        self, file: str, key: str, message: str, *, agent: str | None = None, warning: bool = False
+    ) -> None:
+        self.problems.append(Problem(file, key, message, "warning" if warning else "error", agent))
+
+    def schema_errors(
+        self,
+        validator: Draft202012Validator,
+        instance: Any,
+        file: str,
+        prefix: list[Any],
+        agent: str | None = None,
+        skip: Collection[str] = (),
+    ) -> None:
+        for error in validator.iter_errors(instance):
+            for path, message in _messages(error):
+                full = [*prefix, *error.absolute_path, *path]
+                if full[:1] and full[0] in skip:
+                    continue
+                self.add(file, _join(full), message, agent=agent)
+
+    # ----------------------------------------------------------------- tagged tables
+
+    def tagged(
+        self,
+        table: Any,
+        tag: str,
+        variants: dict[str, Draft202012Validator],
+        kind: str,
+        what: str,
+        file: str,
+        prefix: list[Any],
+        agent: str | None = None,
+        default: str | None = None,
+    ) -> str | None:
+        """Validate a tagged table against its variant; return the tag when it is installed."""
+        if not isinstance(table, dict):
+            return None  # the base schema reports it
+        name = table.get(tag, default)
+        key = _join([*prefix, tag])
+        if name is None:
+            self.add(file, key, "missing (required)", agent=agent)
+            return None
+        if not isinstance(name, str):
+            self.add(file, key, f"expected a string, got {_describe(name)}", agent=agent)
+            return None
+        if name not in variants:
+            label = f'{what} "{name}"' + ("" if tag in table else " (the default)")
+            hint = missing_plugin(kind, name, label)
+            known = set(variants) | {n for (k, n) in PROVIDED_BY if k == kind}
+            self.add(
+                file,
+                key,
+                hint
+                or f"expected {one_of(variants)}, got {_describe(name)}{did_you_mean(name, known)}",
+                agent=agent,
+            )
+            return None
+        self.schema_errors(variants[name], table, file, prefix, agent)
+        return name
+
+    # ----------------------------------------------------------------- project
+
+    def check_project(self) -> None:
+        config = self.project.config
+        file = "config.toml"
+        self.schema_errors(self.schemas.project_base, config, file, [])
+        for name, model in _tables(config.get("models")):
+            provider = self.tagged(
+                model,
+                "provider",
+                self.schemas.models,
+                "providers",
+                "provider",
+                file,
+                ["models", name],
+            )
+            if provider:
+                # A model key can also come from the environment: a missing one only warns.
+                self.credential(
+                    file,
+                    ["models", name],
+                    self.registry.providers[provider],
+                    model,
+                    warning=True,
+                )
+        for name, source in _tables(config.get("webhooks")):
+            kind = self.tagged(
+                source,
+                "type",
+                self.schemas.webhook_sources,
+                "webhook_sources",
+                "webhook source",
+                file,
+                ["webhooks", name],
+            )
+            if kind and not source.get("allowUnsigned", False):
+                self.credential(
+                    file,
+                    ["webhooks", name],
+                    self.registry.webhook_sources[kind],
+                    source,
+                )
+
+    def credential(
+        self, file: str, path: list[Any], owner: Any, table: dict[str, Any], warning: bool = False
+    ) -> None:
+        """Check that the credential an object needs (``owner.credential_type``) is stored."""
+        ctype = getattr(owner, "credential_type", None)
+        instance = table.get("credential", "default")
+        if not ctype or self.store is None or not isinstance(instance, str):
+            return
+        if not self.store.exists(ctype, instance):
+            self.add(
+                file,
+                _join(path),
+                f"credential {ctype}:{instance} not found; add it with `al creds add {ctype}:{instance}`",
+                warning=warning,
+            )
+
+    # ----------------------------------------------------------------- agents
+
+    def check_agent(self, agent: Agent) -> None:
+        file = self.project.relative(agent.config_file)
+        config = agent.config
+        skip = self.plugin_keys(agent, file)
+        runtime = self.tagged(
+            config.get("runtime", {}),
+            "type",
+            self.schemas.runtimes,
+            "runtimes",
+            "runtime",
+            file,
+            ["runtime"],
+            agent.name,
+            DEFAULT_RUNTIME,
+        )
+        self.schema_errors(self.schemas.agent_base, config, file, [], agent.name, skip)
+        if runtime:
+            self.runtime_checks(agent, file, self.registry.runtimes[runtime])
+        self.agent_models(agent, file)
+        self.agent_credentials(agent, file)
+        self.agent_webhooks(agent, file)
+        self.frontmatter(agent)
+
+    def plugin_keys(self, agent: Agent, file: str) -> set[str]:
+        """Report keys of first-party plugins that are not installed; return them."""
+        found = set()
+        for key in agent.config:
+            if key in self.schemas.agent_keys:
+                continue
+            dist = PROVIDED_BY.get(("agent_keys", key))
+            if dist:
+                found.add(key)
+                self.add(
+                    file, key, f"needs the {dist} plugin (pip install {dist})", agent=agent.name
+                )
+        return found
+
+    def runtime_checks(self, agent: Agent, file: str, runtime: Any) -> None:
+        table = agent.runtime
+        if table["type"] == "host-user" and table.get("run_as") == getpass.getuser():
+            self.add(
+                file,
+                "runtime.run_as",
+                f'"{table["run_as"]}" is the current user: runs without isolation',
+                agent=agent.name,
+                warning=True,
+            )
+        check = getattr(runtime, "validate", None)
+        if check is None:
+            return
+        for message in check(agent, self.project) or []:
+            text = str(message)
+            warning = text.startswith("warning:")
+            self.add(
+                file,
+                "runtime",
+                text.removeprefix("warning:").strip(),
+                agent=agent.name,
+                warning=warning,
+            )
+
+    def agent_models(self, agent: Agent, file: str) -> None:
+        models = agent.config.get("models")
+        defined = _tables(self.project.config.get("models"))
+        names = [name for name, _ in defined]
+        if models is None:
+            self.add(
+                file,
+                "models",
+                f"missing: list the models this agent uses (defined: {', '.join(names) or 'none'})",
+                agent=agent.name,
+            )
+            return
+        for i, name in enumerate(models if isinstance(models, list) else []):
+            if isinstance(name, str) and name not in names:
+                self.add(
+                    file,
+                    f"models[{i}]",
+                    f"no [models.{name}] in config.toml (defined: {', '.join(names) or 'none'}){did_you_mean(name, names)}",
+                    agent=agent.name,
+                )
+
+    def agent_credentials(self, agent: Agent, file: str) -> None:
+        refs = agent.config.get("credentials")
+        types = self.registry.credential_types
+        for i, ref in enumerate(refs if isinstance(refs, list) else []):
+            key = f"credentials[{i}]"
+            parsed = _parse_ref(ref)
+            if parsed is None:
+                self.add(
+                    file,
+                    key,
+                    f'expected "type" or "type:instance", got {_describe(ref)}',
+                    agent=agent.name,
+                )
+                continue
+            ctype, instance = parsed
+            if ctype not in types:
+                known = set(types) | {n for (k, n) in PROVIDED_BY if k == "credential_types"}
+                message = missing_plugin(
+                    "credential_types", ctype, f'credential type "{ctype}"'
+                ) or (
+                    f'unknown credential type "{ctype}" (installed: {", ".join(sorted(types)) or "none"}){did_you_mean(ctype, known)}'
+                )
+                self.add(file, key, message, agent=agent.name)
+            elif self.store is not None and not self.store.exists(ctype, instance):
+                self.add(
+                    file,
+                    key,
+                    f"credential {ctype}:{instance} not found; add it with `al creds add {ctype}:{instance}`",
+                    agent=agent.name,
+                )
+
+    def agent_webhooks(self, agent: Agent, file: str) -> None:
+        hooks = agent.config.get("webhooks")
+        if "webhooks" not in self.schemas.agent_keys or not isinstance(hooks, list):
+            return
+        defined = [name for name, _ in _tables(self.project.config.get("webhooks"))]
+        for i, entry in enumerate(hooks):
+            source = entry.get("source") if isinstance(entry, dict) else None
+            if isinstance(source, str) and source not in defined:
+                self.add(
+                    file,
+                    f"webhooks[{i}].source",
+                    f"no [webhooks.{source}] in config.toml (defined: {', '.join(defined) or 'none'}){did_you_mean(source, defined)}",
+                    agent=agent.name,
+                )
+
+    def frontmatter(self, agent: Agent) -> None:
+        file = self.project.relative(agent.skill_file)
+        for key in ("name", "description"):
+            value = agent.meta.get(key)
+            if not isinstance(value, str) or not value.strip():
+                self.add(
+                    file,
+                    key,
+                    "missing in the frontmatter (expected a non-empty string)",
+                    agent=agent.name,
+                )
+        name = agent.meta.get("name")
+        if isinstance(name, str) and name.strip() and name != agent.name:
+            self.add(
+                file,
+                "name",
+                f'"{name}" differs from the directory name "{agent.name}"',
+                agent=agent.name,
+                warning=True,
+            )
+
+
+def _tables(value: Any) -> list[tuple[str, Any]]:
+    return list(value.items()) if isinstance(value, dict) else []
+
+
+def _parse_ref(ref: Any) -> tuple[str, str] | None:
+    if not isinstance(ref, str):
+        return None
+    ctype, _, instance = ref.partition(":")
+    if not ctype or (":" in ref and not instance) or ":" in instance:
+        return None
+    return ctype, instance or "default"
+
+
+def _credential_store() -> Any:
+    """The user's credential store, or None while ``llamaherd.credentials`` is unavailable."""
+    try:
+        from llamaherd.credentials import CredentialStore
+    except ImportError:
+        return None
+    return CredentialStore()
+
+
+def validate_project(
+    project: Project, registry: Any, agents: Iterable[str] | None = None
+) -> list[Problem]:
+    """Every problem of ``project`` (or only of the named ``agents``), errors and warnings.
+
+    Parse errors the loader collected (``project.errors``) come first, relative to the root.
+    """
+    checker = _Checker(project, registry)
+    wanted = None if agents is None else set(agents)
+    found = project.agents
+    for error in project.errors:
+        file = project.relative(Path(error.file))
+        owner = Path(file).parts[1] if file.startswith("agents/") else None
+        if wanted is None or owner in wanted:
+            checker.add(file, error.key, error.message, agent=owner)
+    checker.check_project()
+    for name, agent in found.items():
+        if wanted is None or name in wanted:
+            checker.check_agent(agent)
+    return list(dict.fromkeys(checker.problems))

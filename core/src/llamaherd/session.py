@@ -1,0 +1,475 @@
+"""The LLM session of one run: model turns and tool calls, in the calling thread.
+
+The session runs in the engine process, never in the sandbox: every tool call executes inside
+the sandbox through ``Sandbox.exec`` / ``get_file`` / ``put_file``. Its whole state lives in the
+transcript (a ``meta`` entry first, then the messages), checkpointed after every turn, so a run
+can park for ``wait_for_trigger`` or survive a restart and continue from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import re
+import secrets
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamaherd.models import INVALID_ARGUMENTS
+from llamaherd.types import AuthError, LlamaherdError, Message, Reply, ToolCall, ToolSpec
+
+MAX_OUTPUT = 30_000
+DEFAULT_BASH_TIMEOUT = 300.0
+AUTH_FAILURE_LIMIT = 3
+# Tool output that means a credential was refused (counted toward the auth-failure limit).
+AUTH_PATTERN = re.compile(
+    r"bad credentials|permission denied|\b401 unauthorized\b|\b403 forbidden\b"
+    r"|\bHTTP/\d(?:\.\d)?\s+40[13]\b|\b(?:status|code)[ :=]+40[13]\b",
+    re.IGNORECASE,
+)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ------------------------------------------------------------------------------ shared types
+
+
+@dataclass
+class RunContext:
+    """What a tool handler, a gateway endpoint or a lifecycle hook gets for one run."""
+
+    run_id: str
+    agent: Any  # llamaherd.project.Agent
+    engine: Any
+    store: Any
+    sandbox: Any = None  # Sandbox while the run is active, else None
+    redactor: Any = None  # llamaherd.redact.Redactor over the run's credential values
+    trigger: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def project(self) -> Any:
+        return self.agent.project
+
+    def row(self) -> Any:
+        """The run's current RunRow."""
+        return self.store.get_run(self.run_id)
+
+    def redact(self, text: str) -> str:
+        return self.redactor.redact(text) if self.redactor else text
+
+    def redact_obj(self, obj: Any) -> Any:
+        return self.redactor.redact_obj(obj) if self.redactor else obj
+
+    def log(self, type: str, data: dict[str, Any] | None = None) -> None:
+        """A structured run event, redacted."""
+        self.store.add_event(self.run_id, type, self.redact_obj(data or {}))
+
+
+@dataclass
+class Deferred:
+    """A tool result that arrives later (``wait_for_trigger``): the session parks the run.
+
+    ``data`` is kept with the pending call; the run is continued by ``Session.run(resume=...)``
+    with ``{"result": value, "is_error": bool}``.
+    """
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """How a session stopped: done, error, waiting (a Deferred is pending) or cancelled."""
+
+    state: str
+    reason: str | None = None
+    text: str = ""
+    deferred: Deferred | None = None
+
+
+# ------------------------------------------------------------------------------ built-in tools
+
+BUILTIN_TOOLS = [
+    ToolSpec(
+        "bash",
+        "Run a shell command (bash) in the sandbox. The working directory and variables set "
+        "with `setenv NAME VALUE` carry over to later calls. Output is truncated at "
+        f"{MAX_OUTPUT} characters.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command to run."},
+                "timeout": {"type": "number", "description": "Seconds before it is killed."},
+            },
+            "required": ["command"],
+        },
+    ),
+    ToolSpec(
+        "read_file",
+        "Read a text file from the sandbox (relative paths are from the working directory).",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    ),
+    ToolSpec(
+        "write_file",
+        "Write a text file in the sandbox, creating parent directories.",
+        {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    ),
+]
+
+
+def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
+    """Keep the head and the tail of long output, with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
+
+
+def wrap_command(command: str, cwd: str, nonce: str) -> str:
+    """A bash script that runs ``command`` in ``cwd`` and reports the final cwd and setenv vars.
+
+    An EXIT trap prints ``<nonce>CWD<path>`` and ``<nonce>ENV<name>=<base64 value>`` lines after
+    the command's own output, whatever way it ends (``exit`` included).
+    """
+    script = f"""\
+__al_done() {{ __al_rc=$?; printf '\\n{nonce}CWD%s\\n' "$PWD"
+for __al_n in $__AL_SETENV; do printf '{nonce}ENV%s=%s\\n' "$__al_n" \
+"$(printf %s "${{!__al_n}}" | base64 | tr -d '\\n')"; done; exit $__al_rc; }}
+trap __al_done EXIT
+setenv() {{ if [ $# -lt 1 ]; then echo 'usage: setenv NAME VALUE' >&2; return 2; fi
+export "$1=${{2-}}" && __AL_SETENV="$__AL_SETENV $1"; }}
+cd -- {shlex.quote(cwd)} 2>/dev/null
+{command}
+"""
+    return "exec bash -c " + shlex.quote(script)
+
+
+def parse_markers(output: str, nonce: str) -> tuple[str, str | None, dict[str, str]]:
+    """Split the wrapped command's output into (output, final cwd, setenv vars)."""
+    start = output.find(f"\n{nonce}CWD")
+    if start < 0:
+        return output, None, {}
+    body, tail = output[:start], output[start + 1 :]
+    cwd, env = None, {}
+    for line in tail.splitlines():
+        if line.startswith(nonce + "CWD"):
+            cwd = line[len(nonce) + 3 :]
+        elif line.startswith(nonce + "ENV"):
+            name, _, encoded = line[len(nonce) + 3 :].partition("=")
+            env[name] = base64.b64decode(encoded).decode("utf-8", "replace")
+    return body, cwd, env
+
+
+# ------------------------------------------------------------------------------ the session
+
+
+class Session:
+    """One run's conversation. ``run()`` loops until the model stops calling tools, a tool
+    defers (wait), the turn limit, three auth failures, or ``cancel`` is set."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        chain: Any,  # llamaherd.models.ModelChain
+        transcript: list[dict[str, Any]],
+        *,
+        tools: dict[str, Any],  # language-skill Tool objects by name
+        max_turns: int = 100,
+        options: dict[str, Any] | None = None,
+        deadline: Callable[[], float | None] = lambda: None,  # seconds left, or None
+        on_turn_limit: Callable[[Session], Outcome] | None = None,
+    ):
+        self.ctx = ctx
+        self.chain = chain
+        self.tools = tools
+        self.max_turns = max_turns
+        self.options = options or {}
+        self.time_left = deadline
+        # Issue 8 (suspension) plugs in here; the default ends the run as an error.
+        self.on_turn_limit = on_turn_limit or _turn_limit_error
+        self.cancel = threading.Event()
+        if transcript and transcript[0].get("role") == "meta":
+            self.meta, self.messages = transcript[0], transcript[1:]
+        else:
+            self.meta, self.messages = {"role": "meta"}, list(transcript)
+        self.meta.setdefault("cwd", ctx.sandbox.workdir if ctx.sandbox else "/")
+        self.meta.setdefault("env", {})
+        for key in ("turns", "auth_failures", "input_tokens", "output_tokens"):
+            self.meta.setdefault(key, 0)
+
+    # -------------------------------------------------------------- state
+
+    @classmethod
+    def start(cls, ctx: RunContext, chain: Any, system: str, user: str, **kw: Any) -> Session:
+        """A fresh session from the two prompts."""
+        messages = [Message("system", system).to_dict(), Message("user", user).to_dict()]
+        return cls(ctx, chain, messages, **kw)
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        return [self.meta, *self.messages]
+
+    @property
+    def cwd(self) -> str:
+        return self.meta["cwd"]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.meta["env"]
+
+    def setenv(self, name: str, value: str) -> None:
+        """Set an env var for the model's later bash calls (also used by the gateway)."""
+        if not ENV_NAME.match(name):
+            raise LlamaherdError(f"setenv: {name!r} is not a valid variable name")
+        self.env[name] = value
+
+    def checkpoint(self) -> None:
+        self.ctx.store.checkpoint(self.ctx.run_id, self.transcript)
+        self.ctx.store.update_run(
+            self.ctx.run_id,
+            input_tokens=self.meta["input_tokens"],
+            output_tokens=self.meta["output_tokens"],
+        )
+
+    # -------------------------------------------------------------- loop
+
+    def run(self, resume: dict[str, Any] | None = None) -> Outcome:
+        """Continue the conversation; ``resume`` answers a pending deferred tool call."""
+        self._settle_pending(resume)
+        while True:
+            if self.cancel.is_set():
+                return Outcome("cancelled")
+            if self.meta["turns"] >= self.max_turns:
+                return self.on_turn_limit(self)
+            try:
+                reply = self._complete()
+            except AuthError as exc:
+                # The chain raises auth failures at once; the limit is counted here, together
+                # with those recognised in tool output.
+                self._count_auth_failure("the model provider", str(exc), always=True)
+                self.checkpoint()
+                if self.meta["auth_failures"] >= AUTH_FAILURE_LIMIT:
+                    return Outcome("error", reason=self.meta["auth_reason"])
+                continue
+            if self.cancel.is_set():
+                return Outcome("cancelled")
+            self.messages.append(Message("assistant", reply.text, reply.tool_calls).to_dict())
+            if not reply.tool_calls:
+                self.checkpoint()
+                return Outcome("done", text=reply.text)
+            deferred = self._run_tools(reply.tool_calls)
+            self.checkpoint()
+            if self.meta["auth_failures"] >= AUTH_FAILURE_LIMIT:
+                return Outcome("error", reason=self.meta["auth_reason"])
+            if deferred is not None:
+                return Outcome("waiting", deferred=deferred)
+
+    def _settle_pending(self, resume: dict[str, Any] | None) -> None:
+        """Answer a deferred call with ``resume``; answer calls cut off by a crash with an error."""
+        pending = self.meta.pop("pending", None)
+        if pending is not None:
+            resume = resume or {
+                "result": "no result (the run was resumed without one)",
+                "is_error": True,
+            }
+            self._answer(
+                pending["tool_call_id"], resume.get("result"), resume.get("is_error", False)
+            )
+        last = self.messages[-1] if self.messages else {}
+        if last.get("role") == "assistant":
+            answered = {m.get("tool_call_id") for m in self.messages if m["role"] == "tool"}
+            for tc in last.get("tool_calls", []):
+                if tc["id"] not in answered:
+                    self._answer(
+                        tc["id"],
+                        "interrupted before a result was recorded (the "
+                        "scheduler restarted); check whether it took effect",
+                        True,
+                    )
+
+    def _answer(self, call_id: str, result: Any, is_error: bool) -> None:
+        text = result if isinstance(result, str) else json.dumps(result, default=str)
+        self.messages.append(
+            Message(
+                "tool", self.ctx.redact(text), tool_call_id=call_id, is_error=is_error
+            ).to_dict()
+        )
+
+    def _complete(self) -> Reply:
+        messages = [Message.from_dict(m) for m in self.messages]
+        specs = BUILTIN_TOOLS + [
+            ToolSpec(t.name, t.description, t.parameters) for t in self.tools.values()
+        ]
+        reply = self.chain.complete(messages, specs, self.options)
+        self.meta["turns"] += 1
+        self.meta["input_tokens"] += reply.usage.input_tokens
+        self.meta["output_tokens"] += reply.usage.output_tokens
+        if reply.text.strip():
+            self.ctx.log(
+                "assistant", {"text": truncate(reply.text, 2000), "turn": self.meta["turns"]}
+            )
+        return reply
+
+    def _run_tools(self, calls: list[ToolCall]) -> Deferred | None:
+        deferred = None
+        for tc in calls:
+            if deferred is not None or self.cancel.is_set():
+                self._answer(
+                    tc.id,
+                    "not run: an earlier call in this turn ended or parked the "
+                    "run; call it again if you still need it",
+                    True,
+                )
+                continue
+            result = self._call_tool(tc)
+            if isinstance(result, Deferred):
+                deferred = result
+                self.meta["pending"] = {
+                    "tool_call_id": tc.id,
+                    "name": tc.name,
+                    "kind": result.kind,
+                    "data": result.data,
+                }
+        return deferred
+
+    def _call_tool(self, tc: ToolCall) -> Any:
+        started = time.monotonic()
+        exit_code = None
+        try:
+            if INVALID_ARGUMENTS in tc.arguments:
+                text, is_error = (
+                    f"error: invalid arguments: {tc.arguments[INVALID_ARGUMENTS]}",
+                    True,
+                )
+            elif tc.name in BUILTIN_HANDLERS:
+                text, exit_code = BUILTIN_HANDLERS[tc.name](self, tc.arguments)
+                is_error = exit_code not in (0, None)
+            elif tc.name in self.tools:
+                value = self.tools[tc.name].handler(self.ctx, tc.arguments)
+                if isinstance(value, Deferred):
+                    self.ctx.log(
+                        "tool_call",
+                        {"tool": tc.name, "arguments": tc.arguments, "deferred": value.kind},
+                    )
+                    return value
+                text = value if isinstance(value, str) else json.dumps(value, default=str)
+                is_error = isinstance(value, dict) and value.get("ok") is False
+            else:
+                known = ", ".join([t.name for t in BUILTIN_TOOLS] + sorted(self.tools))
+                text, is_error = f"error: no tool named {tc.name!r} (tools: {known})", True
+        except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
+            text, is_error = f"error: {type(exc).__name__}: {exc}", True
+        text = self.ctx.redact(truncate(text))
+        if is_error:
+            self._count_auth_failure(tc.name, text)
+        self.messages.append(Message("tool", text, tool_call_id=tc.id, is_error=is_error).to_dict())
+        self.ctx.log(
+            "tool_call",
+            {
+                "tool": tc.name,
+                "arguments": _short_args(tc.arguments),
+                "duration": round(time.monotonic() - started, 4),
+                "exit_code": exit_code,
+                "is_error": is_error,
+                "output": truncate(text, 2000),
+            },
+        )
+        return None
+
+    def _count_auth_failure(self, where: str, text: str, always: bool = False) -> None:
+        match = AUTH_PATTERN.search(text)
+        if match or always:
+            self.meta["auth_failures"] += 1
+            what = text if always else repr(match.group(0))
+            self.meta["auth_reason"] = (
+                f"{AUTH_FAILURE_LIMIT} authentication/permission failures; last from {where}: "
+                f"{self.ctx.redact(what)}"
+            )
+
+    # -------------------------------------------------------------- built-in tools
+
+    def bash(self, args: dict[str, Any]) -> tuple[str, int]:
+        command = str(args["command"])
+        line = _setenv_line(command)
+        if line is not None:
+            self.setenv(*line)
+            return f"set {line[0]}", 0
+        timeout = float(args.get("timeout") or DEFAULT_BASH_TIMEOUT)
+        left = self.time_left()
+        if left is not None:
+            timeout = max(1.0, min(timeout, left))
+        nonce = "__AL_" + secrets.token_hex(6) + "__"
+        result = self.ctx.sandbox.exec(
+            wrap_command(command, self.cwd, nonce),
+            cwd=self.ctx.sandbox.workdir,
+            env=dict(self.env),
+            timeout=timeout,
+        )
+        output, cwd, env = parse_markers(result.output, nonce)
+        if cwd:
+            self.meta["cwd"] = cwd
+        self.env.update(env)
+        output = truncate(output.rstrip("\n"))
+        if result.timed_out:
+            output += f"\n[timed out after {timeout:g} s; the command was killed]"
+        elif result.exit_code != 0:
+            output += f"\n[exit code {result.exit_code}]"
+        return output or "(no output)", result.exit_code
+
+    def read_file(self, args: dict[str, Any]) -> tuple[str, int]:
+        data = self.ctx.sandbox.get_file(self._path(args["path"]))
+        return truncate(data.decode("utf-8", "replace")), 0
+
+    def write_file(self, args: dict[str, Any]) -> tuple[str, int]:
+        path = self._path(args["path"])
+        data = str(args["content"]).encode()
+        parent = posixpath.dirname(path)
+        made = self.ctx.sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=30)
+        if made.exit_code != 0:
+            return f"cannot create {parent}: {made.output.strip()}", made.exit_code
+        self.ctx.sandbox.put_file(path, data)
+        return f"wrote {len(data)} bytes to {path}", 0
+
+    def _path(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.cwd, str(path)))
+
+
+BUILTIN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], tuple[str, int]]] = {
+    "bash": Session.bash,
+    "read_file": Session.read_file,
+    "write_file": Session.write_file,
+}
+
+
+def _setenv_line(command: str) -> tuple[str, str] | None:
+    """``setenv NAME VALUE`` as the whole command: handled without a sandbox round trip."""
+    if "\n" in command.strip() or not command.lstrip().startswith("setenv "):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if (
+        len(words) in (2, 3)
+        and ENV_NAME.match(words[1])
+        and not any(ch in command for ch in ";&|$`<>()")
+    ):
+        return words[1], words[2] if len(words) == 3 else ""
+    return None
+
+
+def _short_args(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: truncate(v, 2000) if isinstance(v, str) else v for k, v in args.items()}
+
+
+def _turn_limit_error(session: Session) -> Outcome:
+    return Outcome("error", reason=f"reached maxTurns ({session.max_turns}) without finishing")

@@ -1,0 +1,107 @@
+"""Calls: start another agent with a context and read its return value later."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamaherd.prompts import subagent_block
+from llamaherd.skills.base import CoreSkill, obj, refuse
+from llamaherd.types import Tool, TriggerEvent
+
+PREAMBLE = """\
+Calls (also `al-subagent AGENT CONTEXT`, `al-subagent-check ID`, `al-subagent-wait ID [TIMEOUT]`):
+- call_agent(agent, context): start another agent of this project with a context text; returns \
+a call_id at once. The callee works in its own run and sets a return value.
+- check_call(call_id): "pending", or "done" with the callee's return_value, or "error". Poll it \
+sparingly (do other work in between), or run `al-subagent-wait ID` in bash to block."""
+
+
+def call_chain(ctx: Any) -> list[str]:
+    """Agent names from the first caller down to this run's agent."""
+    names, row, seen = [], ctx.row(), set()
+    while row is not None and row.id not in seen:
+        seen.add(row.id)
+        names.append(row.agent)
+        row = ctx.store.get_run(row.caller_run) if row.caller_run else None
+    return list(reversed(names))
+
+
+def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    target = str(args.get("agent", ""))
+    context = str(args.get("context", ""))
+    agents = ctx.project.agents
+    if target not in agents:
+        return refuse(f"no agent {target!r} (agents: {', '.join(sorted(agents))})")
+    if target == ctx.agent.name:
+        return refuse("an agent cannot call itself")
+    row = ctx.row()
+    depth = (row.call_depth or 0) + 1
+    limit = int(ctx.project.setting("maxCallDepth"))
+    if depth > limit:
+        chain = " -> ".join([*call_chain(ctx), target])
+        return refuse(f"call depth {depth} exceeds maxCallDepth ({limit}): {chain}")
+    context = ctx.redact(context)
+    call_id = ctx.store.create_call(ctx.run_id, target, context, depth)
+    payload = {
+        "call_id": call_id,
+        "caller_agent": ctx.agent.name,
+        "caller_run": ctx.run_id,
+        "context": context,
+        "depth": depth,
+    }
+    result = ctx.engine.emit(
+        TriggerEvent(
+            agent=target,
+            kind="agent",
+            payload=payload,
+            source=ctx.agent.name,
+            call_id=call_id,
+            prompt=subagent_block(ctx.agent.name, ctx.run_id, context, call_id),
+        )
+    )
+    if result.get("refused"):
+        return refuse(f"call to {target!r} refused: {result['refused']}", call_id=call_id)
+    ctx.log("call", {"call_id": call_id, "agent": target, "depth": depth})
+    return {"ok": True, "call_id": call_id}
+
+
+def check_call(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    try:
+        call_id = int(args.get("call_id"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return refuse(f"call_id must be a number, got {args.get('call_id')!r}")
+    call = ctx.store.get_call(call_id)
+    if call is None or call["caller_run"] != ctx.run_id:
+        return refuse(f"no call {call_id} made by this run")
+    answer: dict[str, Any] = {
+        "ok": True,
+        "call_id": call_id,
+        "agent": call["target"],
+        "state": call["state"],
+    }
+    if call["state"] == "done":
+        answer["return_value"] = call.get("return_value")
+    elif call["state"] == "error":
+        answer["error"] = call.get("error")
+    return answer
+
+
+SKILL = CoreSkill(
+    name="calls",
+    category="calls",
+    text=PREAMBLE,
+    tools=[
+        Tool(
+            "call_agent",
+            "Start another agent with a context; returns a call_id.",
+            obj({"agent": {"type": "string"}, "context": {"type": "string"}}, ("agent", "context")),
+            call_agent,
+        ),
+        Tool(
+            "check_call",
+            "State of a call: pending, done (with return_value) or error.",
+            obj({"call_id": {"type": "integer"}}, ("call_id",)),
+            check_call,
+        ),
+    ],
+)

@@ -1,0 +1,108 @@
+"""Locks: named resources (URIs) held by one run at a time, released when the run ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamaherd.skills.base import CoreSkill, obj, refuse
+from llamaherd.types import Tool
+
+PREAMBLE = """\
+Locks (also `rlock URI`, `runlock URI`, `rlock-heartbeat [URI]`):
+- acquire_lock(uri): claim a shared resource (e.g. "github://owner/repo/issues/12") so other \
+runs leave it alone. If another run holds it you get its id: skip that resource.
+- release_lock(uri) when done; heartbeat_lock(uri) during long work (locks expire after \
+{ttl:g} s). Every lock is released when your run ends."""
+
+
+def ttl(ctx: Any) -> float:
+    return float(ctx.project.setting("resourceLockTimeout"))
+
+
+def _uri(args: dict[str, Any]) -> str:
+    uri = str(args.get("uri") or "").strip()
+    if not uri:
+        raise ValueError("a lock needs a resource uri")
+    return uri
+
+
+def acquire_lock(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    uri = _uri(args)
+    result = ctx.store.acquire_lock(ctx.run_id, uri, ttl(ctx))
+    ctx.log(
+        "lock",
+        {"uri": uri, "action": "acquire", "ok": result.get("ok"), "holder": result.get("holder")},
+    )
+    if not result.get("ok"):
+        holder = result.get("holder")
+        if result.get("deadlock"):
+            result["error"] = f"deadlock: {' and '.join(result['deadlock'])} wait on each other"
+        else:
+            result["error"] = f"held by run {holder}"
+    return result
+
+
+def holder_of(ctx: Any, uri: str) -> str | None:
+    return next(
+        (
+            lock.get("run_id") or lock.get("holder")
+            for lock in ctx.store.locks()
+            if lock.get("uri") == uri
+        ),
+        None,
+    )
+
+
+def release_lock(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    uri = _uri(args)
+    if ctx.store.release_lock(ctx.run_id, uri):
+        ctx.log("lock", {"uri": uri, "action": "release", "ok": True})
+        return {"ok": True}
+    holder = holder_of(ctx, uri)
+    if holder is not None:
+        return refuse(f"held by run {holder}, not by this run", holder=holder, forbidden=True)
+    return refuse(f"no lock on {uri}")
+
+
+def heartbeat_lock(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
+    uri = str(args.get("uri") or "").strip() or None
+    count = ctx.store.heartbeat_lock(ctx.run_id, uri, ttl(ctx))
+    if uri and not count:
+        holder = holder_of(ctx, uri)
+        if holder is not None:
+            return refuse(f"held by run {holder}, not by this run", holder=holder, forbidden=True)
+        return refuse(f"no lock on {uri}")
+    return {"ok": True, "extended": count}
+
+
+class LockSkill(CoreSkill):
+    def preamble(self, run: Any) -> str:
+        seconds = ttl(run) if run is not None else 1800.0
+        return self.text.format(ttl=seconds)
+
+
+SKILL = LockSkill(
+    name="locks",
+    category="locks",
+    text=PREAMBLE,
+    tools=[
+        Tool(
+            "acquire_lock",
+            "Claim a resource URI; ok, or the run that holds it.",
+            obj({"uri": {"type": "string"}}, ("uri",)),
+            acquire_lock,
+        ),
+        Tool(
+            "release_lock",
+            "Release a resource URI you hold.",
+            obj({"uri": {"type": "string"}}, ("uri",)),
+            release_lock,
+        ),
+        Tool(
+            "heartbeat_lock",
+            "Extend your lock on a URI (or all your locks without uri).",
+            obj({"uri": {"type": "string"}}),
+            heartbeat_lock,
+        ),
+    ],
+)

@@ -1,0 +1,91 @@
+"""What ``al stat``, the control API and the dashboard show about agents and runs.
+
+Reads only the database and the project, so it works with or without a running scheduler and
+across several scheduler hosts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+FINAL = ("done", "error", "timeout", "killed")
+
+
+def next_fire(registry: Any, agent: Any, now: float) -> float | None:
+    """The next scheduled fire of ``agent`` from any trigger type that can tell."""
+    for trigger in registry.trigger_types.values():
+        fire = getattr(trigger, "next_fire", None)
+        if fire is None:
+            continue
+        try:
+            when = fire(agent, now)
+        except Exception:  # a bad schedule is reported by `al validate`, not here
+            when = None
+        if when is not None:
+            return when
+    return None
+
+
+def agent_rows(project: Any, store: Any, registry: Any, now: float | None = None) -> list[dict[str, Any]]:
+    """One row per agent: state, active/scale, queue depth, last run, next fire, hosts."""
+    now = time.time() if now is None else now
+    depth = store.queue_depth()
+    paused_all, paused = store.paused()
+    live = store.runs(states=("running", "waiting"), limit=10_000)
+    rows = []
+    for name, agent in project.agents.items():
+        mine = [run for run in live if run.agent == name]
+        running = [run for run in mine if run.state == "running"]
+        stored = store.agent_state(name)
+        last = next(iter(store.runs(agent=name, states=FINAL, limit=1)), None)
+        state = "active" if running else stored
+        if stored == "idle" and (paused_all or name in paused):
+            state = "paused"
+        rows.append(
+            {
+                "agent": name,
+                "state": state,
+                "stored_state": stored,
+                "active": len(running),
+                "waiting": len(mine) - len(running),
+                "scale": agent.scale,
+                "queued": depth.get(name, 0),
+                "last_run": last.id if last else None,
+                "last_result": last.state if last else None,
+                "last_exit": last.exit_code if last else None,
+                "last_finished_at": last.finished_at if last else None,
+                "next_fire": next_fire(registry, agent, now),
+                "hosts": sorted({run.host for run in mine if run.host}),
+            }
+        )
+    return rows
+
+
+def run_dict(run: Any) -> dict[str, Any]:
+    """A run as JSON, without the transcript (large) or the token hash (secret-adjacent)."""
+    data = asdict(run)
+    data.pop("transcript", None)
+    data.pop("token_hash", None)
+    return data
+
+
+def ago(then: float | None, now: float | None = None) -> str:
+    if then is None:
+        return "-"
+    seconds = max(0, int((time.time() if now is None else now) - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def until(when: float | None, now: float | None = None) -> str:
+    if when is None:
+        return "-"
+    seconds = max(0, int(when - (time.time() if now is None else now)))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"in {seconds // size}{unit}"
+    return f"in {seconds}s"

@@ -1,0 +1,104 @@
+"""Matching trigger events to runs parked in ``wait_for_trigger``.
+
+A wait filter is ``{"type": <trigger type>, <field>: <value>, ...}``. When the trigger type
+registers ``matches(filter, event)`` it decides; otherwise every other key of the filter must
+equal the event's field of that name (``kind``, ``source``, then the payload, dotted paths
+allowed; a list means any of).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from llamaherd.types import TriggerEvent
+
+log = logging.getLogger("llamaherd.waits")
+_MISSING = object()
+# Filter "type" values that name an event kind rather than a trigger type.
+KIND_ALIASES = {
+    "webhook": "webhook",
+    "webhooks": "webhook",
+    "agent": "agent",
+    "manual": "manual",
+    "schedule": "scheduled",
+    "scheduled": "scheduled",
+    "cron": "scheduled",
+}
+
+
+def field_value(event: TriggerEvent, path: str) -> Any:
+    """An event field: ``kind``/``source``/``agent`` or a dotted path into the payload."""
+    if path in ("kind", "source", "agent"):
+        return getattr(event, path)
+    data: Any = event.payload
+    for part in path.split("."):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return _MISSING
+    return data
+
+
+def generic_matches(wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
+    """Field equality: every filter key but ``type`` equals the event's (lists: any of)."""
+    for key, expected in wait_filter.items():
+        if key == "type":
+            continue
+        value = field_value(event, key)
+        if value is _MISSING:
+            return False
+        options = expected if isinstance(expected, list) else [expected]
+        if value not in options:
+            return False
+    return True
+
+
+def filter_matches(registry: Any, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
+    """Does ``event`` satisfy ``wait_filter``? The trigger type's own ``matches`` wins."""
+    kind = wait_filter.get("type")
+    trigger_type = registry.trigger_types.get(kind)
+    if KIND_ALIASES.get(kind, kind) != event.kind and (
+        trigger_type is None or KIND_ALIASES.get(trigger_type.name) != event.kind
+    ):
+        return False
+    matcher = getattr(trigger_type, "matches", None)
+    try:
+        return bool(matcher(wait_filter, event)) if matcher else generic_matches(wait_filter, event)
+    except Exception as exc:  # a plugin's matcher bug must not break emit for everyone
+        log.warning("wait matcher of %r failed: %s: %s", kind, type(exc).__name__, exc)
+        return False
+
+
+def resume_payload(event: TriggerEvent) -> dict[str, Any]:
+    """What the waiting run's ``wait_for_trigger`` call returns."""
+    return {
+        "result": {
+            "kind": event.kind,
+            "agent": event.agent,
+            "source": event.source,
+            "payload": event.payload,
+        },
+        "is_error": False,
+    }
+
+
+def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
+    """Resume every waiting run whose filter ``event`` matches; return their ids.
+
+    Only runs of the event's agent are offered it (an event with no agent goes to any
+    waiting run). Each run is resumed at most once (``store.resume_waiting``).
+    """
+    resumed = []
+    for run in engine.store.waiting_runs():
+        if event.agent and run.agent != event.agent:
+            continue
+        if (
+            run.wait_filter
+            and filter_matches(engine.registry, run.wait_filter, event)
+            and engine.store.resume_waiting(run.id, resume_payload(event))
+        ):
+            resumed.append(run.id)
+    return resumed

@@ -1,0 +1,188 @@
+"""The cron trigger with a real Engine and Store and a fake clock (AL_FAKE_CLOCK_FILE)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+from llamaherd.types import ConfigError
+from llamaherd_cron.trigger import CronTrigger, Plan
+
+T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC).timestamp()  # a Monday, 12:00:30 UTC
+
+
+def at(hour: int, minute: int, second: float = 0.0) -> float:
+    return datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second
+
+
+def wait_until(predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+class Clock:
+    """The fake clock file the engine reads."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def set(self, value: float) -> None:
+        self.path.write_text(repr(value))
+
+
+@pytest.fixture
+def clock(tmp_path, monkeypatch) -> Clock:
+    fake = Clock(tmp_path / "clock")
+    fake.set(T0)
+    monkeypatch.setenv("AL_FAKE_CLOCK_FILE", str(fake.path))
+    monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
+    return fake
+
+
+@pytest.fixture
+def project(tmp_project):
+    tmp_project.config("")
+    tmp_project.add_agent("every5", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\n')
+    tmp_project.add_agent("nocatch", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\ncatchUp = false\n')
+    tmp_project.add_agent("manual", "")
+    return tmp_project
+
+
+class Scheduler:
+    """One scheduler 'process': a real Engine plus a started CronTrigger, recording its emits."""
+
+    def __init__(self, project):
+        from llamaherd.engine import Engine
+
+        self.engine = Engine(project.load())
+        self.fired: list = []
+        self.trigger = CronTrigger()
+        self.trigger.start(self.engine, self.engine.project.agents.values(), self.emit)
+
+    def emit(self, event, coalesce=False):
+        self.fired.append((event.agent, event.payload["tick"], coalesce))
+        return self.engine.emit(event, coalesce=coalesce)
+
+    def stop(self):
+        self.trigger.stop()
+        self.engine.close()
+
+
+@pytest.fixture
+def schedulers():
+    started: list[Scheduler] = []
+    yield lambda project: started.append(Scheduler(project)) or started[-1]
+    for scheduler in started:
+        scheduler.trigger.stop()
+
+
+def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, schedulers):
+    first = schedulers(project)
+    time.sleep(0.7)
+    assert first.fired == [], "nothing was due at start"
+    clock.set(at(12, 5, 0.2))
+    assert wait_until(lambda: len(first.fired) == 2)
+    assert sorted(first.fired) == [("every5", at(12, 5), True), ("nocatch", at(12, 5), True)]
+    first.stop()
+
+    second = schedulers(project)  # restart at the same time: the 12:05 tick is already claimed
+    time.sleep(0.7)
+    assert second.fired == []
+    assert second.engine.store.last_tick("every5") == at(12, 5)
+    assert second.engine.store.queue_depth()["every5"] == 1
+    second.stop()
+
+
+def test_single_catch_up_after_downtime_unless_disabled(project, clock, schedulers):
+    first = schedulers(project)
+    clock.set(at(12, 5, 0.1))
+    assert wait_until(lambda: len(first.fired) == 2)
+    first.stop()
+
+    clock.set(at(12, 31))  # down while 12:10 ... 12:30 passed
+    second = schedulers(project)
+    assert wait_until(lambda: second.fired)
+    time.sleep(0.7)
+    assert second.fired == [("every5", at(12, 30), True)], "one catch-up, for the latest tick"
+    assert second.engine.store.last_tick("nocatch") == at(12, 5), "catchUp = false skipped"
+
+    clock.set(at(12, 35, 0.3))
+    assert wait_until(lambda: len(second.fired) == 3)
+    assert sorted(second.fired[1:]) == [("every5", at(12, 35), True), ("nocatch", at(12, 35), True)]
+
+
+def test_two_hosts_fire_each_tick_once(project, clock, schedulers):
+    one, two = schedulers(project), schedulers(project)
+    for minute in (5, 10, 15):
+        clock.set(at(12, minute, 0.1))
+        assert wait_until(lambda m=minute: sum(f[1] == at(12, m) for f in one.fired + two.fired) == 2)
+    time.sleep(0.6)
+    ticks = sorted(f[:2] for f in one.fired + two.fired)
+    assert ticks == sorted((a, at(12, m)) for a in ("every5", "nocatch") for m in (5, 10, 15))
+
+
+def test_pending_ticks_coalesce_into_one_run(project, clock, schedulers):
+    scheduler = schedulers(project)
+    for minute in (5, 10, 15):
+        clock.set(at(12, minute, 0.1))
+        assert wait_until(lambda m=minute: any(f[1] == at(12, m) for f in scheduler.fired))
+    assert scheduler.engine.store.queue_depth()["every5"] == 1
+
+
+def test_real_clock_fires_within_a_second(tmp_project, monkeypatch, tmp_path, schedulers):
+    monkeypatch.delenv("AL_FAKE_CLOCK_FILE", raising=False)
+    monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
+    tmp_project.config("")
+    tmp_project.add_agent("fast", 'every = "1s"\n')
+    scheduler = schedulers(tmp_project)
+    assert wait_until(lambda: len(scheduler.fired) >= 2, timeout=3)
+    late = [time.time() - tick for _, tick, _ in scheduler.fired]
+    assert all(0 <= lag < 1.0 for lag in late[-1:])
+
+
+# ---------------------------------------------------------------- plans and validation
+
+
+def test_plan_ticks_in_a_zone_and_intervals():
+    plan = Plan.from_config("a", {"schedule": "0 9 * * 1-5", "timezone": "Europe/Berlin"})
+    monday_9_berlin = datetime(2026, 1, 5, 8, 0, tzinfo=UTC).timestamp()  # CET = UTC+1
+    assert plan.following(monday_9_berlin - 10) == monday_9_berlin
+    assert plan.latest(monday_9_berlin) == monday_9_berlin
+    assert plan.latest(monday_9_berlin - 0.5) < monday_9_berlin
+    interval = Plan.from_config("b", {"every": "10m"})
+    assert interval.latest(at(12, 19)) == at(12, 10)
+    assert interval.following(at(12, 10)) == at(12, 20)
+
+
+def test_next_fire_for_al_stat(project):
+    trigger = CronTrigger()
+    agents = project.load().agents
+    assert trigger.next_fire(agents["every5"], at(12, 3)) == at(12, 5)
+    assert trigger.next_fire(agents["manual"], at(12, 3)) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "text"),
+    [
+        ({"schedule": "* * *"}, "schedule", "expected 5 fields"),
+        ({"schedule": "61 * * * *"}, "schedule", "invalid cron expression"),
+        ({"schedule": "* * * * *", "timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
+        ({"every": "soon"}, "every", "expected a duration"),
+        ({"every": "0s"}, "every", "positive duration"),
+        ({"schedule": "* * * * *", "every": "1m"}, "every", "not both"),
+    ],
+)
+def test_validation_names_the_key(tmp_project, config, key, text):
+    tmp_project.config("")
+    lines = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in config.items())
+    tmp_project.add_agent("bad", lines + "\n")
+    agent = tmp_project.load().agents["bad"]
+    problems = CronTrigger().validate(agent)
+    assert len(problems) == 1 and isinstance(problems[0], ConfigError)
+    assert problems[0].key == key and text in problems[0].message
+    assert problems[0].file.endswith("agents/bad/config.toml")

@@ -1,0 +1,401 @@
+"""The "container" runtime: one fresh, locked-down Docker container per run.
+
+Isolation (DESIGN §6): read-only root fs; ``/tmp`` (the working dir ``/tmp/work``) and the home dir
+are tmpfs; ``/app/bin`` (the language-skill commands), ``/credentials`` (only the credentials the
+agent declares) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
+capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bridge`` or ``none``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llamaherd.types import SandboxError, SandboxSpec
+
+from llamaherd_docker import images
+from llamaherd_docker.daemon import connect, docker_errors
+from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
+
+BIN = "/app/bin"
+CREDENTIALS = "/credentials"
+GATEWAY_DIR = "/run/al-gateway"
+# PID 1 only idles: exists in busybox, Alpine and Debian, and exits at once on SIGTERM.
+IDLE_COMMAND = ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
+
+LABEL_RUN = "llamaherd.run"
+LABEL_AGENT = "llamaherd.agent"
+LABEL_PROJECT = "llamaherd.project"
+LABEL_OWNER = "llamaherd.owner"  # "<hostname>:<pid>" of the process that started it
+LABEL_CREDENTIALS = "llamaherd.credentials"  # host dir of the staged credentials
+
+_SIZE = "^[0-9]+(\\.[0-9]+)?[bkmgBKMG]?$"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.@+-]+$")
+
+SCHEMA: dict[str, Any] = {
+    "network": {
+        "enum": ["bridge", "none"],
+        "default": "bridge",
+        "description": 'Container network: "bridge" (outbound access) or "none".',
+    },
+    "memory": {
+        "type": "string",
+        "pattern": _SIZE,
+        "description": 'Memory limit, e.g. "4g" (default: [local].memory).',
+    },
+    "cpus": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "CPU limit (default: [local].cpus).",
+    },
+    "pids": {
+        "type": "integer",
+        "minimum": 16,
+        "default": 512,
+        "description": "Most processes the run may have at once (contains fork bombs).",
+    },
+    "tmpSize": {
+        "type": "string",
+        "pattern": _SIZE,
+        "default": "2g",
+        "description": "Size of the /tmp tmpfs (the working dir is /tmp/work).",
+    },
+    "homeSize": {
+        "type": "string",
+        "pattern": _SIZE,
+        "default": "64m",
+        "description": "Size of the home dir tmpfs.",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """An agent's container settings: its ``[runtime]`` table, then ``[local]``, then defaults."""
+
+    network: str
+    memory: str
+    cpus: float
+    pids: int
+    tmp_size: str
+    home_size: str
+
+    @classmethod
+    def of(cls, agent: Any, project: Any) -> Limits:
+        table, local = agent.runtime, project.local
+        return cls(
+            network=str(table.get("network", SCHEMA["network"]["default"])),
+            memory=str(table.get("memory", local["memory"])),
+            cpus=float(table.get("cpus", local["cpus"])),
+            pids=int(table.get("pids", SCHEMA["pids"]["default"])),
+            tmp_size=str(table.get("tmpSize", SCHEMA["tmpSize"]["default"])),
+            home_size=str(table.get("homeSize", SCHEMA["homeSize"]["default"])),
+        )
+
+    def host_config(self, home: str, uid: int, gid: int) -> dict[str, Any]:
+        """Keyword arguments of ``containers.create`` for these limits and DESIGN §6."""
+        from docker.utils import parse_bytes
+
+        def tmpfs(size: str, owner: str) -> str:
+            # Whole bytes for the kernel ("1.5g" is docker's syntax, not tmpfs's); `exec` because
+            # agents build and run code in their working dir.
+            return f"size={parse_bytes(size)},{owner},exec"
+
+        return {
+            "read_only": True,
+            "tmpfs": {
+                "/tmp": tmpfs(self.tmp_size, "mode=1777"),
+                home: tmpfs(self.home_size, f"uid={uid},gid={gid},mode=0700"),
+            },
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "pids_limit": self.pids,
+            "mem_limit": self.memory,
+            "nano_cpus": int(self.cpus * 1e9),
+            "network_mode": self.network,
+            "init": True,  # reaps what killed commands leave behind
+        }
+
+
+def _env_map(config: dict[str, Any]) -> dict[str, str]:
+    pairs = (item.partition("=") for item in config.get("Env") or [])
+    return {key: value for key, _, value in pairs}
+
+
+def home_dir(config: dict[str, Any]) -> str:
+    """The image user's home: ``$HOME`` of the image, else derived from its ``USER``."""
+    env_home = _env_map(config).get("HOME")
+    if env_home:
+        return env_home
+    user = (config.get("User") or "").split(":")[0]
+    if user in ("", "0", "root"):
+        return "/root"
+    return "/home/agent" if user.isdigit() else f"/home/{user}"
+
+
+def sandbox_env(spec: SandboxSpec, config: dict[str, Any]) -> dict[str, str]:
+    """The env of every exec: image PATH behind /app/bin, the run's vars, credential vars."""
+    image_path = _env_map(config).get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env = {
+        "HOME": home_dir(config),
+        "PATH": f"{BIN}:{image_path}",
+        "AL_RUN_ID": spec.run_id,
+        "AL_AGENT": spec.agent.name,
+        **spec.env,
+        **spec.credential_env(CREDENTIALS),
+        "AL_CREDENTIALS_PATH": CREDENTIALS,
+    }
+    if spec.gateway_socket:
+        env["AL_GATEWAY_URL"] = f"unix://{GATEWAY_DIR}/{os.path.basename(spec.gateway_socket)}"
+    return env
+
+
+def stage_credentials(run_id: str, credentials: dict[str, dict[str, str]]) -> Path:
+    """Write only the run's credentials to a fresh host dir, laid out ``<type>/<instance>/<field>``.
+
+    Returns the private parent dir (0700, so no other host user can reach the files); its
+    ``credentials`` subdir is what gets mounted. Inside it everything is world-readable because
+    the image's user, whatever its uid, must read them through the read-only bind.
+    """
+    safe_run = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
+    private = Path(tempfile.mkdtemp(prefix=f"al-docker-{safe_run}-"))
+    root = private / "credentials"
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+    try:
+        for key, values in credentials.items():
+            type_name, _, instance = key.partition("/")
+            parts = [type_name, instance or "default", *values]
+            bad = [p for p in parts if p in (".", "..") or not _SAFE_NAME.match(p)]
+            if bad:
+                raise SandboxError(f"credential {key}: unsafe name {bad[0]!r} for a staged file")
+            directory = root / type_name / (instance or "default")
+            directory.mkdir(parents=True, exist_ok=True)
+            for path in (directory, directory.parent):
+                path.chmod(0o755)
+            for field_name, value in values.items():
+                target = directory / field_name
+                target.write_text(value)
+                target.chmod(0o444)
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return private
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str | None) -> bool:
+    """Whether the process that started a container still runs (unknown hosts count as alive)."""
+    host, _, pid = (owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # not this machine's to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, just another user's
+        return True
+    return True
+
+
+class ContainerRuntime:
+    """``[runtime] type = "container"``: see the module docstring."""
+
+    name = "container"
+    description = (
+        "Docker containers: read-only root fs, tmpfs /tmp and home, read-only credentials, "
+        "no capabilities, pids/memory/CPU limits."
+    )
+    schema = SCHEMA
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._build_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._prepared: dict[tuple[str, str], str] = {}
+        self._users: dict[str, tuple[int, int]] = {}  # image id -> (uid, gid) of its USER
+
+    def client(self) -> Any:
+        """The Docker client, connected on first use (SandboxError if the daemon is down)."""
+        with self._lock:
+            if self._client is None:
+                self._client = connect()
+            return self._client
+
+    # ------------------------------------------------------------------ images
+
+    def prepare(self, agent: Any, project: Any, progress: images.Progress | None = None) -> str:
+        """Make sure the agent's image exists (building it from its Dockerfile); return its tag.
+
+        ``progress`` receives the build's log lines. Raises SandboxError naming the Dockerfile
+        when the build fails, or naming the image when the base image is missing.
+        """
+        client = self.client()
+        base = project.local["image"]
+        key = (str(project.root), agent.name)
+        if not (agent.path / "Dockerfile").is_file():
+            self._require(base)
+            tag = base
+        else:
+            what = project.relative(agent.path / "Dockerfile")
+            labels = {LABEL_AGENT: agent.name, LABEL_PROJECT: str(project.root)}
+            with self._lock:
+                build_lock = self._build_locks.setdefault(key, threading.Lock())
+            with build_lock:
+                tag = images.build_agent(client, agent.path, what, base, progress, labels)
+        self._prepared[key] = tag
+        return tag
+
+    def _require(self, image: str) -> dict[str, Any]:
+        """The image's inspect data; SandboxError saying how to get it when it is not there."""
+        from docker.errors import ImageNotFound
+
+        with docker_errors(f"image {image}"):
+            try:
+                return self.client().api.inspect_image(image)
+            except ImageNotFound:
+                raise SandboxError(
+                    f"image {image} not found locally: build it with `al setup docker` "
+                    f"(or `docker pull {image}` and set [local].image)"
+                ) from None
+
+    def validate(self, agent: Any, project: Any) -> list[str]:
+        """Problems ``al validate`` reports for this agent: no daemon, no base image."""
+        try:
+            self.client()
+        except SandboxError as exc:
+            return [str(exc)]
+        base = project.local["image"]
+        dockerfile = agent.path / "Dockerfile"
+        if dockerfile.is_file():
+            text = images.rewrite_from(dockerfile.read_text(), base)
+            if not images.uses_base(text, base):
+                return []
+        try:
+            self._require(base)
+        except SandboxError as exc:
+            return [str(exc)]
+        return []
+
+    # ------------------------------------------------------------------ sandboxes
+
+    def start(self, spec: SandboxSpec) -> ContainerSandbox:
+        """A fresh container for the run, its working dir made; SandboxError if it cannot."""
+        agent, project = spec.agent, spec.project
+        key = (str(project.root), agent.name)
+        tag = self._prepared.get(key) or self.prepare(agent, project)
+        image = self._require(tag)
+        config = image["Config"] or {}
+        if image["Id"] not in self._users:
+            self._users[image["Id"]] = images.image_user(self.client(), tag, config.get("User"))
+        private = stage_credentials(spec.run_id, spec.credentials)
+        try:
+            container_id = self._create(spec, tag, config, self._users[image["Id"]], private)
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+        sandbox = ContainerSandbox(self.client(), container_id, sandbox_env(spec, config), str(private))
+        try:
+            code, _out, err = sandbox._run(["mkdir", "-p", WORKDIR], workdir="/")
+            if code != 0:
+                raise SandboxError(f"cannot create {WORKDIR}: {err.decode(errors='replace').strip()}")
+        except BaseException:
+            sandbox.cleanup()
+            raise
+        return sandbox
+
+    def _create(
+        self,
+        spec: SandboxSpec,
+        tag: str,
+        config: dict[str, Any],
+        user: tuple[int, int],
+        private: Path,
+    ) -> str:
+        client = self.client()
+        home = home_dir(config)
+        volumes = {
+            str(spec.bin_dir): {"bind": BIN, "mode": "ro"},
+            str(private / "credentials"): {"bind": CREDENTIALS, "mode": "ro"},
+        }
+        if spec.gateway_socket:
+            volumes[os.path.dirname(spec.gateway_socket)] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        labels = {
+            LABEL_RUN: spec.run_id,
+            LABEL_AGENT: spec.agent.name,
+            LABEL_PROJECT: str(spec.project.root),
+            LABEL_OWNER: _owner(),
+            LABEL_CREDENTIALS: str(private),
+        }
+        name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"al-{spec.run_id}-{secrets.token_hex(3)}")
+        host = Limits.of(spec.agent, spec.project).host_config(home, *user)
+        with docker_errors(f"agent {spec.agent.name}: cannot start its container"):
+            container = client.containers.create(
+                tag, IDLE_COMMAND, name=name, labels=labels, volumes=volumes, **host
+            )
+            try:
+                container.start()
+            except BaseException:
+                remove(client, container.id, None)
+                raise
+        return container.id
+
+    def attach(self, handle: dict[str, Any], spec: SandboxSpec | None) -> ContainerSandbox | None:
+        """The container recorded in ``handle`` if it still exists (running or not), else None.
+
+        Without ``spec`` (cleanup only) the sandbox has no run env.
+        """
+        from docker.errors import NotFound
+
+        container_id = (handle or {}).get("container")
+        if not container_id:
+            return None
+        client = self.client()
+        with docker_errors(f"container {container_id[:12]}"):
+            try:
+                attrs = client.api.inspect_container(container_id)
+            except NotFound:
+                return None
+        env = sandbox_env(spec, attrs["Config"]) if spec is not None else {}
+        credentials = handle.get("credentials_dir") or attrs["Config"]["Labels"].get(
+            LABEL_CREDENTIALS
+        )
+        return ContainerSandbox(client, attrs["Id"], env, credentials)
+
+    def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
+        """Remove our containers whose run is not live; return how many.
+
+        With ``project``, only that project's containers are considered; without, only those
+        whose starting process is gone (so another project's scheduler is never disturbed).
+        No daemon means none of our containers can be running: 0.
+        """
+        try:
+            client = self.client()
+        except SandboxError:
+            return 0
+        filters = [LABEL_RUN]
+        if project is not None:
+            filters.append(f"{LABEL_PROJECT}={project.root}")
+        removed = 0
+        with docker_errors("orphan cleanup"):
+            found = client.api.containers(all=True, filters={"label": filters})
+        for info in found:
+            labels = info.get("Labels") or {}
+            if labels.get(LABEL_RUN) in live_run_ids:
+                continue
+            if project is None and _owner_alive(labels.get(LABEL_OWNER)):
+                continue
+            remove(client, info["Id"], labels.get(LABEL_CREDENTIALS))
+            removed += 1
+        return removed

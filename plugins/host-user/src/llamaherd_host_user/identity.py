@@ -1,0 +1,85 @@
+"""Who a run's processes run as: the agent's OS user, its groups, and whether we switch to it."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from llamaherd.types import SandboxError
+
+DEFAULT_USER = "al-agent"
+
+
+def useradd_command(user: str) -> list[str]:
+    """The command that creates a system user for agent runs (no login home: HOME is per run)."""
+    return [
+        "useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+        "--shell", "/bin/sh", "--comment", "llamaherd agent runs", user,
+    ]  # fmt: skip
+
+
+def current_user() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A resolved agent user. ``switch`` is False when it is the user running llamaherd."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+    @property
+    def switch(self) -> bool:
+        return self.uid != os.geteuid()
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        """Arguments that make ``subprocess.Popen`` switch to this user in the child.
+
+        ``extra_groups`` is always given when switching: otherwise the child would keep root's
+        supplementary groups.
+        """
+        if not self.switch:
+            return {}
+        return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
+
+
+def _group_id(name: str | int, where: str) -> int:
+    try:
+        return (
+            grp.getgrgid(int(name)).gr_gid
+            if str(name).isdigit()
+            else grp.getgrnam(str(name)).gr_gid
+        )
+    except KeyError:
+        raise SandboxError(
+            f"{where}: runtime.groups: group {name!r} does not exist on this host"
+        ) from None
+
+
+def resolve(run_as: str, groups: list[str], where: str) -> Identity:
+    """Look up ``run_as`` and ``groups``; raise SandboxError with the fix when that cannot work."""
+    try:
+        entry = pwd.getpwnam(run_as)
+    except KeyError:
+        raise SandboxError(
+            f"{where}: runtime.run_as: user {run_as!r} does not exist; create it with "
+            f"`sudo al setup host-user --user {run_as}` "
+            f"(or: sudo {shlex.join(useradd_command(run_as))})"
+        ) from None
+    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+        me = current_user()
+        raise SandboxError(
+            f"{where}: runtime.run_as: cannot run as {run_as!r}: llamaherd runs as {me!r}, not "
+            f"root, so it cannot switch user; run the scheduler as root (sudo al start), or set "
+            f'run_as = "{me}" (no isolation from your own files)'
+        )
+    extra = {gid for gid in os.getgrouplist(run_as, entry.pw_gid)}
+    extra.update(_group_id(name, where) for name in groups)
+    return Identity(run_as, entry.pw_uid, entry.pw_gid, tuple(sorted(extra)))

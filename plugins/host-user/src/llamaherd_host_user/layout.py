@@ -1,0 +1,128 @@
+"""Where a run's files live on the host, and who owns what.
+
+::
+
+    /tmp/al-runs/                   root, 0711: entries can be reached by name, not listed
+      <run_id>/                     agent user, 0700: the working dir and $HOME
+      <run_id>.al/                  root, 0711: the run's private area (removed by cleanup)
+        owner.json                  root, 0600: which scheduler process owns the sandbox
+        bin/                        root, 0755: copies of the language-skill commands
+        credentials/<type>/<instance>/<field>   agent user, dirs 0700, files 0400
+        tmp/                        agent user, 0700: $TMPDIR
+
+Without root (``run_as`` = the current user) the base is ``/tmp/al-runs-<uid>/`` (0700), since
+``/tmp/al-runs`` may belong to root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from llamaherd.types import SandboxError
+
+ROOT_BASE = Path("/tmp/al-runs")
+PRIVATE_SUFFIX = ".al"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]*$")
+
+
+def safe_run_id(run_id: str) -> str:
+    """Refuse run ids that would leave the runs dir (``..``, ``/``), hide, or look private."""
+    if not _SAFE_NAME.match(run_id) or run_id.endswith(PRIVATE_SUFFIX):
+        raise SandboxError(f"host-user: run id {run_id!r} is not a safe directory name")
+    return run_id
+
+
+def runs_base() -> Path:
+    """The directory holding every run's working dir, created safely if missing."""
+    uid = os.geteuid()
+    base = ROOT_BASE if uid == 0 else Path(f"{ROOT_BASE}-{uid}")
+    mode = 0o711 if uid == 0 else 0o700
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=mode)
+    info = base.lstat()
+    # /tmp is world-writable: someone else may have planted this name first.
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise SandboxError(
+            f"host-user: {base} is not a directory owned by uid {uid}; remove it and retry"
+        )
+    if stat.S_IMODE(info.st_mode) != mode:
+        base.chmod(mode)
+    return base
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot: tells a live pid from a reused one."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return data.rsplit(")", 1)[1].split()[19]
+
+
+def owner_record() -> dict[str, object]:
+    pid = os.getpid()
+    return {"pid": pid, "start": process_start(pid), "host": socket.gethostname()}
+
+
+@dataclass(frozen=True)
+class Layout:
+    base: Path
+    run_id: str
+
+    @property
+    def workdir(self) -> Path:
+        return self.base / self.run_id
+
+    @property
+    def private(self) -> Path:
+        return self.base / (self.run_id + PRIVATE_SUFFIX)
+
+    @property
+    def bin(self) -> Path:
+        return self.private / "bin"
+
+    @property
+    def credentials(self) -> Path:
+        return self.private / "credentials"
+
+    @property
+    def tmp(self) -> Path:
+        return self.private / "tmp"
+
+    @property
+    def owner_file(self) -> Path:
+        return self.private / "owner.json"
+
+    def write_owner(self) -> None:
+        """Record this process as the sandbox's owner (start, and attach after a restart)."""
+        fd = os.open(self.owner_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(owner_record(), fh)
+
+    def owned_by_other_live_process(self) -> bool:
+        """True when another scheduler process that is still running owns this sandbox."""
+        try:
+            owner = json.loads(self.owner_file.read_text())
+        except (OSError, ValueError):
+            return False
+        pid = owner.get("pid")
+        if not isinstance(pid, int) or pid == os.getpid():
+            return False
+        return owner.get("host") == socket.gethostname() and process_start(pid) == owner.get(
+            "start"
+        )
+
+    def remove_private(self) -> None:
+        shutil.rmtree(self.private, ignore_errors=True)
+
+    def remove_workdir(self) -> None:
+        # rmtree works through directory fds, so symlinks the agent planted are not followed.
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,178 @@
+"""The ``host-user`` runtime: an agent's tool calls run as a separate OS user on this host."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llamaherd.types import SandboxError, SandboxSpec
+from llamaherd_host_user import identity as identities
+from llamaherd_host_user.containment import (
+    CGROUP_PARENT,
+    CgroupContainment,
+    ProcContainment,
+    cgroup2_mount,
+)
+from llamaherd_host_user.layout import PRIVATE_SUFFIX, Layout, runs_base, safe_run_id
+from llamaherd_host_user.sandbox import Containment, HostUserSandbox
+from llamaherd_host_user.staging import build_env, provision, provision_private
+
+SCHEMA: dict[str, Any] = {
+    "run_as": {
+        "type": "string",
+        "default": identities.DEFAULT_USER,
+        "description": "OS user the agent's commands run as (`al setup host-user` creates it).",
+    },
+    "groups": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "Extra groups (names or gids) for the agent user's processes.",
+    },
+    "keepWorkdir": {
+        "type": "boolean",
+        "default": False,
+        "description": "Keep /tmp/al-runs/<run-id>/ after the run (credentials are removed anyway).",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An agent's ``[runtime]`` table, for this runtime."""
+
+    run_as: str
+    groups: list[str]
+    keep_workdir: bool
+    where: str  # the agent's config file, for messages
+
+    @classmethod
+    def of(cls, agent: Any) -> Settings:
+        table = agent.runtime if agent is not None else {}
+        where = "config.toml"
+        if agent is not None:
+            with contextlib.suppress(Exception):
+                where = agent.project.relative(agent.config_file)
+        return cls(
+            run_as=str(table.get("run_as", identities.DEFAULT_USER)),
+            groups=[str(g) for g in table.get("groups", [])],
+            keep_workdir=bool(table.get("keepWorkdir", False)),
+            where=where,
+        )
+
+
+def _containment(run_id: str, uid: int, cgroup: str | None = None) -> Containment:
+    if cgroup is not None:
+        path = Path(cgroup)
+        if path.is_dir():
+            return CgroupContainment(path)
+    elif (created := CgroupContainment.create(run_id)) is not None:
+        return created
+    return ProcContainment(uid, run_id)
+
+
+class HostUserRuntime:
+    """Runs each exec as the agent's OS user, contained in a per-run cgroup."""
+
+    name = "host-user"
+    description = (
+        "Processes under a separate OS user on this host (working dir /tmp/al-runs/<run-id>/)."
+    )
+    schema = SCHEMA
+
+    def prepare(self, agent: Any, project: Any = None) -> None:
+        """Check that the agent's user exists and that we can switch to it."""
+        settings = Settings.of(agent)
+        identities.resolve(settings.run_as, settings.groups, settings.where)
+
+    def warnings(self, agent: Any, project: Any = None) -> list[str]:
+        """Problems worth a warning in ``al validate`` that do not stop a run."""
+        settings = Settings.of(agent)
+        if settings.run_as != identities.current_user():
+            return []
+        return [
+            f"{settings.where}: runtime.run_as: {settings.run_as!r} is the user running llamaherd, "
+            "so the agent's commands run without isolation (they can read your files and "
+            "credential store); for isolation create a user with `sudo al setup host-user` and "
+            f'set run_as = "{identities.DEFAULT_USER}"'
+        ]
+
+    def start(self, spec: SandboxSpec) -> HostUserSandbox:
+        """Create the working dir, stage credentials and commands, and return the sandbox."""
+        settings = Settings.of(spec.agent)
+        ident = identities.resolve(settings.run_as, settings.groups, settings.where)
+        layout = Layout(runs_base(), safe_run_id(spec.run_id))
+        if layout.private.exists() or layout.workdir.exists():
+            _remove(layout, ident.uid)  # left over by a start that crashed half-way
+        try:
+            provision(layout, ident, spec)
+            containment = _containment(spec.run_id, ident.uid)
+        except OSError as exc:
+            _remove(layout, ident.uid)
+            raise SandboxError(f"host-user: cannot prepare run {spec.run_id}: {exc}") from None
+        env = build_env(layout, ident, spec)
+        return HostUserSandbox(layout, ident, containment, env, settings.keep_workdir)
+
+    def attach(self, handle: dict[str, Any], spec: SandboxSpec | None) -> HostUserSandbox | None:
+        """The sandbox of ``handle`` if its working dir still exists (after a restart)."""
+        try:
+            layout = Layout(Path(handle["base"]), safe_run_id(handle["run_id"]))
+        except (KeyError, TypeError):
+            return None
+        if not layout.workdir.is_dir():
+            return None
+        ident = identities.resolve(
+            handle["user"], Settings.of(spec.agent if spec else None).groups, "handle"
+        )
+        if layout.private.is_dir():
+            layout.write_owner()
+        else:
+            provision_private(layout, ident, spec)
+        containment = _containment(layout.run_id, ident.uid, handle.get("cgroup"))
+        env = build_env(layout, ident, spec)
+        return HostUserSandbox(layout, ident, containment, env, bool(handle.get("keep_workdir")))
+
+    def cleanup_orphans(self, live_run_ids: set[str]) -> int:
+        """Remove sandboxes (processes, private area, working dir, cgroup) of runs not live.
+
+        Left alone: live runs, sandboxes another running scheduler process owns, and working
+        dirs kept with ``keepWorkdir`` (their private area is already gone).
+        """
+        base = runs_base()
+        removed = 0
+        for entry in os.scandir(base):
+            if not entry.name.endswith(PRIVATE_SUFFIX):
+                continue
+            layout = Layout(base, entry.name[: -len(PRIVATE_SUFFIX)])
+            if layout.run_id in live_run_ids or layout.owned_by_other_live_process():
+                continue
+            uid = layout.workdir.stat().st_uid if layout.workdir.exists() else -1
+            _remove(layout, uid)
+            removed += 1
+        self._remove_stray_cgroups(base, live_run_ids)
+        return removed
+
+    @staticmethod
+    def _remove_stray_cgroups(base: Path, live_run_ids: set[str]) -> None:
+        mount = cgroup2_mount()
+        parent = mount / CGROUP_PARENT if mount else None
+        if parent is None or not parent.is_dir() or os.geteuid() != 0:
+            return
+        for entry in os.scandir(parent):
+            stray = entry.is_dir() and entry.name not in live_run_ids
+            if stray and not Layout(base, entry.name).private.exists():
+                CgroupContainment(Path(entry.path)).remove()
+
+
+def _remove(layout: Layout, uid: int) -> None:
+    """Kill a run's processes and delete its cgroup, private area and working dir."""
+    mount = cgroup2_mount()
+    cgroup = mount / CGROUP_PARENT / layout.run_id if mount else None
+    if cgroup is not None and cgroup.is_dir():
+        CgroupContainment(cgroup).remove()
+    elif uid >= 0:
+        ProcContainment(uid, layout.run_id).remove()
+    layout.remove_private()
+    layout.remove_workdir()

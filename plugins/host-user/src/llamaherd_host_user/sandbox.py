@@ -1,0 +1,252 @@
+"""A host-user sandbox: one run's processes, running as the agent's OS user."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import secrets
+import selectors
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from llamaherd.types import ExecResult, SandboxError
+from llamaherd_host_user.containment import CgroupContainment, ProcContainment
+from llamaherd_host_user.identity import Identity
+from llamaherd_host_user.layout import Layout
+
+TIMEOUT_EXIT = 124
+# How long to keep reading after the command exited, for output still in flight from processes
+# it left in the background (they may hold the pipe open for ever).
+DRAIN_GRACE = 0.1
+
+# The exec's first process waits on stdin until the scheduler has put it into the run's cgroup,
+# so nothing it forks can start outside. Then it drops stdin, enters the cwd as the agent user
+# and becomes the command. $1 = command, $2 = cwd.
+GATE = 'read -r _; exec </dev/null; cd -- "$2" || exit 1; exec /bin/sh -c "$1"'
+PUT = 'umask 077; mkdir -p -- "$(dirname -- "$1")" && cat >"$1" && chmod "$2" "$1"'
+
+Containment = CgroupContainment | ProcContainment
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class _Lines:
+    """Decodes output chunks and hands complete lines (without the newline) to a callback."""
+
+    def __init__(self, on_output: Callable[[str], None] | None):
+        self.on_output = on_output
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.parts: list[str] = []
+        self.pending = ""
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self.decoder.decode(data, final)
+        self.parts.append(text)
+        if self.on_output is None:
+            return
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        if final and self.pending:
+            lines.append(self.pending)
+            self.pending = ""
+        for line in lines:
+            self.on_output(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class HostUserSandbox:
+    """Runs commands as ``identity`` in ``layout.workdir``; see the package README."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        identity: Identity,
+        containment: Containment,
+        env: dict[str, str],
+        keep_workdir: bool = False,
+    ):
+        self.layout = layout
+        self.identity = identity
+        self.containment = containment
+        self.env = env
+        self.keep_workdir = keep_workdir
+        self.id = layout.run_id
+        self.workdir = str(layout.workdir)
+        self._cleaned = False
+
+    # ------------------------------------------------------------------ exec
+    def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        on_output: Callable[[str], None] | None = None,
+    ) -> ExecResult:
+        """Run ``/bin/sh -c command`` as the agent user, stdout and stderr merged.
+
+        Each output line (without its newline) goes to ``on_output`` as it arrives. On
+        ``timeout`` everything the call started is killed and the result is exit 124.
+        """
+        if self._cleaned:
+            raise SandboxError(f"sandbox {self.id} was cleaned up")
+        if self.containment.paused:
+            raise SandboxError(f"sandbox {self.id} is paused; resume it first")
+        started = time.monotonic()
+        exec_id = "e" + secrets.token_hex(4)
+        proc, out_r = self._spawn(command, cwd or self.workdir, env, exec_id)
+        lines = _Lines(on_output)
+        try:
+            timed_out = self._pump(
+                proc, out_r, lines, None if timeout is None else started + timeout
+            )
+        finally:
+            os.close(out_r)
+            if proc.poll() is None:
+                self.containment.kill_exec(exec_id, proc.pid)
+            proc.wait()
+            self.containment.exec_done(exec_id)
+        lines.feed(b"", final=True)
+        code = TIMEOUT_EXIT if timed_out else _exit_code(proc.returncode)
+        return ExecResult(code, lines.text, timed_out, time.monotonic() - started)
+
+    def _spawn(
+        self, command: str, cwd: str, env: dict[str, str] | None, exec_id: str
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        full_env = {**self.env, **(env or {}), "AL_RUN_ID": self.id}
+        gate_r, gate_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", GATE, "al-exec", command, cwd],
+                stdin=gate_r,
+                stdout=out_w,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                env=full_env,
+                start_new_session=True,
+                **self.identity.popen_kwargs(),
+            )
+        except OSError as exc:
+            os.close(out_r)
+            raise SandboxError(f"sandbox {self.id}: cannot start a process: {exc}") from None
+        finally:
+            os.close(gate_r)
+            os.close(out_w)
+        try:
+            self.containment.adopt(proc.pid, exec_id)
+        except OSError as exc:
+            proc.kill()
+            proc.wait()
+            os.close(out_r)
+            raise SandboxError(f"sandbox {self.id}: cannot contain the process: {exc}") from None
+        finally:
+            os.close(gate_w)  # opens the gate
+        return proc, out_r
+
+    @staticmethod
+    def _pump(
+        proc: subprocess.Popen[bytes], out_r: int, lines: _Lines, deadline: float | None
+    ) -> bool:
+        """Read output until EOF (or a short grace after exit); True when the deadline passed."""
+        pidfd = os.pidfd_open(proc.pid)
+        grace: float | None = None  # set once the command exited
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(out_r, selectors.EVENT_READ, "out")
+                selector.register(pidfd, selectors.EVENT_READ, "exit")
+                while True:
+                    now = time.monotonic()
+                    if grace is not None and now >= grace:
+                        return False
+                    if deadline is not None and now >= deadline:
+                        return grace is None
+                    limits = [t for t in (grace, deadline) if t is not None]
+                    for key, _ in selector.select(min(limits) - now if limits else None):
+                        if key.data == "exit":
+                            selector.unregister(pidfd)
+                            grace = time.monotonic() + DRAIN_GRACE
+                            continue
+                        data = os.read(out_r, 65536)
+                        if not data:
+                            return False
+                        lines.feed(data)
+        finally:
+            os.close(pidfd)
+
+    # ------------------------------------------------------------------ files
+    def _as_agent(self, script: str, args: list[str], data: bytes | None = None) -> bytes:
+        """Run a tiny file operation as the agent user, so its permissions apply (not root's)."""
+        result = subprocess.run(
+            ["/bin/sh", "-c", script, "al-file", *args],
+            input=data if data is not None else b"",
+            capture_output=True,
+            cwd=self.workdir,
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            start_new_session=True,
+            **self.identity.popen_kwargs(),
+        )
+        if result.returncode != 0:
+            message = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            reason = message[-1] if message else f"exit {result.returncode}"
+            error = FileNotFoundError if "No such file" in reason else OSError
+            if "Permission denied" in reason:
+                error = PermissionError
+            raise error(f"{args[0]}: {reason}")
+        return result.stdout
+
+    def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file as the agent user; a relative path is under the working dir."""
+        self._as_agent(PUT, [path, format(mode & 0o7777, "o")], data)
+
+    def get_file(self, path: str) -> bytes:
+        """Read a file as the agent user; a relative path is under the working dir."""
+        return self._as_agent('cat -- "$1"', [path])
+
+    # ------------------------------------------------------------------ lifecycle
+    def pause(self) -> None:
+        """Stop every process of the run (cgroup freezer, or SIGSTOP to each)."""
+        self.containment.freeze()
+
+    def resume(self) -> None:
+        self.containment.thaw()
+
+    def alive(self) -> bool:
+        """True until cleanup, and while any process of the run is left."""
+        return self.layout.private.exists() or bool(self.containment.pids())
+
+    def kill(self) -> None:
+        """End every process of the run, daemons included; files stay until cleanup."""
+        self.containment.kill()
+        if self.containment.paused:
+            self.containment.thaw()  # so later execs do not start frozen
+
+    def cleanup(self) -> None:
+        """Kill what is left, remove credentials and commands, and the working dir unless kept."""
+        self.containment.remove()
+        self.layout.remove_private()
+        if not self.keep_workdir:
+            self.layout.remove_workdir()
+        self._cleaned = True
+
+    def handle(self) -> dict[str, Any]:
+        return {
+            "runtime": "host-user",
+            "run_id": self.id,
+            "user": self.identity.name,
+            "uid": self.identity.uid,
+            "base": str(self.layout.base),
+            "workdir": self.workdir,
+            "credentials": str(self.layout.credentials),
+            "cgroup": str(self.containment.path)
+            if isinstance(self.containment, CgroupContainment)
+            else None,
+            "keep_workdir": self.keep_workdir,
+        }

@@ -1,0 +1,114 @@
+"""Creating a run's working dir and private area: commands, credentials, tmp.
+
+Everything is written by the scheduler before any process of the run exists, inside
+directories only root can create entries in, and handed to the agent user at the end; so no
+agent-planted symlink can redirect a write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from llamaherd.credentials import check_name, is_staged, staged_files
+from llamaherd.types import SandboxSpec
+from llamaherd_host_user.identity import Identity
+from llamaherd_host_user.layout import Layout
+
+
+def _give(path: Path, identity: Identity, mode: int) -> None:
+    if identity.switch:
+        os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
+    path.chmod(mode)
+
+
+def _mkdir(path: Path, identity: Identity | None, mode: int) -> Path:
+    path.mkdir(mode=0o700)
+    if identity is not None:
+        _give(path, identity, mode)
+    else:
+        path.chmod(mode)
+    return path
+
+
+def _credential_types() -> dict[str, Any]:
+    try:
+        from llamaherd.plugins import registry
+
+        return registry().credential_types
+    except Exception:  # staging still works with default modes when plugins cannot load
+        return {}
+
+
+def _copy_commands(source: Path | None, target: Path) -> None:
+    _mkdir(target, None, 0o755)
+    if source is None or not Path(source).is_dir():
+        return
+    for entry in os.scandir(source):
+        if entry.is_file():
+            dest = target / entry.name
+            shutil.copyfile(entry.path, dest)
+            dest.chmod(0o755)
+
+
+def _stage_credentials(
+    credentials: dict[str, dict[str, str]], root: Path, identity: Identity
+) -> None:
+    """Write ``<root>/<type>/<instance>/<field>`` for each declared credential the sandbox may see.
+
+    Names, contents (value plus newline) and modes follow ``llamaherd.credentials``.
+    """
+    types = _credential_types()
+    _mkdir(root, identity, 0o700)
+    for ref, values in credentials.items():
+        type_name, _, instance = ref.partition("/")
+        kind = types.get(type_name)
+        if not is_staged(kind):
+            continue  # model keys stay with the scheduler
+        type_dir = root / check_name("type", type_name)
+        if not type_dir.exists():
+            _mkdir(type_dir, identity, 0o700)
+        instance_dir = _mkdir(type_dir / check_name("instance", instance), identity, 0o700)
+        for field, content, mode in staged_files(kind, values):
+            path = instance_dir / check_name("field", field)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(content)
+            _give(path, identity, mode)
+
+
+def provision(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
+    """Create the working dir and the private area of a new run (both must not exist)."""
+    _mkdir(layout.workdir, identity, 0o700)
+    provision_private(layout, identity, spec)
+
+
+def provision_private(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
+    _mkdir(layout.private, None, 0o711)
+    layout.write_owner()
+    _copy_commands(spec.bin_dir if spec else None, layout.bin)
+    _mkdir(layout.tmp, identity, 0o700)
+    _stage_credentials(spec.credentials if spec else {}, layout.credentials, identity)
+
+
+def build_env(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> dict[str, str]:
+    """The environment of every exec, built from scratch: nothing of the scheduler's leaks."""
+    extra = dict(spec.env) if spec else {}
+    path = extra.pop("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env = {
+        "HOME": str(layout.workdir),
+        "USER": identity.name,
+        "LOGNAME": identity.name,
+        "SHELL": "/bin/sh",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "TMPDIR": str(layout.tmp),
+        **extra,
+        **(spec.credential_env(str(layout.credentials)) if spec else {}),
+        "PATH": f"{layout.bin}:{path}",
+        "AL_CREDENTIALS_PATH": str(layout.credentials),
+        "AL_RUN_ID": layout.run_id,  # also the marker the /proc fallback finds processes by
+    }
+    return env

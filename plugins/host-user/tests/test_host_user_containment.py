@@ -1,0 +1,193 @@
+"""Timeouts, kill, pause/resume, cleanup, orphans and attach, with cgroups and without."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from llamaherd_host_user import runtime as runtime_module
+from llamaherd_host_user.containment import CgroupContainment, ProcContainment
+from llamaherd_host_user.runtime import HostUserRuntime
+
+pytestmark = pytest.mark.root
+
+# Starts a background grandchild and a double-forked setsid daemon; each writes its pid.
+SPAWN = (
+    "sleep 300 & echo $! > child.pid; "
+    "setsid sh -c 'sleep 300 & echo $! > daemon.pid' </dev/null >/dev/null 2>&1 & "
+    "while [ ! -s daemon.pid ] || [ ! -s child.pid ]; do sleep 0.01; done"
+)
+COUNTER = "(i=0; while :; do i=$((i+1)); echo $i > c.tmp; mv c.tmp counter; sleep 0.01; done) >/dev/null 2>&1 &"
+
+
+def pid_gone(pid: int) -> bool:
+    """True when ``pid`` has exited (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def pids(sandbox) -> list[int]:
+    return [int(sandbox.get_file(name).strip()) for name in ("child.pid", "daemon.pid")]
+
+
+def counter(sandbox) -> int:
+    return int(sandbox.get_file("counter").strip() or 0)
+
+
+@pytest.fixture(params=["cgroup", "proc"])
+def containment(request, monkeypatch):
+    """Run each test with cgroup containment and with the /proc fallback."""
+    if request.param == "proc":
+        monkeypatch.setattr(CgroupContainment, "create", classmethod(lambda cls, run_id: None))
+    elif CgroupContainment.create("probe") is None:
+        pytest.fail("no writable cgroup2 hierarchy on this host")
+    else:
+        CgroupContainment.create("probe").remove()
+    return request.param
+
+
+def test_containment_kind(start, containment):
+    sandbox = start()
+    expected = CgroupContainment if containment == "cgroup" else ProcContainment
+    assert isinstance(sandbox.containment, expected)
+
+
+def test_call_timeout_kills_grandchildren_and_daemons(start, containment):
+    sandbox = start()
+    begun = time.monotonic()
+    result = sandbox.exec(SPAWN + "; echo started; sleep 300", timeout=1.0)
+    assert result.timed_out and result.exit_code == 124
+    assert "started" in result.output
+    assert time.monotonic() - begun < 3
+    child, daemon = pids(sandbox)
+    if containment == "proc":
+        # Without cgroups a call timeout reaches the call's process group only.
+        assert pid_gone(child)
+        sandbox.kill()
+    assert all(pid_gone(pid) for pid in (child, daemon))
+
+
+def test_kill_ends_every_process_of_the_run(start, containment):
+    sandbox = start()
+    assert sandbox.exec(SPAWN).exit_code == 0
+    child, daemon = pids(sandbox)
+    assert not pid_gone(child) and not pid_gone(daemon)  # the call returned, they live on
+    sandbox.kill()
+    assert pid_gone(child) and pid_gone(daemon)
+    assert sandbox.alive()  # files stay until cleanup
+    assert sandbox.exec("echo again").output == "again\n"
+
+
+def test_background_output_does_not_hold_exec(start, containment):
+    sandbox = start()
+    begun = time.monotonic()
+    result = sandbox.exec("sleep 30 & echo quick")
+    assert result.output == "quick\n" and result.exit_code == 0
+    assert time.monotonic() - begun < 1.5
+
+
+def test_pause_stops_and_resume_continues_everything(start, containment):
+    sandbox = start()
+    sandbox.exec(COUNTER)
+    time.sleep(0.1)
+    sandbox.pause()
+    time.sleep(0.05)
+    frozen = counter(sandbox)
+    time.sleep(0.3)
+    assert counter(sandbox) == frozen
+    sandbox.resume()
+    time.sleep(0.3)
+    assert counter(sandbox) > frozen
+
+
+def test_cleanup_removes_workdir_credentials_and_processes(start, containment):
+    sandbox = start(credentials={"github_token/default": {"token": "t"}})
+    sandbox.exec(SPAWN)
+    child, daemon = pids(sandbox)
+    creds = Path(sandbox.env["AL_CREDENTIALS_PATH"])
+    sandbox.cleanup()
+    assert not Path(sandbox.workdir).exists() and not creds.exists()
+    assert pid_gone(child) and pid_gone(daemon)
+    assert not sandbox.alive()
+
+
+def test_keep_workdir_keeps_it_but_not_credentials(start):
+    sandbox = start(credentials={"github_token/default": {"token": "t"}}, keepWorkdir=True)
+    sandbox.exec("echo result > out.txt")
+    creds = Path(sandbox.env["AL_CREDENTIALS_PATH"])
+    sandbox.cleanup()
+    assert Path(sandbox.workdir, "out.txt").read_text() == "result\n"
+    assert not creds.exists()
+    # A kept working dir is not an orphan: the next scheduler start leaves it alone.
+    HostUserRuntime().cleanup_orphans(set())
+    assert Path(sandbox.workdir).exists()
+    import shutil
+
+    shutil.rmtree(sandbox.workdir)
+
+
+def test_orphans_of_dead_runs_are_removed(start, containment):
+    live, dead = start(), start()
+    dead.exec(SPAWN)
+    child, daemon = pids(dead)
+    removed = HostUserRuntime().cleanup_orphans({live.id})
+    assert removed >= 1
+    assert not Path(dead.workdir).exists() and not dead.layout.private.exists()
+    assert pid_gone(child) and pid_gone(daemon)
+    assert live.exec("true").exit_code == 0
+
+
+def test_orphans_owned_by_another_running_scheduler_are_kept(start):
+    sandbox = start()
+    # Pretend a different live process (pid 1, with its real start time) owns the sandbox.
+    from llamaherd_host_user.layout import process_start
+
+    record = json.loads(sandbox.layout.owner_file.read_text())
+    record.update(pid=1, start=process_start(1))
+    sandbox.layout.owner_file.write_text(json.dumps(record))
+    HostUserRuntime().cleanup_orphans(set())
+    assert Path(sandbox.workdir).exists()
+
+
+def test_attach_after_restart(start, containment, bin_dir):
+    sandbox = start()
+    sandbox.exec("echo kept > state.txt")
+    sandbox.exec(SPAWN)
+    child, daemon = pids(sandbox)
+    sandbox.pause()
+    handle = json.loads(json.dumps(sandbox.handle()))
+
+    again = HostUserRuntime().attach(handle, None)  # a new runtime object: a restarted process
+    assert again is not None and again.alive()
+    again.resume()
+    assert again.exec("cat state.txt").output == "kept\n"
+    assert not pid_gone(daemon)
+    again.kill()
+    assert pid_gone(child) and pid_gone(daemon)
+    again.cleanup()
+    assert HostUserRuntime().attach(handle, None) is None
+    assert HostUserRuntime().attach({}, None) is None
+
+
+def test_runtime_is_registered():
+    from llamaherd.plugins import registry
+
+    assert isinstance(registry().runtimes["host-user"], HostUserRuntime)
+    assert set(runtime_module.SCHEMA) == {"run_as", "groups", "keepWorkdir"}
+
+
+def test_same_user_runs_without_switching(start, runtime, make_agent):
+    sandbox = start(run_as="root")
+    assert sandbox.exec("id -u").output.strip() == str(os.getuid())
+    assert not sandbox.identity.switch
+    warnings = runtime.warnings(make_agent(run_as="root"))
+    assert len(warnings) == 1 and "without isolation" in warnings[0]
+    assert runtime.warnings(make_agent(name="other", run_as="al-test-agent")) == []
+

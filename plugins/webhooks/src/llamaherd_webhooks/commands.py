@@ -1,0 +1,209 @@
+"""``al webhooks``: replay a payload through the matching code, send a signed test, list deliveries."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.types import LlamaherdError
+
+
+@click.group("webhooks")
+def webhooks() -> None:
+    """Inspect and test webhook deliveries."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LlamaherdError(f"{path}: cannot read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise LlamaherdError(f"{path}: invalid JSON: {exc}") from None
+
+
+def _fixture(path: Path) -> tuple[dict[str, str], bytes]:
+    """Headers and body of a fixture: ``{"headers": {...}, "payload": {...}}`` as recorded, or a
+    bare payload object."""
+    data = _read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("headers"), dict) and "payload" in data:
+        headers = {str(k).lower(): str(v) for k, v in data["headers"].items()}
+        return headers, json.dumps(data["payload"]).encode()
+    if not isinstance(data, dict):
+        raise LlamaherdError(f"{path}: expected a JSON object (a payload, or headers + payload)")
+    return {}, json.dumps(data).encode()
+
+
+def _source_name(project: Any, name: str | None, agent: Any = None) -> str:
+    """The named source, else the agent's first, else the project's only one."""
+    declared = sorted(project.config.get("webhooks") or {})
+    if name is None and agent is not None:
+        entries = agent.config.get("webhooks") or []
+        name = entries[0].get("source") if entries else None
+    if name is None and len(declared) == 1:
+        name = declared[0]
+    if name not in declared:
+        choice = ", ".join(declared) or "none declared in config.toml"
+        raise LlamaherdError(f"pick a webhook source with --source (sources: {choice})")
+    return name
+
+
+def _resolve(app: AppContext, name: str) -> Any:
+    from llamaherd_webhooks.ingest import Outcome, resolve_source
+
+    config = resolve_source(app.project, app.registry, name)
+    if isinstance(config, Outcome):
+        raise LlamaherdError(config.body["error"])
+    return config
+
+
+@webhooks.command("replay")
+@click.argument("fixture", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--source", "source_name", help="Webhook source (default: the only one declared).")
+@click.option("--event", help="Event name, when the fixture does not carry its headers.")
+@click.option("--run", "run_", is_flag=True, help="Also queue a run of every matching agent.")
+@pass_app
+def replay(
+    app: AppContext, fixture: Path, source_name: str | None, event: str | None, run_: bool
+) -> None:
+    """Show which agents a payload FIXTURE would trigger (no signature check)."""
+    from llamaherd_webhooks.matching import matching_agents
+    from llamaherd_webhooks.trigger import make_event
+
+    name = _source_name(app.project, source_name)
+    config = _resolve(app, name)
+    headers, body = _fixture(fixture)
+    delivery = f"replay-{uuid.uuid4()}"
+    synthetic = config.source.request_headers(body, event, delivery, None)
+    headers = {**{k.lower(): v for k, v in synthetic.items()}, **headers}
+    if event:
+        headers[config.source.event_header.lower()] = event
+    try:
+        fields = config.source.parse(headers, body)
+    except ValueError as exc:
+        raise LlamaherdError(f"{fixture}: {exc}") from None
+    if fields.get("ignore"):
+        click.echo(f"{name}: {fields.get('event')} is acknowledged and ignored (no run)")
+        return
+    fields["delivery"] = delivery  # a replay is a new delivery, never a duplicate
+    agents = matching_agents(app.project.agents, name, fields)
+    what = fields.get("event") or "?"
+    if fields.get("action"):
+        what += f".{fields['action']}"
+    click.echo(f"{name}: {what} matches {len(agents)} agent(s): {', '.join(agents) or '-'}")
+    if not run_ or not agents:
+        return
+    from llamaherd.engine import Engine
+
+    engine = Engine(app.project)
+    try:
+        for agent in agents:
+            answer = engine.emit(make_event(agent, name, fields))
+            state = (
+                f"refused: {answer['refused']}"
+                if answer.get("refused")
+                else f"queued item {answer.get('queued')}"
+            )
+            click.echo(f"{agent}: {state}")
+    finally:
+        engine.store.close()
+
+
+@webhooks.command("test")
+@click.argument("agent")
+@click.option("--event", required=True, help="Event name, e.g. pull_request.")
+@click.option(
+    "--payload",
+    "payload_file",
+    required=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="JSON payload file.",
+)
+@click.option("--source", "source_name", help="Webhook source (default: the agent's first).")
+@pass_app
+def test(
+    app: AppContext, agent: str, event: str, payload_file: Path, source_name: str | None
+) -> None:
+    """Send a correctly signed delivery to the running scheduler and print its answer."""
+    import requests
+
+    from llamaherd.credentials import CredentialStore
+    from llamaherd_webhooks.ingest import source_secrets
+
+    name = _source_name(app.project, source_name, app.project.agent(agent))
+    config = _resolve(app, name)
+    _, body = _fixture(payload_file)
+    secrets = source_secrets(CredentialStore(), config)
+    if not secrets and not config.allow_unsigned:
+        ctype = config.source.credential_type
+        raise LlamaherdError(
+            f"no secret for source {name!r}: add it with `al creds add {ctype}:{config.instance}`"
+        )
+    headers = config.source.request_headers(
+        body, event, str(uuid.uuid4()), secrets[0] if secrets else None
+    )
+    url = f"{_scheduler_url(app.project)}/webhooks/{name}"
+    try:
+        response = requests.post(url, data=body, headers=headers, timeout=30)
+    except requests.RequestException as exc:
+        raise LlamaherdError(
+            f"no scheduler answered at {url} ({type(exc).__name__}); start it with `al start`"
+        ) from None
+    click.echo(f"HTTP {response.status_code}")
+    click.echo(response.text)
+
+
+def _scheduler_url(project: Any) -> str:
+    from llamaherd.scheduler import scheduler_info
+
+    info = scheduler_info(project.state_dir)
+    if info:
+        return str(info["url"]).rstrip("/")
+    gateway = project.gateway
+    host = "127.0.0.1" if gateway["bind"] in ("0.0.0.0", "::", "") else gateway["bind"]
+    return f"http://{host}:{gateway['port']}"
+
+
+@webhooks.command("ls")
+@click.option("--dead", is_flag=True, help="Only dead letters (rejected or unmatched).")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
+    """Recent deliveries and dead letters."""
+    from llamaherd.store import Store
+
+    store = Store.open(app.project.database_url, str(app.project.root))
+    try:
+        rows = store.deliveries(limit=limit, dead_letters=dead)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [{k: v for k, v in r.items() if k != "body"} for r in rows], indent=2, default=str
+            )
+        )
+        return
+    if not rows:
+        click.echo("no deliveries" if not dead else "no dead letters")
+        return
+    for row in rows:
+        click.echo(_delivery_line(row))
+
+
+def _delivery_line(row: dict[str, Any]) -> str:
+    from datetime import datetime
+
+    at = row.get("received_at") or row.get("at") or row.get("created_at")
+    when = datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+    matched = ", ".join(row.get("matched") or []) or "-"
+    return (
+        f"{when}  {row.get('source')}  {row.get('delivery_id') or '-'}  "
+        f"{row.get('status')}  {row.get('result')}  agents: {matched}"
+    )

@@ -1,0 +1,190 @@
+"""One delivery, start to end: size, signature, parse, dedupe, route, record.
+
+HTTP-free so the route, ``al webhooks replay`` and tests share it. ``engine`` is the running
+Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamaherd_webhooks.matching import matching_agents
+from llamaherd_webhooks.trigger import make_event
+
+log = logging.getLogger("llamaherd.webhooks")
+
+DEFAULT_MAX_BODY = 1024 * 1024
+# Header names that may carry secrets: never stored in receipts.
+SECRET_HEADER_WORDS = ("signature", "authorization", "cookie", "token", "secret", "api-key")
+
+
+@dataclass
+class Outcome:
+    """An HTTP answer: status code and JSON body."""
+
+    status: int
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SourceConfig:
+    """A ``[webhooks.<name>]`` table resolved against the installed source types."""
+
+    name: str
+    source: Any  # WebhookSource, configured for this table
+    instance: str
+    allow_unsigned: bool
+    max_body: int
+
+
+def safe_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers fit for a receipt: anything that may hold a secret or signature left out."""
+    return {
+        k: v for k, v in headers.items() if not any(w in k.lower() for w in SECRET_HEADER_WORDS)
+    }
+
+
+def resolve_source(project: Any, registry: Any, name: str) -> SourceConfig | Outcome:
+    """The declared source ``name``, or a 404 outcome explaining why it cannot be used."""
+    table = (project.config.get("webhooks") or {}).get(name)
+    if not isinstance(table, dict):
+        return Outcome(404, {"error": f"no webhook source {name!r} in the project config.toml"})
+    kind = table.get("type", "generic")
+    source = registry.webhook_sources.get(kind)
+    if source is None:
+        return Outcome(404, {"error": f"webhook source {name!r}: type {kind!r} is not installed"})
+    if hasattr(source, "configured"):
+        source = source.configured(table)
+    return SourceConfig(
+        name=name,
+        source=source,
+        instance=str(table.get("credential", "default")),
+        allow_unsigned=bool(table.get("allowUnsigned", False)),
+        max_body=int(table.get("maxBodyBytes", DEFAULT_MAX_BODY)),
+    )
+
+
+def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
+    """The source's signing secret from its credential (``CredentialStore``), if stored."""
+    values = credentials.read(config.source.credential_type, config.instance)
+    return [values["secret"]] if values and values.get("secret") else []
+
+
+class Ingest:
+    """Takes deliveries for one engine."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+
+    def source(self, name: str) -> SourceConfig | Outcome:
+        return resolve_source(self.engine.project, self.engine.registry, name)
+
+    def handle(self, name: str, headers: dict[str, str], body: bytes | None) -> Outcome:
+        """Process one delivery (``body`` None: it exceeded the size limit and was not read).
+        Never raises: a failure is a 4xx (503 while the store is unavailable)."""
+        from llamaherd.store import StoreError
+
+        try:
+            config = self.source(name)
+            if isinstance(config, Outcome):
+                return config
+            return self._handle(config, {k.lower(): v for k, v in headers.items()}, body)
+        except StoreError:
+            log.exception("webhook %s: the store is unavailable", name)
+            return Outcome(503, {"error": "store unavailable, retry later"})
+        except Exception:
+            log.exception("webhook %s: delivery could not be processed", name)
+            return Outcome(422, {"error": "delivery could not be processed"})
+
+    def _handle(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
+        if body is None or len(body) > config.max_body:
+            return self._reject(
+                config, headers, b"", 413, f"body larger than {config.max_body} bytes"
+            )
+        if not config.allow_unsigned and not self._verified(config, headers, body):
+            return self._reject(config, headers, body, 401, "missing or bad signature")
+        try:
+            fields = config.source.parse(headers, body)
+        except ValueError as exc:
+            return self._reject(config, headers, body, 400, str(exc))
+        delivery = str(fields.get("delivery"))
+        if fields.get("ignore"):
+            status = int(fields.get("status", 200))
+            self._record(
+                config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
+            )
+            return Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+        if self.engine.store.delivery_seen(config.name, delivery):
+            return Outcome(200, {"delivery": delivery, "duplicate": True})
+        return self._route(config, delivery, headers, body, fields)
+
+    def _verified(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> bool:
+        secrets = source_secrets(self.engine.credentials, config)
+        if not secrets:
+            log.warning(
+                "webhook %s: no %s credential holds a secret; refusing deliveries",
+                config.name,
+                config.source.credential_type,
+            )
+        return config.source.verify(headers, body, secrets)
+
+    def _route(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+    ) -> Outcome:
+        agents = matching_agents(self.engine.project.agents, config.name, fields)
+        queued, refused, resumed = [], {}, []
+        for agent in agents:
+            answer = self.engine.emit(make_event(agent, config.name, fields)) or {}
+            if answer.get("refused"):
+                refused[agent] = answer["refused"]
+            elif answer.get("queued") is not None:
+                queued.append(agent)
+            resumed += answer.get("resumed") or []
+        # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
+        answer = self.engine.emit(make_event("", config.name, fields)) or {}
+        resumed += answer.get("resumed") or []
+        result = "matched" if agents or resumed else "unmatched"
+        if refused:
+            result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
+        self._record(config, delivery, headers, body, 202, result, agents)
+        return Outcome(
+            202,
+            {
+                "delivery": delivery,
+                "matched": len(agents),
+                "agents": agents,
+                "queued": queued,
+                "refused": refused,
+                "resumed": sorted(set(resumed)),
+            },
+        )
+
+    def _reject(
+        self, config: SourceConfig, headers: dict[str, str], body: bytes, status: int, why: str
+    ) -> Outcome:
+        log.warning("webhook %s: rejected with %d: %s", config.name, status, why)
+        # Unverified requests are kept without their claimed delivery id, so a forged id can
+        # never make the genuine delivery look like a duplicate.
+        self._record(config, None, headers, body, status, why, [])
+        return Outcome(status, {"error": why})
+
+    def _record(
+        self,
+        config: SourceConfig,
+        delivery: str | None,
+        headers: dict[str, str],
+        body: bytes,
+        status: int,
+        result: str,
+        matched: list[str],
+    ) -> None:
+        self.engine.store.record_delivery(
+            config.name, delivery, safe_headers(headers), body, status, result, matched
+        )

@@ -1,0 +1,68 @@
+"""``POST /webhooks/{name}`` on the scheduler's server, for every ``[webhooks.<name>]`` source.
+
+The body is read with the source's size limit before anything else; the rest of the work
+(blocking store calls) runs in Starlette's thread pool through ``Ingest.handle``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from llamaherd_webhooks.ingest import Ingest, Outcome
+
+log = logging.getLogger("llamaherd.webhooks")
+
+
+async def read_limited(request: Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _ingest(request: Request) -> Ingest:
+    state = request.app.state
+    if getattr(state, "webhooks_ingest", None) is None:
+        state.webhooks_ingest = Ingest(state.engine)
+    return state.webhooks_ingest
+
+
+async def receive(request: Request) -> JSONResponse:
+    """Take one delivery: 202 once it is durably routed, 4xx when refused, never a 500."""
+    try:
+        outcome = await _receive(request)
+    except Exception:  # a client must never see a 500, whatever went wrong
+        log.exception("webhook %s: unexpected failure", request.path_params.get("name"))
+        outcome = Outcome(422, {"error": "delivery could not be processed"})
+    return JSONResponse(outcome.body, status_code=outcome.status)
+
+
+async def _receive(request: Request) -> Outcome:
+    ingest = _ingest(request)
+    name = request.path_params["name"]
+    config = ingest.source(name)
+    if isinstance(config, Outcome):
+        return config
+    try:
+        body = await read_limited(request, config.max_body)
+    except ClientDisconnect:
+        return Outcome(400, {"error": "the client disconnected before sending the whole body"})
+    return await run_in_threadpool(ingest.handle, name, dict(request.headers), body)
+
+
+def add_routes(app: Any) -> None:
+    """Mount the webhook route on the scheduler's Starlette app."""
+    app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))

@@ -1,0 +1,117 @@
+"""POST /webhooks/<name> on a real server with a real Engine and Store."""
+
+from __future__ import annotations
+
+import json
+
+
+
+def test_signed_pull_request_routes_to_the_matching_agent_only(server):
+    response = server.send("github", server.pull_request(), delivery="d-1")
+    assert response.status_code == 202, response.text
+    assert response.json()["agents"] == ["reviewer"] and response.json()["matched"] == 1
+    assert response.json()["delivery"] == "d-1"
+    assert server.depth() == {"reviewer": 1}
+    [receipt] = server.engine.store.deliveries()
+    assert receipt["delivery_id"] == "d-1" and receipt["matched"] == ["reviewer"]
+    assert not any("signature" in name for name in receipt["headers"]), "no signatures kept"
+
+
+def test_bad_or_missing_signature_is_401_and_nothing_queued(server):
+    assert server.send("github", server.pull_request(), secret="wrong").status_code == 401
+    assert server.send("github", server.pull_request(), secret=None).status_code == 401
+    assert server.send("hooks", {"event": "deploy", "env": "prod"}, secret="wrong").status_code == 401
+    assert server.depth() == {}
+    dead = server.engine.store.deliveries(dead_letters=True)
+    assert [d["status"] for d in dead] == [401, 401, 401]
+    assert all(d["delivery_id"] is None for d in dead), "a forged delivery id is not kept"
+
+
+def test_redelivery_is_acknowledged_not_queued_twice(server):
+    first = server.send("github", server.pull_request(), delivery="same")
+    again = server.send("github", server.pull_request(), delivery="same")
+    assert first.status_code == 202
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert server.depth() == {"reviewer": 1}
+
+
+def test_oversized_body_is_413(server):
+    big = {"action": "opened", "padding": "x" * (2 * 1024 * 1024)}
+    response = server.send("github", big)
+    assert response.status_code == 413
+    assert server.depth() == {}
+
+
+def test_filters_by_action_repo_branch_and_labels(server):
+    assert server.send("github", server.pull_request(action="closed")).json()["agents"] == []
+    assert server.send("github", server.pull_request(base="develop")).json()["agents"] == []
+    assert server.send("github", server.pull_request(repo="acme/other")).json()["agents"] == []
+    labelled = server.send("github", server.pull_request(repo="acme/other", labels=["triage"]))
+    assert labelled.json()["agents"] == ["labeller"]
+    push = {"ref": "refs/heads/release/2.0", "repository": {"full_name": "acme/widgets"}}
+    assert server.send("github", push, event="push").json()["agents"] == ["pusher"]
+    push["ref"] = "refs/heads/main"
+    assert server.send("github", push, event="push").json() | {"delivery": None} == {
+        "delivery": None, "matched": 0, "agents": [], "queued": [], "refused": {}, "resumed": []
+    }
+    assert server.depth() == {"labeller": 1, "pusher": 1}
+
+
+def test_generic_source_with_match_predicates_and_custom_header(server):
+    assert server.send("hooks", {"event": "deploy", "env": "dev"}).json()["matched"] == 0
+    response = server.send("hooks", {"event": "deploy", "env": "prod"}, event=None)
+    assert response.status_code == 202 and response.json()["agents"] == ["deployer"]
+
+
+def test_unsigned_source_accepts_deliveries(server):
+    response = server.send("open", {"hello": "world"}, secret=None)
+    assert response.status_code == 202 and response.json()["agents"] == ["anything"]
+
+
+def test_ping_is_200_and_not_queued(server):
+    response = server.send("github", {"zen": "Speak like a human.", "hook_id": 1}, event="ping")
+    assert response.status_code == 200 and response.json()["ignored"] == "ping"
+    assert server.depth() == {}
+
+
+def test_bad_json_is_400_and_unknown_source_404(server):
+    assert server.send("github", None, body=b"{not json").status_code == 400
+    assert server.send("github", None, body=b"[1]").status_code == 400
+    assert server.http.post(f"{server.url}/webhooks/nope", data=b"{}").status_code == 404
+    assert server.depth() == {}
+
+
+def test_webhook_event_payload_and_prompt(server):
+    server.send("github", server.pull_request(), delivery="d-77")
+    claimed = server.engine.store.claim({"reviewer": 1}, None, "test-host")
+    item, run = claimed
+    assert item.kind == "webhook" and item.source == "github"
+    assert item.payload["number"] == 7 and item.payload["delivery"] == "d-77"
+    assert item.payload["payload"]["pull_request"]["title"] == "Fix it"
+    from llamaherd.prompts import trigger_block
+
+    block = trigger_block(run.trigger)
+    assert block.startswith("<webhook-trigger>") and "action: opened" in block
+    assert json.dumps("Fix it") in block
+
+
+def test_hibernating_agent_is_refused_and_recorded(server):
+    server.engine.store.set_agent_state("reviewer", "hibernate", "test")
+    response = server.send("github", server.pull_request())
+    assert response.status_code == 202
+    assert "reviewer" in response.json()["refused"]
+    assert server.depth() == {}
+    assert "refused" in server.engine.store.deliveries()[0]["result"]
+
+
+def test_waiting_run_is_resumed_by_a_matching_delivery(server):
+    store = server.engine.store
+    run = store.create_run("quiet", "manual")
+    store.set_waiting(run.id, {"type": "webhooks", "event": "pull_request", "repo": "acme/widgets", "number": 7}, 1e12)
+    other = store.create_run("quiet", "manual")
+    store.set_waiting(other.id, {"type": "webhooks", "event": "pull_request", "number": 8}, 1e12)
+    response = server.send("github", server.pull_request())
+    assert response.json()["resumed"] == [run.id]
+    assert store.get_run(run.id).state == "waiting"  # resumed through a queued resume item
+    assert {r.id for r in store.waiting_runs()} >= {other.id}
+    assert server.depth()["reviewer"] == 1

@@ -1,0 +1,88 @@
+"""Filters of [[webhooks]] entries and wait_for_trigger filters."""
+
+from __future__ import annotations
+
+import pytest
+from llamaherd_webhooks.matching import entry_matches, lookup
+from llamaherd_webhooks.trigger import WebhooksTrigger, make_event
+
+from llamaherd.types import TriggerEvent
+
+FIELDS = {
+    "event": "pull_request",
+    "action": "opened",
+    "repo": "Acme/Widgets",
+    "org": "acme",
+    "branch": "main",
+    "labels": ["bug", "triage"],
+    "assignees": ["bob"],
+    "author": "alice",
+    "conclusion": None,
+    "number": 7,
+    "payload": {
+        "pull_request": {"draft": False, "base": {"ref": "main"}, "labels": [{"name": "bug"}]}
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"source": "gh"}, True),
+        ({"source": "other"}, False),
+        ({"source": "gh", "events": ["pull_request"]}, True),
+        ({"source": "gh", "events": ["pull_request.opened"]}, True),
+        ({"source": "gh", "events": ["pull_request.closed"]}, False),
+        ({"source": "gh", "events": ["push", "issues"]}, False),
+        ({"source": "gh", "actions": ["opened", "reopened"]}, True),
+        ({"source": "gh", "actions": ["closed"]}, False),
+        ({"source": "gh", "repos": ["acme/widgets"]}, True),  # case-insensitive
+        ({"source": "gh", "repos": ["acme/*"]}, True),
+        ({"source": "gh", "repos": ["acme/gadgets"]}, False),
+        ({"source": "gh", "orgs": ["ACME"]}, True),
+        ({"source": "gh", "branches": ["main"]}, True),
+        ({"source": "gh", "branches": ["release/*"]}, False),
+        ({"source": "gh", "labels": ["security", "bug"]}, True),
+        ({"source": "gh", "labels": ["security"]}, False),
+        ({"source": "gh", "assignee": "bob"}, True),
+        ({"source": "gh", "author": ["carol"]}, False),
+        ({"source": "gh", "conclusions": ["failure"]}, False),
+        ({"source": "gh", "match": {"pull_request.draft": False}}, True),
+        ({"source": "gh", "match": {"pull_request.draft": True}}, False),
+        ({"source": "gh", "match": {"pull_request.base.ref": ["main", "develop"]}}, True),
+        ({"source": "gh", "match": {"pull_request.labels.0.name": "bug"}}, True),
+        ({"source": "gh", "match": {"pull_request.missing": "x"}}, False),
+        (
+            {"source": "gh", "actions": ["opened"], "repos": ["acme/widgets"], "branches": ["dev"]},
+            False,
+        ),
+    ],
+)
+def test_entry_filters(entry, expected):
+    assert entry_matches(entry, "gh", FIELDS) is expected
+
+
+def test_lookup_paths():
+    data = {"a": {"b": [{"c": 1}]}}
+    assert lookup(data, "a.b.0.c") == 1
+    assert lookup(data, "a.b.1.c") is not None and lookup(data, "a.b.1.c") != 1
+    assert lookup(data, "a.x") is lookup(data, "a.b.9")
+
+
+def test_wait_filter_matches_webhook_events_with_singular_keys():
+    trigger = WebhooksTrigger()
+    event = make_event("agent", "gh", FIELDS)
+    assert trigger.matches({"source": "gh", "event": "pull_request", "repo": "acme/widgets"}, event)
+    assert trigger.matches({"events": ["pull_request"]}, event)  # any source
+    assert not trigger.matches({"event": "push"}, event)
+    assert trigger.matches({"type": "webhooks", "event": "pull_request", "number": 7}, event)
+    assert not trigger.matches({"type": "webhooks", "number": 8}, event)
+    assert trigger.matches({"type": "webhooks", "payload.pull_request.draft": False}, event)
+    assert not trigger.matches({}, TriggerEvent(agent="a", kind="agent"))
+
+
+def test_event_payload_and_dedupe_key():
+    event = make_event("reviewer", "gh", {**FIELDS, "delivery": "d-1"})
+    assert event.kind == "webhook" and event.source == "gh"
+    assert event.payload["source"] == "gh" and event.payload["payload"] == FIELDS["payload"]
+    assert event.dedupe_key == "gh:d-1:reviewer"

@@ -1,0 +1,225 @@
+"""Acceptance through a real `al start` process: webhooks run agents, waits resume, cron holds
+across restarts (fake clock via AL_FAKE_CLOCK_FILE, no sleeping until ticks)."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import hmac
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+import requests
+
+SECRET = "process-test-secret"
+PROJECT = """
+[models.scripted]
+provider = "scripted"
+model = "scripted"
+
+[gateway]
+port = 0
+
+[webhooks.github]
+type = "github"
+"""
+
+
+def wait_until(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+class Project:
+    def __init__(self, root, credentials):
+        self.root, self.credentials = root, credentials
+        root.mkdir(parents=True)
+        (root / "config.toml").write_text(PROJECT)
+
+    def add_agent(self, name: str, config: str = "", script: str | None = None) -> None:
+        path = self.root / "agents" / name
+        path.mkdir(parents=True)
+        (path / "SKILL.md").write_text(f"---\nname: {name}\ndescription: test agent\n---\nWork.\n")
+        runtime = f'[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n'
+        text = 'models = ["scripted"]\n' + textwrap.dedent(config) + "\n" + runtime
+        (path / "config.toml").write_text(text)
+        if script is not None:
+            (path / "script.toml").write_text(textwrap.dedent(script))
+
+    def store(self):
+        from llamaherd.store import Store
+
+        return Store.open(f"sqlite:///{self.root}/.al/work-queue.db", str(self.root))
+
+    def runs(self, agent=None):
+        store = self.store()
+        try:
+            return store.runs(agent=agent, limit=1000)
+        finally:
+            store.close()
+
+
+class Scheduler:
+    """`al start` as a subprocess; ``url`` once it is up."""
+
+    def __init__(self, project: Project, env: dict[str, str]):
+        self.log = open(project.root / f"scheduler-{time.monotonic_ns()}.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", "2"],
+            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+        )
+        info = project.root / ".al" / "scheduler.json"
+
+        def up():
+            assert self.proc.poll() is None, open(self.log.name).read()
+            try:
+                data = json.loads(info.read_text())
+            except (OSError, ValueError):
+                return None
+            return data if data["pid"] == self.proc.pid else None
+
+        self.url = wait_until(up)["url"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(20)
+        self.log.close()
+
+
+@pytest.fixture
+def project(tmp_path):
+    from llamaherd.credentials import CredentialStore
+
+    credentials = tmp_path / "credentials"
+    CredentialStore(credentials).write("github_webhook_secret", "default", {"secret": SECRET})
+    return Project(tmp_path / "proj", credentials)
+
+
+@pytest.fixture
+def start(project, tmp_path):
+    started = []
+
+    def run(**env: str) -> Scheduler:
+        scheduler = Scheduler(project, {"AL_CREDENTIALS_DIR": str(project.credentials), **env})
+        started.append(scheduler)
+        return scheduler
+
+    yield run
+    for scheduler in started:
+        scheduler.stop()
+
+
+def deliver(url: str, payload: dict, event: str = "pull_request", secret: str = SECRET, delivery=None):
+    body = json.dumps(payload).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
+        "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+    }
+    return requests.post(f"{url}/webhooks/github", data=body, headers=headers, timeout=10)
+
+
+PR_OPENED = {
+    "action": "opened",
+    "number": 7,
+    "pull_request": {"number": 7, "base": {"ref": "main"}, "user": {"login": "alice"}},
+    "repository": {"full_name": "acme/widgets"},
+    "sender": {"login": "alice"},
+}
+REVIEWER = """
+[[webhooks]]
+source = "github"
+events = ["pull_request"]
+actions = ["opened"]
+repos = ["acme/widgets"]
+branches = ["main"]
+"""
+
+
+def test_signed_pull_request_runs_the_matching_agent_only(project, start):
+    project.add_agent("reviewer", REVIEWER)
+    project.add_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
+    project.add_agent("elsewhere", REVIEWER.replace("acme/widgets", "acme/other"))
+    scheduler = start()
+
+    assert deliver(scheduler.url, PR_OPENED, secret="forged").status_code == 401
+    too_big = {**PR_OPENED, "padding": "x" * (2 * 1024 * 1024)}
+    assert deliver(scheduler.url, too_big).status_code == 413
+    response = deliver(scheduler.url, PR_OPENED, delivery="delivery-1")
+    assert response.status_code == 202 and response.json()["agents"] == ["reviewer"]
+    again = deliver(scheduler.url, PR_OPENED, delivery="delivery-1")
+    assert again.status_code == 200 and again.json()["duplicate"]
+
+    [run] = wait_until(lambda: [r for r in project.runs("reviewer") if r.state == "done"])
+    assert run.trigger["kind"] == "webhook" and run.trigger["payload"]["number"] == 7
+    time.sleep(0.5)
+    assert [r.agent for r in project.runs()] == ["reviewer"], "no other run, and only one"
+
+
+def test_waiting_run_resumed_by_a_matching_delivery(project, start):
+    project.add_agent("waiter", "", script="""
+        [[turns]]
+        tool_calls = [{ name = "wait_for_trigger", arguments = { filter = { type = "webhooks", event = "pull_request", number = 7 }, timeout = "5m" } }]
+
+        [[turns]]
+        tool_calls = [{ name = "return_value", arguments = { value = "got {{ last_result }}" } }]
+
+        [[turns]]
+        text = "done"
+    """)
+    scheduler = start()
+    token = (project.root / ".al" / "control-token").read_text().strip()
+    queued = requests.post(f"{scheduler.url}/control/run", json={"agent": "waiter"},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    assert queued.status_code == 202, queued.text
+    [run] = wait_until(lambda: [r for r in project.runs("waiter") if r.state == "waiting"])
+
+    other_pr = {**PR_OPENED, "number": 8, "pull_request": {**PR_OPENED["pull_request"], "number": 8}}
+    assert deliver(scheduler.url, other_pr).json()["resumed"] == []
+    response = deliver(scheduler.url, PR_OPENED)
+    assert response.status_code == 202 and response.json()["resumed"] == [run.id]
+    done = wait_until(lambda: [r for r in project.runs("waiter") if r.state == "done"])
+    assert "pull_request" in json.dumps(done[0].return_value)
+
+
+def test_cron_never_fires_twice_across_restart_and_catches_up_once(project, start, tmp_path):
+    clock = tmp_path / "clock"
+
+    def set_clock(hour, minute, second=0.0):
+        clock.write_text(repr(datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second))
+
+    project.add_agent("ticker", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\n')
+    set_clock(12, 3)
+    first = start(AL_FAKE_CLOCK_FILE=str(clock))
+    set_clock(12, 5, 0.2)
+    wait_until(lambda: [r for r in project.runs("ticker") if r.state == "done"])
+    first.stop()
+
+    second = start(AL_FAKE_CLOCK_FILE=str(clock))  # same time: the 12:05 tick is taken
+    time.sleep(1.5)
+    assert len(project.runs("ticker")) == 1
+    second.stop()
+
+    set_clock(12, 31)  # down for 12:10 ... 12:30
+    start(AL_FAKE_CLOCK_FILE=str(clock))
+    wait_until(lambda: len([r for r in project.runs("ticker") if r.state == "done"]) == 2)
+    time.sleep(1.5)
+    runs = project.runs("ticker")
+    assert len(runs) == 2, "exactly one catch-up run"
+    ticks = sorted(r.trigger["payload"]["tick"] for r in runs)
+    assert ticks[1] - ticks[0] == 25 * 60, "the catch-up is for the latest missed tick (12:30)"

@@ -1,0 +1,49 @@
+"""The plugin manager's helpers and the `al new` scaffold's consistency with what is registered."""
+
+from __future__ import annotations
+
+import tomllib
+
+from llamaherd import hookimpl
+from llamaherd.plugins import PluginManager, get_manager
+
+SESSION_TOOLS = {"bash", "read_file", "write_file"}  # built into the session loop
+
+
+class Raises:
+    @hookimpl
+    def register_commands(self, cli):
+        raise RuntimeError("no commands today")
+
+
+class Adds:
+    @hookimpl
+    def register_commands(self, cli):
+        cli.append("mine")
+
+
+def test_call_each_turns_a_failing_plugin_into_a_warning(capsys):
+    manager = PluginManager(load_entrypoints=False)
+    manager.register(Raises(), "raises")
+    manager.register(Adds(), "adds")
+    added: list[str] = []
+    manager.call_each("register_commands", cli=added)
+    assert added == ["mine"]
+    assert (
+        "warning: plugin 'raises' failed in register_commands: RuntimeError: no commands today"
+        in capsys.readouterr().err
+    )
+
+
+def test_registered_plugin_fixture_unregisters(registered_plugin):
+    registry = registered_plugin(Adds(), "adds-for-a-test")
+    assert "adds-for-a-test" in get_manager().info
+    assert registry is get_manager().registry()
+
+
+def test_scaffold_script_uses_only_tools_that_exist(al, tmp_path):
+    assert al("new", str(tmp_path / "p")).returncode == 0
+    script = tomllib.loads((tmp_path / "p" / "agents" / "hello" / "script.toml").read_text())
+    names = {call["name"] for turn in script["turns"] for call in turn.get("tool_calls", [])}
+    assert names <= SESSION_TOOLS | set(get_manager().registry().tools())
+    assert "text" in script["turns"][-1]

@@ -1,0 +1,75 @@
+"""Fixtures for the store tests: a real database per test, SQLite always, PostgreSQL when
+AL_TEST_POSTGRES_URL names a server (``bash .ci/postgres.sh`` starts one and prints its URL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llamaherd.store import Store
+
+PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
+
+
+class FakeClock:
+    """A clock the test moves by hand, so TTLs and deadlines need no sleeping."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def pg_schema_url() -> tuple[str, str]:
+    """A fresh schema on the test server and a URL whose search_path points at it."""
+    import psycopg2
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    conn = psycopg2.connect(PG_URL)
+    conn.autocommit = True
+    conn.cursor().execute(f"CREATE SCHEMA {name}")
+    conn.close()
+    sep = "&" if "?" in PG_URL else "?"
+    return name, f"{PG_URL}{sep}options=-csearch_path%3D{name}"
+
+
+def drop_pg_schema(name: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(PG_URL)
+    conn.autocommit = True
+    conn.cursor().execute(f"DROP SCHEMA {name} CASCADE")
+    conn.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL: an SQLite file under tmp_path, or a private PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/.al/work-queue.db"
+        return
+    if not PG_URL:
+        pytest.skip("AL_TEST_POSTGRES_URL is not set")
+    name, url = pg_schema_url()
+    yield url
+    drop_pg_schema(name)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(db_url: str, clock: FakeClock) -> Iterator[Store]:
+    opened = Store.open(db_url, clock=clock)
+    yield opened
+    opened.close()
