@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from llamaherd_host_user.identity import DEFAULT_USER, useradd_command
+from llamaherd_host_user.runtime import HostUserRuntime
+
 import llamaherd
 from llamaherd.project import load_project
 from llamaherd.types import SandboxSpec
-
-from llamaherd_host_user.identity import DEFAULT_USER, useradd_command
-from llamaherd_host_user.runtime import HostUserRuntime
 
 BIN_DIR = Path(llamaherd.__file__).parent / "sandbox_bin"
 
@@ -84,7 +84,9 @@ def main() -> None:
     totals = [t * 1000 for _, t in samples]
     kind = type(runtime.start.__self__).__name__
     print(f"{kind}, user {agent.runtime['run_as']}, runs {runs}")
-    print(f"start() alone: p50 {statistics.median(starts):.1f} ms, p99 {percentile(starts, 99):.1f} ms")
+    print(
+        f"start() alone: p50 {statistics.median(starts):.1f} ms, p99 {percentile(starts, 99):.1f} ms"
+    )
     print(
         f"host-user runner start (start + first exec of `true`): "
         f"p50 {statistics.median(totals):.1f} ms, p99 {percentile(totals, 99):.1f} ms"

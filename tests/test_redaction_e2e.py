@@ -36,10 +36,15 @@ run_as = "{getpass.getuser()}"
 # Every way a value can leave the sandbox: tool output, status, return value, a failing command.
 SCRIPT = """
 [[turns]]
-tool_calls = [{name = "bash", arguments = {command = "echo token=$GITHUB_TOKEN gh=$GH_TOKEN; head -2 \\"$(dirname \\"$(echo $GIT_SSH_COMMAND | cut -d' ' -f3)\\")/id_rsa\\""}}]
+tool_calls = [{name = "bash", arguments = {command = '''
+echo token=$GITHUB_TOKEN gh=$GH_TOKEN
+head -2 "$AL_CREDENTIALS_PATH/git_ssh/default/id_rsa"
+'''}}]
 
 [[turns]]
-tool_calls = [{name = "bash", arguments = {command = "al-status \\"using $GITHUB_TOKEN\\" && al-return \\"{\\\\\\"token\\\\\\": \\\\\\"$GITHUB_TOKEN\\\\\\"}\\""}}]
+tool_calls = [{name = "bash", arguments = {command = '''
+al-status "using $GITHUB_TOKEN" && al-return "{\\"token\\": \\"$GITHUB_TOKEN\\"}"
+'''}}]
 
 [[turns]]
 tool_calls = [{name = "bash", arguments = {command = "echo fail $GITHUB_TOKEN >&2; exit 3"}}]

@@ -38,8 +38,9 @@ class E2EProject:
         root.mkdir(parents=True)
         (root / "config.toml").write_text(CONFIG)
 
-    def add_agent(self, name: str, script: str | None, config: str = "",
-                  run_as: str | None = None) -> Path:
+    def add_agent(
+        self, name: str, script: str | None, config: str = "", run_as: str | None = None
+    ) -> Path:
         path = self.root / "agents" / name
         path.mkdir(parents=True)
         (path / "SKILL.md").write_text(f"---\nname: {name}\ndescription: e2e\n---\nWork.\n")
@@ -53,7 +54,10 @@ class E2EProject:
     def al(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "llamaherd", "--project", str(self.root), *args],
-            capture_output=True, text=True, timeout=timeout, env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
         )
 
     def store(self) -> Any:
@@ -83,9 +87,19 @@ class Scheduler:
         self.log_path = project.root / f"scheduler-{time.monotonic_ns()}.log"
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start",
-             "--grace", "5"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=project.env,
+            [
+                sys.executable,
+                "-m",
+                "llamaherd",
+                "--project",
+                str(project.root),
+                "start",
+                "--grace",
+                "5",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=project.env,
         )
         info = project.root / ".al" / "scheduler.json"
         deadline = time.monotonic() + 30
@@ -143,8 +157,12 @@ class FakeModel:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
-                fake.requests.append({"headers": dict(self.headers),
-                                      "body": json.loads(self.rfile.read(length))})
+                fake.requests.append(
+                    {
+                        "headers": {k.lower(): v for k, v in self.headers.items()},
+                        "body": json.loads(self.rfile.read(length)),
+                    }
+                )
                 index = min(len(fake.requests), len(fake.replies)) - 1
                 status, body = fake.replies[index]
                 data = json.dumps(body).encode()
@@ -168,19 +186,37 @@ class FakeModel:
         self.server.server_close()
 
 
-def chat_reply(text: str = "", tool_calls: list[tuple[str, dict[str, Any]]] = ()) -> dict:
+def make_chat_reply(text: str = "", tool_calls: list[tuple[str, dict[str, Any]]] = ()) -> dict:
     """A Chat Completions response body."""
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
     if tool_calls:
         message["tool_calls"] = [
-            {"id": f"c{i}", "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}
+            {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
             for i, (name, args) in enumerate(tool_calls)
         ]
-    return {"id": "x", "object": "chat.completion", "model": "fake",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    }
+
+
+@pytest.fixture
+def chat_reply():
+    """Builds a Chat Completions response body: ``chat_reply(text, [(tool, args), ...])``."""
+    return make_chat_reply
 
 
 @pytest.fixture

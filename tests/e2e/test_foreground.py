@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from conftest import chat_reply
-
 
 def openai_model(project, url: str) -> None:
     with (project.root / "config.toml").open("a") as fh:
@@ -11,7 +9,9 @@ def openai_model(project, url: str) -> None:
 
 
 def test_manual_run_bash_cd_status_return(project):
-    project.add_agent("worker", """
+    project.add_agent(
+        "worker",
+        """
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "mkdir -p deep/er && cd deep/er"}}]
         [[turns]]
@@ -21,7 +21,8 @@ def test_manual_run_bash_cd_status_return(project):
                       {name = "return_value", arguments = {value = "all good"}}]
         [[turns]]
         text = "Finished."
-    """)
+    """,
+    )
     result = project.al("run", "worker")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "/deep/er" in result.stdout
@@ -31,23 +32,29 @@ def test_manual_run_bash_cd_status_return(project):
 
 
 def test_hooks_pre_failure_ends_with_the_command_output(project):
-    project.add_agent("hooked", '[[turns]]\ntext = "unreached"\n', config="""
+    project.add_agent(
+        "hooked",
+        '[[turns]]\ntext = "unreached"\n',
+        config="""
         [hooks]
         pre = ["echo fine", "echo 'no such repo: acme/x' >&2; exit 4"]
-    """)
+    """,
+    )
     result = project.al("run", "hooked")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "no such repo: acme/x" in result.stdout
     assert "exited 4" in result.stdout
 
 
-def test_rate_limited_twice_then_success(project, fake_model):
-    model = fake_model([
-        (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
-        (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
-        (200, chat_reply(tool_calls=[("return_value", {"value": "made it"})])),
-        (200, chat_reply("done")),
-    ])
+def test_rate_limited_twice_then_success(project, fake_model, chat_reply):
+    model = fake_model(
+        [
+            (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
+            (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
+            (200, chat_reply(tool_calls=[("return_value", {"value": "made it"})])),
+            (200, chat_reply("done")),
+        ]
+    )
     openai_model(project, model.url)
     project.add_agent("patient", None, config='models = ["fake"]\n')
     result = project.al("run", "patient")
@@ -57,7 +64,7 @@ def test_rate_limited_twice_then_success(project, fake_model):
     assert result.stdout.count("provider_error") == 2
 
 
-def test_three_auth_failures_abort_with_exit_1(project, fake_model):
+def test_three_auth_failures_abort_with_exit_1(project, fake_model, chat_reply):
     model = fake_model([(401, {"error": {"type": "invalid_api_key", "message": "bad key"}})])
     openai_model(project, model.url)
     project.add_agent("locked-out", None, config='models = ["fake"]\n')

@@ -25,7 +25,9 @@ def one(runs, agent, state=None):
 
 
 def test_call_agent_and_check_call(project, scheduler):
-    project.add_agent("caller", """
+    project.add_agent(
+        "caller",
+        """
         [[turns]]
         tool_calls = [{name = "call_agent", arguments = {agent = "adder", context = "2+3"}}]
         [[turns]]
@@ -36,13 +38,17 @@ def test_call_agent_and_check_call(project, scheduler):
         tool_calls = [{name = "return_value", arguments = {value = "{{ last_result }}"}}]
         [[turns]]
         text = "done"
-    """)
-    project.add_agent("adder", """
+    """,
+    )
+    project.add_agent(
+        "adder",
+        """
         [[turns]]
         tool_calls = [{name = "return_value", arguments = {value = "5 for {{ payload.context }}"}}]
         [[turns]]
         text = "done"
-    """)
+    """,
+    )
     scheduler()
     result = project.al("run", "caller")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -51,13 +57,19 @@ def test_call_agent_and_check_call(project, scheduler):
 
 
 def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, scheduler):
-    project.add_agent("holder", """
+    project.add_agent(
+        "holder",
+        """
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "sleep 4"}}]
         [[turns]]
         text = "done"
-    """, config='[hooks]\npre = ["rlock res://shared"]\n')
-    project.add_agent("other", """
+    """,
+        config='[hooks]\npre = ["rlock res://shared"]\n',
+    )
+    project.add_agent(
+        "other",
+        """
         [[turns]]
         tool_calls = [{name = "acquire_lock", arguments = {uri = "res://shared"}}]
         [[turns]]
@@ -66,7 +78,8 @@ def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, sc
         tool_calls = [{name = "return_value", arguments = {value = "{{ last_result }}"}}]
         [[turns]]
         text = "done"
-    """)
+    """,
+    )
     scheduler()
     assert project.al("run", "holder", "--no-follow").returncode == 0
     store = project.store()

@@ -171,9 +171,12 @@ def test_a_plugin_whose_import_raises_is_one_warning(al, tmp_path, tmp_project):
             "warning: plugin 'broken' failed to load: RuntimeError: boom"
             in result.stderr.splitlines()
         )
-    listed = json.loads(al("plugins", "--json", env=env).stdout)
-    assert {"name": "broken", "error": "RuntimeError: boom"} in listed
-    assert {row["name"] for row in listed} >= {"broken", "cron"}
+    listed = {row["name"]: row for row in json.loads(al("plugins", "--json", env=env).stdout)}
+    assert listed["broken"]["error"] == "RuntimeError: boom"
+    assert listed["broken"]["distribution"] == "llamaherd-broken"
+    assert listed["cron"]["error"] is None
+    table = al("plugins", env=env).stdout
+    assert "failed to load: RuntimeError: boom" in table
 
 
 # --------------------------------------------------------------------------- al add

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+
+from llamaherd.testing import pip_installed
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib"
 EXAMPLES = {
@@ -16,24 +17,13 @@ EXAMPLES = {
 }
 
 
-def pip(*args: str) -> None:
-    # hatchling is in the dev venv: no build isolation, so no network and a fast build.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-
-
 @pytest.fixture
 def installed_contrib():
     present = {dist: path for dist, path in EXAMPLES.items() if (path / "pyproject.toml").exists()}
-    try:
-        pip("install", "--no-deps", "--no-build-isolation", *map(str, present.values()))
+    with ExitStack() as stack:
+        for dist, path in present.items():
+            stack.enter_context(pip_installed(path, dist))
         yield present
-    finally:
-        pip("uninstall", "-y", *present)
 
 
 def test_contrib_plugins_appear_without_changing_core(installed_contrib, al, tmp_project):
@@ -41,12 +31,17 @@ def test_contrib_plugins_appear_without_changing_core(installed_contrib, al, tmp
     trigger = rows["example-trigger"]
     assert trigger["distribution"] == "llamaherd-example-trigger" and trigger["version"] == "0.1.0"
     assert trigger["registers"] == ["trigger-type:file_watch"]
-    if "llamaherd-sentry" in installed_contrib:
-        assert any(item.startswith("credential-type:") for item in rows["sentry"]["registers"])
 
     agent = json.loads(al("schema", "--agent").stdout)
     assert agent["properties"]["watch"]["required"] == ["paths"]
     assert "interval" in agent["properties"]["watch"]["properties"]
+    if "llamaherd-sentry" in installed_contrib:
+        (credential_type,) = [
+            item.removeprefix("credential-type:")
+            for item in rows["sentry"]["registers"]
+            if item.startswith("credential-type:")
+        ]
+        assert credential_type in agent["properties"]["credentials"]["items"]["examples"]
 
     tmp_project.config('[models.m]\nprovider = "scripted"\nmodel = "scripted"\n')
     tmp_project.add_agent(

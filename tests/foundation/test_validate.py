@@ -155,16 +155,14 @@ def test_agent_without_models(project, make_registry):
 
 
 def test_credential_refs(project, make_registry):
-    project.add_agent(
-        "hello", 'credentials = ["github_tokn", "anthropic_key", "a:b:c", "git_ssh:"]\n' + AGENT
-    )
-    problems = lines(project, make_registry())
+    refs = '["github_tokn", "anthropic_key", "a:b:c", 5]'
+    project.add_agent("hello", f"credentials = {refs}\n" + AGENT)
     prefix = "agents/hello/config.toml: credentials"
-    assert problems[:4] == [
+    assert lines(project, make_registry()) == [
+        f"{prefix}[3]: expected a string, got 5",
         f'{prefix}[0]: unknown credential type "github_tokn" (installed: git_ssh, github_token) (did you mean "github_token"?)',
         f'{prefix}[1]: credential type "anthropic_key" needs the llamaherd-anthropic plugin (pip install llamaherd-anthropic)',
-        f'{prefix}[2]: expected "type" or "type:instance", got "a:b:c"',
-        f'{prefix}[3]: expected "type" or "type:instance", got "git_ssh:"',
+        f"{prefix}[2]: invalid credential instance name 'b:c': expected letters, digits, '_', '-' or '.', not starting with '.' or '-'",
     ]
 
 
@@ -248,24 +246,26 @@ def test_provider_and_source_fragments_extend_their_tables(project, make_registr
     ]
 
 
-def test_missing_keys_of_models_and_webhook_sources(project, make_registry):
+def test_missing_keys_of_used_models_and_webhook_sources(project, make_registry, monkeypatch):
     kinds = standard_kinds()
-    kinds["providers"] = [thing("anthropic", credential_type="anthropic_key")]
-    kinds["webhook_sources"] = [thing("github", credential_type="github_webhook_secret")]
-    project.config(PROJECT.replace("allowUnsigned = true", 'credential = "ci"'))
-    problems = validate_project(project.load(), make_registry(**kinds))
-    assert [(str(p), p.is_error) for p in problems] == [
-        (
-            "warning: config.toml: models.main: credential anthropic_key:default not found; "
-            "add it with `al creds add anthropic_key:default`",
-            False,
-        ),
-        (
-            "config.toml: webhooks.gh: credential github_webhook_secret:ci not found; "
-            "add it with `al creds add github_webhook_secret:ci`",
-            True,
-        ),
+    kinds["providers"] = [
+        thing("anthropic", credential_type="anthropic_key", key_env="AL_TEST_KEY"),
+        thing("openai", credential_type="openai_key", key_required=False),
     ]
+    kinds["webhook_sources"] = [thing("github", credential_type="github_webhook_secret")]
+    models = '[models.unused]\nprovider = "anthropic"\nmodel = "x"\n'
+    models += '[models.local]\nprovider = "openai"\nmodel = "x"\n'
+    project.config(PROJECT.replace("allowUnsigned = true", 'credential = "ci"') + models)
+    project.add_agent("hello", AGENT.replace('["main"]', '["main", "local"]'))
+    monkeypatch.delenv("AL_TEST_KEY", raising=False)
+    assert lines(project, make_registry(**kinds)) == [
+        "config.toml: models.main: credential anthropic_key:default not found; "
+        "add it with `al creds add anthropic_key:default` (or set $AL_TEST_KEY)",
+        "config.toml: webhooks.gh: credential github_webhook_secret:ci not found; "
+        "add it with `al creds add github_webhook_secret:ci`",
+    ]
+    monkeypatch.setenv("AL_TEST_KEY", "sk-test")
+    assert len(lines(project, make_registry(**kinds))) == 1
 
 
 def test_documented_schemas_are_valid_and_agree_with_validation(make_registry):
@@ -332,3 +332,25 @@ def test_any_values_give_problems_never_exceptions(tmp_path, make_registry, agen
     }
     for problem in validate_project(project, make_registry()):
         assert problem.file and problem.message
+
+
+def test_trigger_types_validate_their_own_keys(project, make_registry):
+    from llamaherd.types import ConfigError
+
+    def check(agent):
+        if agent.config["schedule"] == "boom":
+            raise ValueError("parser exploded")
+        return [ConfigError(str(agent.config_file), "schedule", "bad cron field 'x'")]
+
+    kinds = standard_kinds()
+    kinds["trigger_types"] = [thing("cron", {"schedule": {"type": "string"}}, validate=check)]
+    project.add_agent("hello", AGENT.replace('"0 9 * * *"', '"x * * * *"'))
+    project.add_agent("boom", AGENT.replace('"0 9 * * *"', '"boom"'))
+    project.add_agent("typed", AGENT.replace('"0 9 * * *"', "5"))  # schema error: not re-checked
+    project.add_agent("manual", AGENT.replace('schedule = "0 9 * * *"', ""))  # no cron keys
+    assert lines(project, make_registry(**kinds)) == [
+        'agents/boom/config.toml: schedule: trigger type "cron" could not check this agent: '
+        "ValueError: parser exploded",
+        "agents/hello/config.toml: schedule: bad cron field 'x'",
+        "agents/typed/config.toml: schedule: expected a string, got 5",
+    ]

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from llamaherd.testing import OfflineProject
 
 QUICK = """
 [[turns]]
@@ -32,10 +33,10 @@ def runs_by_state(store, agent=None):
     return collections.Counter(run.state for run in store.runs(agent=agent, limit=100_000))
 
 
-def test_kill9_mid_work_loses_nothing_and_runs_nothing_twice(project, scheduler_factory):
-    project.root.joinpath("config.toml").write_text(project.root.joinpath("config.toml").read_text() + "\nworkQueueSize = 2000\n")
-    project.add_agent("quick", "scale = 4\n", QUICK)
-    sched = scheduler_factory(project)
+def test_kill9_mid_work_loses_nothing_and_runs_nothing_twice(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj", "workQueueSize = 2000\n")
+    project.add_scripted_agent("quick", "scale = 4\n", QUICK)
+    sched = scheduler(project)
     project.al("pause", check=True)
     for n in range(1000):
         response = sched.post("/control/run", {"agent": "quick", "payload": {"n": n}})
@@ -46,7 +47,7 @@ def test_kill9_mid_work_loses_nothing_and_runs_nothing_twice(project, scheduler_
     sched.kill9()
     assert store.queue_depth().get("quick", 0) > 0, "the kill should land mid-work"
 
-    scheduler_factory(project)
+    scheduler(project)
     wait_until(lambda: store.queue_depth().get("quick", 0) == 0 and not store.runs(states=("running",), limit=10), timeout=240)
     done = collections.Counter(
         run.trigger["payload"]["n"] for run in store.runs(agent="quick", limit=100_000) if run.state == "done"
@@ -55,10 +56,10 @@ def test_kill9_mid_work_loses_nothing_and_runs_nothing_twice(project, scheduler_
     assert max(done.values()) == 1, "no item finished twice"
 
 
-def test_queue_bound_keeps_newest_and_records_drops(project, scheduler_factory):
-    project.root.joinpath("config.toml").write_text(project.root.joinpath("config.toml").read_text() + "\nworkQueueSize = 100\n")
-    project.add_agent("busy", "", QUICK)
-    sched = scheduler_factory(project)
+def test_queue_bound_keeps_newest_and_records_drops(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj", "workQueueSize = 100\n")
+    project.add_scripted_agent("busy", "", QUICK)
+    sched = scheduler(project)
     project.al("pause", "busy", check=True)
     for n in range(150):
         assert sched.post("/control/run", {"agent": "busy", "payload": {"n": n}}).status_code == 202
@@ -72,14 +73,14 @@ def test_queue_bound_keeps_newest_and_records_drops(project, scheduler_factory):
     assert kept == list(range(50, 150)), "the newest 100 ran, FIFO"
 
 
-def test_scale_caps_concurrent_runs(project, scheduler_factory):
-    project.add_agent("wide", "scale = 3\n", """
+def test_scale_caps_concurrent_runs(project, scheduler):
+    project.add_scripted_agent("wide", "scale = 3\n", """
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "sleep 0.4"}}]
         [[turns]]
         text = "slept"
     """)
-    sched = scheduler_factory(project)
+    sched = scheduler(project)
     for _ in range(10):
         assert sched.post("/control/run", {"agent": "wide"}).status_code == 202
     store = project.store()
@@ -101,9 +102,9 @@ def test_scale_caps_concurrent_runs(project, scheduler_factory):
     assert max(samples) == 3
 
 
-def test_timeout_kills_the_whole_tree(project, scheduler_factory, tmp_path):
+def test_timeout_kills_the_whole_tree(project, scheduler, tmp_path):
     pidfile = tmp_path / "pids"
-    project.add_agent("sleepy", "timeout = 2\n", f"""
+    project.add_scripted_agent("sleepy", "timeout = 2\n", f"""
         [[turns]]
         tool_calls = [{{name = "bash", arguments = {{command = "(sleep 300 & echo $! >> {pidfile}; wait) & echo $! >> {pidfile}; sleep 300"}}}}]
         [[turns]]
@@ -120,15 +121,15 @@ def test_timeout_kills_the_whole_tree(project, scheduler_factory, tmp_path):
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
-def test_locks_contend_report_holder_and_release_on_kill(project, scheduler_factory, tmp_path):
+def test_locks_contend_report_holder_and_release_on_kill(project, scheduler, tmp_path):
     out = tmp_path / "lock"
-    project.add_agent("locker", "scale = 2\n", f"""
+    project.add_scripted_agent("locker", "scale = 2\n", f"""
         [[turns]]
         tool_calls = [{{name = "bash", arguments = {{command = "rlock repo://shared > {out}-$AL_RUN_ID; sleep 60"}}}}]
         [[turns]]
         text = "done"
     """)
-    sched = scheduler_factory(project)
+    sched = scheduler(project)
     store = project.store()
     sched.post("/control/run", {"agent": "locker"})
     first = wait_until(lambda: [p for p in tmp_path.glob("lock-*")])[0]
@@ -145,13 +146,13 @@ def test_locks_contend_report_holder_and_release_on_kill(project, scheduler_fact
     assert all(lock["run_id"] != holder for lock in store.locks())
 
 
-def test_bad_input_is_refused_clearly(project, scheduler_factory):
-    project.add_agent("quick", "", QUICK)
+def test_bad_input_is_refused_clearly(project, scheduler):
+    project.add_scripted_agent("quick", "", QUICK)
     result = project.al("run", "nope")
     assert result.returncode == 2 and "no such agent" in result.stderr and "Traceback" not in result.stderr
     result = project.al("logs", "does-not-exist")
     assert result.returncode == 2 and "no such run" in result.stderr
-    sched = scheduler_factory(project)
+    sched = scheduler(project)
     assert sched.post("/control/run", {"agent": "nope"}).status_code == 400
     second = project.al("start", timeout=30)
     assert second.returncode == 2 and "already running" in second.stderr
@@ -159,11 +160,11 @@ def test_bad_input_is_refused_clearly(project, scheduler_factory):
     assert project.al("run", "quick").returncode == 0
 
 
-def test_mutating_control_calls_need_the_token(project, scheduler_factory):
+def test_mutating_control_calls_need_the_token(project, scheduler):
     import requests
 
-    project.add_agent("quick", "", QUICK)
-    sched = scheduler_factory(project)
+    project.add_scripted_agent("quick", "", QUICK)
+    sched = scheduler(project)
     assert requests.post(sched.url + "/control/run", json={"agent": "quick"}, timeout=10).status_code == 401
     assert requests.post(sched.url + "/control/run", json={"agent": "quick"}, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
     assert requests.get(sched.url + "/control/stat", timeout=10).status_code == 200
@@ -172,7 +173,7 @@ def test_mutating_control_calls_need_the_token(project, scheduler_factory):
 
 @pytest.mark.parametrize("damage", ["corrupt", "readonly"])
 def test_damaged_database_gives_one_clear_line(project, damage):
-    project.add_agent("quick", "", QUICK)
+    project.add_scripted_agent("quick", "", QUICK)
     assert project.al("stat").returncode == 0
     db = project.root / ".al" / "work-queue.db"
     if damage == "corrupt":

@@ -32,7 +32,10 @@ def test_reacquire_and_heartbeat_extend(store: Store, clock) -> None:
     assert store.acquire_lock(a.id, URI, ttl=10)["expires_at"] == clock.now + 10
     assert store.heartbeat_lock(a.id, None, ttl=100) == 2
     assert store.heartbeat_lock(a.id, "other://x", ttl=200) == 1
-    assert {k["uri"]: k["expires_at"] for k in store.locks()} == {URI: clock.now + 100, "other://x": clock.now + 200}
+    assert {k["uri"]: k["expires_at"] for k in store.locks()} == {
+        URI: clock.now + 100,
+        "other://x": clock.now + 200,
+    }
 
 
 def test_expired_locks_are_reclaimed(store: Store, clock) -> None:

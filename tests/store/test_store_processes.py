@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from llamaherd.store import Store
@@ -56,7 +58,9 @@ def test_committed_items_survive_kill_9(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/.al/work-queue.db"
     Store.open(url).close()
     proc = subprocess.Popen(
-        [sys.executable, WORKER, url, "enqueue", "alpha", "100000"], stdout=subprocess.PIPE, text=True
+        [sys.executable, WORKER, url, "enqueue", "alpha", "100000"],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     acknowledged = [int(proc.stdout.readline()) for _ in range(300)]
     proc.send_signal(signal.SIGKILL)
@@ -66,3 +70,49 @@ def test_committed_items_survive_kill_9(tmp_path: Path) -> None:
     assert store._db.execute_sql("PRAGMA integrity_check").fetchone() == ("ok",)
     queued = {item_id for (item_id,) in store._db.execute_sql("SELECT id FROM work_items")}
     assert set(acknowledged) <= queued
+
+
+def test_threads_share_one_store(db_url: str) -> None:
+    store = Store.open(db_url)
+    claimed: list[int] = []
+
+    def produce(agent: str) -> None:
+        for n in range(50):
+            store.enqueue(agent, "webhook", {"n": n})
+
+    def consume() -> None:
+        idle = 0
+        while idle < 50:
+            got = store.claim({"a": 100, "b": 100}, None, "threads")
+            if got is None:
+                idle += 1
+                time.sleep(0.002)
+                continue
+            idle = 0
+            claimed.append(got[0].id)
+            store.transition(got[1].id, "done")
+
+    threads = [threading.Thread(target=produce, args=(agent,)) for agent in ("a", "b")]
+    threads += [threading.Thread(target=consume) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(claimed) == len(set(claimed)) == 100
+
+
+def test_each_cron_tick_is_claimed_once(db_url: str) -> None:
+    store = Store.open(db_url)
+    wins: list[float] = []
+
+    def scheduler() -> None:
+        for tick in range(20):
+            if store.claim_tick("cron", float(tick)):
+                wins.append(float(tick))
+
+    threads = [threading.Thread(target=scheduler) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(wins) == [float(tick) for tick in range(20)]

@@ -127,7 +127,9 @@ def test_item_carries_call_and_recovery(store: Store) -> None:
     _, caller = store.claim({"caller": 1}, None, "h")
     call_id = store.create_call(caller.id, "callee", "please", depth=1)
     recovery = {"interrupted_run": "x", "started_at": 1.0}
-    store.enqueue("callee", "agent", {"context": "please"}, call_id=call_id, recovery=recovery, rerun_count=2)
+    store.enqueue(
+        "callee", "agent", {"context": "please"}, call_id=call_id, recovery=recovery, rerun_count=2
+    )
     item, run = store.claim({"callee": 1}, None, "h")
     assert item.call_id == call_id and item.recovery == recovery
     assert run.call_id == call_id and run.caller_run == caller.id and run.call_depth == 1

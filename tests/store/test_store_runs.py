@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from llamaherd.store import EXIT_CODES, FINAL_STATES, TRANSITIONS, InvalidTransition, RunRow, Store, StoreError
+from llamaherd.store import (
+    EXIT_CODES,
+    FINAL_STATES,
+    TRANSITIONS,
+    InvalidTransition,
+    RunRow,
+    Store,
+    StoreError,
+)
 
 
 def running(store: Store, agent: str = "alpha", **enqueue) -> RunRow:
@@ -97,7 +105,9 @@ def test_a_retried_call_stays_pending(store: Store) -> None:
 
 def test_wait_resume_and_expiry(store: Store, clock) -> None:
     run = running(store)
-    store.set_waiting(run.id, {"source": "github", "event": "issue_comment"}, deadline=clock.now + 30)
+    store.set_waiting(
+        run.id, {"source": "github", "event": "issue_comment"}, deadline=clock.now + 30
+    )
     waiting = store.get_run(run.id)
     assert waiting.state == "waiting" and waiting.wait_filter["event"] == "issue_comment"
     assert [r.id for r in store.waiting_runs()] == [run.id]
@@ -109,6 +119,8 @@ def test_wait_resume_and_expiry(store: Store, clock) -> None:
     item, resumed = store.claim({"alpha": 1}, None, "h")
     assert resumed.trigger["resume_payload"] == {"comment": "go"} and resumed.wait_filter is None
     assert not store.resume_waiting(run.id, {})  # running, not waiting
+    store.set_waiting(run.id, {}, deadline=clock.now + 30)
+    assert "resume_payload" not in store.get_run(run.id).trigger  # spent
 
 
 def test_a_resume_for_a_run_that_ended_is_retired(store: Store) -> None:
@@ -146,7 +158,10 @@ def test_status_and_events(store: Store, clock) -> None:
     store.set_status(run.id, "writing a fix")
     store.add_event(run.id, "tool_call", {"name": "bash"})
     assert store.get_run(run.id).status == "writing a fix"
-    assert [m["text"] for m in store.status_messages(run.id)] == ["reading the issue", "writing a fix"]
+    assert [m["text"] for m in store.status_messages(run.id)] == [
+        "reading the issue",
+        "writing a fix",
+    ]
     events = store.events(run.id)
     assert [e["type"] for e in events] == ["state", "tool_call"]
     assert store.events(run.id, after_id=events[0]["id"]) == events[1:]
@@ -178,7 +193,9 @@ def test_cron_ticks_once(store: Store) -> None:
 
 
 def test_deliveries_receipts_and_dead_letters(store: Store) -> None:
-    assert store.record_delivery("github", "d1", {"X-GitHub-Event": "push"}, b"{}", 202, "queued", ["a"])
+    assert store.record_delivery(
+        "github", "d1", {"X-GitHub-Event": "push"}, b"{}", 202, "queued", ["a"]
+    )
     assert not store.record_delivery("github", "d1", {}, b"{}", 202, "queued", ["a"])
     assert store.record_delivery("gitlab", "d1", {}, b"\x00\xff", 401, "bad signature", [])
     assert store.record_delivery("github", None, {}, b"", 202, "no match", [])

@@ -1,8 +1,8 @@
 """A separate process working one store, for the multi-process tests.
 
-    worker.py URL claim AGENTS SCALE HOLD   claim until the queue is empty; each claimed item id
-                                            is printed, the run held HOLD seconds, then done
-    worker.py URL enqueue AGENT N           enqueue N items, printing each id once committed
+worker.py URL claim AGENTS SCALE HOLD   claim until the queue is empty; each claimed item id
+                                        is printed, the run held HOLD seconds, then done
+worker.py URL enqueue AGENT N           enqueue N items, printing each id once committed
 """
 
 from __future__ import annotations

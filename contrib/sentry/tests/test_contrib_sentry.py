@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import getpass
 import json
 import os
 import subprocess
@@ -29,19 +31,25 @@ def pip(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def installed() -> Iterator[None]:
-    """pip-install the distribution (unless the dev venv already has it) and remove it after."""
-    try:
-        metadata.version("llamaherd-sentry")
-        yield  # already installed (e.g. editable in the dev venv): leave it as it is
-        return
-    except metadata.PackageNotFoundError:
-        pass
-    # No build isolation and no deps: hatchling and llamaherd are already in this venv.
-    pip("install", "--no-build-isolation", "--no-deps", str(DIST))
-    try:
-        yield
-    finally:
-        pip("uninstall", "-y", "llamaherd-sentry")
+    """pip-install the distribution (unless the venv already has it) and remove it after.
+
+    An exclusive lock on a file in the venv serialises test sessions sharing one venv, so one
+    session's uninstall never lands in the middle of another's tests.
+    """
+    with open(Path(sys.prefix) / ".llamaherd-sentry-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            metadata.version("llamaherd-sentry")
+            yield  # already installed (e.g. editable in a dev venv): leave it as it is
+            return
+        except metadata.PackageNotFoundError:
+            pass
+        # No build isolation and no deps: hatchling and llamaherd are already in this venv.
+        pip("install", "--no-build-isolation", "--no-deps", str(DIST))
+        try:
+            yield
+        finally:
+            pip("uninstall", "-y", "llamaherd-sentry")
 
 
 class FakeSentry(BaseHTTPRequestHandler):
@@ -146,7 +154,6 @@ def test_staged_into_a_run(installed, env, tmp_path):
             metadata.version(dist)
         except metadata.PackageNotFoundError:
             pytest.skip(f"{dist} is not installed")
-    import getpass
 
     agent = tmp_path / "proj" / "agents" / "reporter"
     agent.mkdir(parents=True)

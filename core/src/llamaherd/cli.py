@@ -68,14 +68,15 @@ def setup() -> None:
 
 
 def _load_commands() -> None:
+    import importlib
+
     from llamaherd.commands import COMMAND_MODULES
     from llamaherd.plugins import get_manager
 
-    import importlib
-
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(cli)
-    get_manager().hook.register_commands(cli=cli)
+    # One plugin's broken commands must not take the whole CLI down.
+    get_manager().call_each("register_commands", cli=cli)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,6 +30,9 @@ FILE_MODE = 0o600
 # Type, instance and field names become path components: keep them to one plain segment.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _TEMP_PREFIX = "."  # temp files are dotfiles so a crash leftover is never read as a field
+_TEMP_SUFFIX = ".tmp"
+# A temp file older than this is a crashed writer's leftover (a concurrent write takes far less).
+STALE_TEMP_AGE = 600.0
 
 
 class CredentialError(LlamaherdError):
@@ -95,6 +99,7 @@ class CredentialStore:
         for name in values:
             check_name("field", name)
         self._make_dirs(directory)
+        _remove_stale_temps(directory)
         for name, value in values.items():
             _atomic_write(directory / name, (value.strip() + "\n").encode("utf-8"))
 
@@ -153,10 +158,21 @@ def _read_field(path: Path) -> str:
         raise CredentialError(f"cannot read {path}: not UTF-8 text") from None
 
 
+def _remove_stale_temps(directory: Path) -> None:
+    """Delete temp files that crashed writers left: they may hold part of a secret."""
+    cutoff = time.time() - STALE_TEMP_AGE
+    for temp in directory.glob(f"{_TEMP_PREFIX}*{_TEMP_SUFFIX}"):
+        try:
+            if temp.stat().st_mtime < cutoff:
+                temp.unlink()
+        except FileNotFoundError:  # another writer finished or cleaned it
+            pass
+
+
 def _atomic_write(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` via a 0600 temp file in the same dir, fsync, rename."""
     fd, temp = tempfile.mkstemp(
-        prefix=f"{_TEMP_PREFIX}{target.name}.", suffix=".tmp", dir=target.parent
+        prefix=f"{_TEMP_PREFIX}{target.name}.", suffix=_TEMP_SUFFIX, dir=target.parent
     )
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -206,8 +222,6 @@ def staged_files(credential_type: Any, values: Mapping[str, str]) -> list[tuple[
 
 def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigError]:
     """Every declared credential of ``agent`` that is unknown, malformed or not in the store."""
-    from llamaherd.plugins import PROVIDED_BY
-
     found: list[ConfigError] = []
     where = str(agent.config_file)
     for index, ref in enumerate(agent.credentials):
@@ -218,7 +232,7 @@ def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigEr
             found.append(ConfigError(where, key, str(exc)))
             continue
         if type_name not in registry.credential_types:
-            found.append(ConfigError(where, key, unknown_type_message(type_name, PROVIDED_BY)))
+            found.append(ConfigError(where, key, unknown_type_message(type_name)))
         elif not store.exists(type_name, instance):
             found.append(
                 ConfigError(
@@ -231,9 +245,11 @@ def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigEr
     return found
 
 
-def unknown_type_message(type_name: str, provided_by: Mapping[tuple[str, str], str]) -> str:
+def unknown_type_message(type_name: str) -> str:
     """Say which distribution provides a credential type that no installed plugin registers."""
-    dist = provided_by.get(("credential_types", type_name))
+    from llamaherd.plugins import PROVIDED_BY
+
+    dist = PROVIDED_BY.get(("credential_types", type_name))
     if dist:
         return (
             f"unknown credential type {type_name!r}: it is provided by {dist} (pip install {dist})"

@@ -8,6 +8,7 @@ the same language-skill handler the model's tool call uses, so there is one impl
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -19,8 +20,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaherd import hookimpl
+from llamaherd.types import LlamaherdError
 
 ACTIVE_STATES = ("running", "waiting")
+WAIT_POLL = 0.1  # seconds between checks of a blocked al-wait
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -89,10 +92,6 @@ def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
 
 
 def _answer(result: Any) -> JSONResponse:
-    from llamaherd.session import Deferred
-
-    if isinstance(result, Deferred):
-        return _error(409, "this action parks the model session: call it as a model tool")
     if isinstance(result, dict) and result.get("ok") is False:
         status = 403 if result.pop("forbidden", False) else 409
         return JSONResponse(result, status_code=status)
@@ -115,6 +114,37 @@ async def setenv(request: Request) -> Response:
     return JSONResponse({"ok": True, "note": "applies to the agent's later bash tool calls"})
 
 
+async def wait(request: Request) -> Response:
+    """``al-wait FILTER [TIMEOUT]``: block until a matching trigger arrives, answer it.
+
+    Unlike the model's ``wait_for_trigger`` the run keeps running (a script is blocked in it),
+    so the wait is held in memory for the life of this request.
+    """
+    from llamaherd.skills.wait import check_filter, wait_timeout
+    from llamaherd.waits import SCRIPT_WAITS
+
+    engine = request.app.state.engine
+    ctx = await run_in_threadpool(authenticate, engine, request)
+    if isinstance(ctx, Response):
+        return ctx
+    try:
+        args = await _body(request)
+        wait_filter = check_filter(args.get("filter"))
+        seconds = wait_timeout(ctx, args.get("timeout"))
+    except (ValueError, LlamaherdError) as exc:
+        return _error(400, str(exc))
+    pending = SCRIPT_WAITS.add(ctx.run_id, ctx.agent.name, wait_filter)
+    deadline = asyncio.get_running_loop().time() + seconds
+    try:
+        while not pending.done.is_set() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(WAIT_POLL)
+    finally:
+        SCRIPT_WAITS.remove(pending)
+    if not pending.done.is_set():
+        return _error(408, f"no trigger matching {wait_filter} within {seconds:g} s")
+    return JSONResponse({"ok": True, "trigger": pending.result})
+
+
 ROUTES = [
     ("/gateway/status", "set_status", None, "POST"),
     ("/gateway/return", "return_value", None, "POST"),
@@ -124,7 +154,6 @@ ROUTES = [
     ("/gateway/lock", "acquire_lock", None, "POST"),
     ("/gateway/unlock", "release_lock", None, "POST"),
     ("/gateway/lock-heartbeat", "heartbeat_lock", None, "POST"),
-    ("/gateway/wait", "wait_for_trigger", None, "POST"),
 ]
 
 
@@ -135,4 +164,5 @@ def register_routes(app):
         for path, tool, param, method in ROUTES
     ]
     routes.append(Route("/gateway/setenv", setenv, methods=["POST"]))
+    routes.append(Route("/gateway/wait", wait, methods=["POST"]))
     app.router.routes.extend(routes)

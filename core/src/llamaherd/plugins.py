@@ -45,6 +45,7 @@ class PluginInfo:
     builtin: bool = False
     hooks: list[str] = field(default_factory=list)
     registers: list[str] = field(default_factory=list)
+    error: str | None = None  # set when the plugin failed to load
 
 
 def _split_env(name: str) -> set[str] | None:
@@ -132,15 +133,17 @@ class PluginManager:
         return self._registry
 
     def describe(self, show_all: bool = False) -> list[PluginInfo]:
-        """Loaded plugins (built-ins only with ``show_all``) with distribution and version.
+        """Plugins by name with distribution and version, those that failed to load included
+        (with ``error``); core's built-ins only with ``show_all``.
 
         Distributions are looked up here, not at load time, so ``al --help`` does not pay for
         scanning every installed distribution's metadata.
         """
         self.registry()
         dists = entrypoint_distributions()
+        failed = [PluginInfo(name, error=error) for name, error in self.failed.items()]
         rows = []
-        for info in self.info.values():
+        for info in [*self.info.values(), *failed]:
             if info.builtin and not show_all:
                 continue
             if info.builtin:
@@ -148,7 +151,7 @@ class PluginManager:
             elif info.name in dists:
                 info.distribution, info.version = dists[info.name]
             rows.append(info)
-        return rows
+        return sorted(rows, key=lambda info: (not info.builtin, info.name))
 
 
 def entrypoint_distributions() -> dict[str, tuple[str, str]]:

@@ -33,6 +33,7 @@ GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -60,7 +61,7 @@ def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
     except StopIteration:
         raise ConfigError(str(path), "", "frontmatter is not closed by a '---' line") from None
     try:
-        meta = yaml.safe_load("\n".join(parts[1:end])) or {}
+        meta = yaml.load("\n".join(parts[1:end]), Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""

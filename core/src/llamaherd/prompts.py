@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import PurePosixPath
 from typing import Any
 
 BASE_PREAMBLE = """\
@@ -119,7 +120,7 @@ def credential_context(agent: Any, registry: Any, credential_store: Any = None) 
         if credential_store is not None:
             values.update(credential_store.read(type_name, instance) or {})
         root = "$AL_CREDENTIALS_PATH"
-        env_names = sorted(ctype.env(values, f"{root}/{type_name}/{instance}"))
+        env_names = sorted(ctype.env(values, PurePosixPath(root, type_name, instance)))
         head = f"- {type_name} ({instance}): files in {root}/{type_name}/{instance}/"
         if env_names:
             head += "; env " + ", ".join(env_names)

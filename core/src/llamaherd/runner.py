@@ -51,6 +51,7 @@ class _Prepared:
     credentials: dict[str, dict[str, str]]
     redactor: Any
     spec: SandboxSpec
+    token: str
 
 
 @dataclass
@@ -102,6 +103,9 @@ class Runner:
         except Exception as exc:  # the last line of defence: record, never propagate
             log.exception("run %s crashed", row.id)
             self._transition(row.id, "error", f"internal error: {type(exc).__name__}: {exc}")
+            live = self.live(row.id)
+            if live is not None and live.ctx.sandbox is not None:
+                self._discard_sandbox(row, live.ctx.sandbox)
         finally:
             with self._lock:
                 live = self._live.pop(row.id, None)
@@ -183,11 +187,21 @@ class Runner:
         try:
             sandbox, prepared = self._sandbox(row, agent, resumed)
         except (LlamaherdError, OSError) as exc:
-            self._transition(row.id, "error", live.ctx.redact(str(exc)))
+            # Structural (the agent-states issue holds the agent on these): no sandbox at all.
+            reason = live.ctx.redact(str(exc))
+            live.ctx.log("run_error", {"reason": reason, "stage": "sandbox"})
+            self._transition(row.id, "error", reason)
             return
         live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
-        self.store.update_run(row.id, sandbox=sandbox.handle())
-        outcome = self._drive(row, live, prepared, resumed)
+        left = _time_left(row, agent)
+        # One write before any sandbox command: handle for re-attach, token hash, deadline.
+        self.store.update_run(
+            row.id,
+            sandbox=sandbox.handle(),
+            token_hash=token_hash(prepared.token),
+            deadline=self.engine.clock() + left,
+        )
+        outcome = self._drive(row, live, prepared, resumed, left)
         if outcome.state == "waiting":
             self._park(row, live, outcome)
             return
@@ -217,15 +231,15 @@ class Runner:
         return runtime.start(prepared.spec), prepared
 
     def _prepare(self, row: Any, agent: Any) -> _Prepared:
-        """Credentials, redactor, a fresh gateway token (hash stored) and the SandboxSpec."""
+        """Credentials, redactor, a fresh gateway token and the SandboxSpec."""
         from llamaherd.credentials import credential_env, load_for_agent, secret_values
         from llamaherd.redact import Redactor
 
         types = self.engine.registry.credential_types
         creds = load_for_agent(agent, self.engine.registry, self.engine.credentials)
-        redactor = Redactor(secret_values(types, creds))
         token = secrets.token_urlsafe(32)
-        self.store.update_run(row.id, token_hash=token_hash(token))
+        # The run token is masked too: it shows up in `env` output like any credential.
+        redactor = Redactor([*secret_values(types, creds), token])
         env = {
             "AL_GATEWAY_URL": self.engine.gateway_url,
             "AL_RUN_TOKEN": token,
@@ -243,18 +257,16 @@ class Runner:
             credential_env=lambda root: credential_env(types, creds, root),
             gateway_socket=self.engine.gateway_socket,
         )
-        return _Prepared(creds, redactor, spec)
+        return _Prepared(creds, redactor, spec, token)
 
-    def _drive(self, row: Any, live: _Live, prepared: _Prepared, resumed: bool) -> Outcome:
-        """Hooks.pre (fresh runs) and the session, under the run's deadline."""
+    def _drive(
+        self, row: Any, live: _Live, prepared: _Prepared, resumed: bool, left: float
+    ) -> Outcome:
+        """Hooks.pre (fresh runs) and the session, under the run's deadline (``left`` s)."""
         ctx = live.ctx
+        deadline = self.engine.clock() + left
         try:
             chain = self._chain(ctx, live, prepared)
-            transcript = row.transcript or []
-            left = float(transcript[0].get("time_left") or 0) if transcript else 0.0
-            left = left or ctx.agent.timeout
-            deadline = self.engine.clock() + left
-            self.store.update_run(row.id, deadline=deadline)
             why = f"run timed out after {ctx.agent.timeout:g} s"
             live.timer = threading.Timer(left, self._force_stop, (live, "timeout", why))
             live.timer.daemon = True
@@ -263,10 +275,10 @@ class Runner:
                 "tools": self._skill_tools(),
                 "max_turns": max_turns(ctx.agent),
                 "options": self._options(ctx, row),
-                "deadline": lambda: deadline - self.engine.clock(),
+                "time_left": lambda: deadline - self.engine.clock(),
             }
             if resumed:
-                live.session = Session(ctx, chain, transcript, **session_kw)
+                live.session = Session(ctx, chain, row.transcript, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
             _call_hook("run_started", run=ctx)
             self._hooks(live, "pre")
@@ -313,7 +325,7 @@ class Runner:
         # The model keys never reach the sandbox, but are masked in whatever is stored anyway.
         model_keys = [s for entry in chain.entries for s in entry.secrets]
         staged = secret_values(self.engine.registry.credential_types, prepared.credentials)
-        prepared.redactor = ctx.redactor = Redactor([*staged, *model_keys])
+        prepared.redactor = ctx.redactor = Redactor([*staged, prepared.token, *model_keys])
         return chain
 
     def _skill_tools(self) -> dict[str, Any]:
@@ -385,7 +397,7 @@ class Runner:
         ctx = live.ctx
         if live.timer:
             live.timer.cancel()
-        if live.stopped is None:
+        if live.stopped is None:  # a killed or timed-out sandbox is gone: no post hooks
             try:
                 self._hooks(live, "post")
             except LlamaherdError as exc:
@@ -483,6 +495,12 @@ def _final_state(outcome: Outcome) -> tuple[str, str | None]:
     if outcome.state == "cancelled":
         return "killed", "cancelled"
     return "error", outcome.reason
+
+
+def _time_left(row: Any, agent: Any) -> float:
+    """Seconds of the run's timeout left: all of it, or what a parked run had left."""
+    meta = row.transcript[0] if row.transcript else {}
+    return float(meta.get("time_left") or 0) or agent.timeout
 
 
 def _resume_payload(row: Any) -> dict[str, Any] | None:

@@ -3,6 +3,11 @@
 State lives in the database, so a restart loses nothing: queued items stay queued, waiting runs
 keep waiting, and runs left ``running`` by a crash are adopted when their sandbox is still alive
 or marked ``error`` (reason ``interrupted``) and requeued once with a recovery notice.
+
+Several schedulers may share one PostgreSQL database (one project checkout per host, each with
+the same ``database`` URL). Each heartbeats its row in the ``hosts`` table; when a host's
+heartbeat stops changing for ``AL_HOST_STALE_AFTER`` seconds (default 15) the others treat its
+``running`` runs as after a crash.
 """
 
 from __future__ import annotations
@@ -26,6 +31,32 @@ log = logging.getLogger("llamaherd.scheduler")
 HOUSEKEEPING_EVERY = 1.0
 HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is presumed dead
 PRUNE_EVERY = 3600.0
+STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
+
+
+def host_stale_after() -> float:
+    """Seconds without a heartbeat after which a host is presumed dead ($AL_HOST_STALE_AFTER)."""
+    value = os.environ.get("AL_HOST_STALE_AFTER")
+    if not value:
+        return HOST_STALE_AFTER
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > HOUSEKEEPING_EVERY:
+        raise LlamaherdError(
+            f"AL_HOST_STALE_AFTER: expected seconds above {HOUSEKEEPING_EVERY:g} "
+            f"(the heartbeat period), got {value!r}"
+        )
+    return seconds
+
+
+def machine_name() -> str:
+    """This machine's name in host ids: $AL_HOST_NAME, else the hostname.
+
+    Set AL_HOST_NAME when schedulers that do not share a process table share a hostname
+    (containers with the host's UTS namespace): a host on the same machine is judged by its pid."""
+    return os.environ.get("AL_HOST_NAME") or socket.gethostname()
 
 
 def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
@@ -70,25 +101,54 @@ class SchedulerLock:
         os.close(self.fd)
 
 
+class HostWatch:
+    """Which scheduler hosts stopped heartbeating, judged on this process's monotonic clock.
+
+    A host is presumed dead once its heartbeat row has not changed for ``stale_after`` seconds
+    of our own time (as client-go's leader election judges a lease it observes), so clock skew
+    between hosts, or a jump of the wall or fake clock, never makes a live host look dead. A
+    host first seen less than ``stale_after`` ago is not judged yet."""
+
+    def __init__(self, stale_after: float):
+        self.stale_after = stale_after
+        self._seen: dict[str, tuple[Any, float]] = {}  # host -> (last heartbeat seen, when)
+
+    def dead(self, hosts: list[dict[str, Any]]) -> set[str]:
+        """Update from ``store.hosts()``; the hosts presumed dead now."""
+        now = time.monotonic()
+        seen = {}
+        for host in hosts:
+            mark = (host["heartbeat_at"], (host["info"] or {}).get("beat"))
+            previous = self._seen.get(host["host"])
+            seen[host["host"]] = previous if previous and previous[0] == mark else (mark, now)
+        self._seen = seen
+        return {name for name, (_, since) in seen.items() if now - since >= self.stale_after}
+
+
 class Scheduler(Engine):
     def __init__(self, project: Any, *, grace: float = 30.0):
+        stale_after = host_stale_after()
         self.lock = SchedulerLock(project.state_dir)
         try:
-            super().__init__(project)
+            super().__init__(project, host=f"{machine_name()}:{os.getpid()}")
         except BaseException:
             self.lock.release()
             raise
         self.grace = grace
         self.triggers: list[Any] = []
+        self.watch = HostWatch(stale_after)
+        self._beats = 0
         self._last_housekeeping = 0.0
         self._last_prune = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> int:
+        from llamaherd.store import StoreError  # late: `al` imports this module for scheduler_info
+
         gateway = self.project.gateway
         self.serve(gateway["bind"], int(gateway["port"]))
         self._write_info()
-        self.store.heartbeat_host(self.host, {"pid": os.getpid(), "url": self.gateway_url})
+        self.heartbeat()
         self.recover()
         self._start_triggers()
         self._install_signals()
@@ -96,12 +156,31 @@ class Scheduler(Engine):
         try:
             while not self.stopping.is_set():
                 self.wakeup.clear()
-                self.dispatch()
-                self.housekeeping()
+                try:
+                    self.dispatch()
+                    self.housekeeping()
+                except StoreError as exc:  # a database blip must not stop every host at once
+                    log.error("%s; retrying in %gs", exc, STORE_RETRY_AFTER)
+                    self.stopping.wait(STORE_RETRY_AFTER)
+                    continue
                 self.wakeup.wait(0.25)
         finally:
             self.shutdown()
         return 0
+
+    def check_config(self) -> None:
+        """Refuse to start on project errors; hold agents whose own config is broken."""
+        from llamaherd.schema import validate_project
+
+        problems = validate_project(self.project, self.registry)
+        for problem in problems:
+            (log.error if problem.is_error else log.warning)("%s", problem)
+        if any(p.is_error and p.agent is None for p in problems):
+            raise LlamaherdError("the project config has errors (listed above); fix them, then `al validate`")
+        for problem in problems:
+            if problem.is_error and problem.agent in self.project.agents:
+                if self.store.agent_state(problem.agent) != "error":
+                    self.store.set_agent_state(problem.agent, "error", f"invalid config: {problem}")
 
     def request_stop(self, *_: Any) -> None:
         self.stopping.set()
@@ -157,22 +236,34 @@ class Scheduler(Engine):
         self.lock.release()
 
     # ------------------------------------------------------------------ upkeep
+    def heartbeat(self) -> None:
+        """Tell the other hosts we are alive; ``beat`` changes even when a fake clock stands."""
+        self._beats += 1
+        info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats}
+        self.store.heartbeat_host(self.host, info)
+
     def housekeeping(self) -> None:
         now = time.time()
         if now - self._last_housekeeping < HOUSEKEEPING_EVERY:
             return
         self._last_housekeeping = now
-        self.store.heartbeat_host(self.host, {"pid": os.getpid(), "url": self.gateway_url})
+        self.heartbeat()
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
-        self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=False)
+        dead = self.watch.dead(self.store.hosts())
+        running = self.store.runs(states=("running",), limit=10_000)
+        self.reconcile(running, startup=False, dead=dead)
+        for host in dead:  # its runs are reconciled: a host that comes back heartbeats anew
+            self.store.forget_host(host)
+        self._stop_lost_runs({run.id for run in running})
         if now - self._last_prune > PRUNE_EVERY:
             self._last_prune = now
             self.store.prune(float(self.project.setting("historyRetentionDays")))
 
     def recover(self) -> None:
         """Reconcile runs a crash left behind, then remove sandboxes no live run owns."""
-        self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=True)
+        dead = self.watch.dead(self.store.hosts())
+        self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=True, dead=dead)
         live = {r.id for r in self.store.runs(states=("running", "waiting"), limit=100_000)}
         for runtime in self.registry.runtimes.values():
             try:
@@ -183,27 +274,43 @@ class Scheduler(Engine):
             if removed:
                 log.info("runtime %s: removed %d orphaned sandboxes", runtime.name, removed)
 
-    def reconcile(self, runs: list[Any], *, startup: bool) -> None:
-        stale = set(self.store.stale_hosts(HOST_STALE_AFTER)) if runs else set()
+    def reconcile(self, runs: list[Any], *, startup: bool, dead: set[str]) -> None:
+        """Adopt (at startup, when its sandbox lives here) or interrupt each run whose owner
+        died: a process of this machine that is gone, a host in ``dead``, or (at startup) an
+        earlier process with our own host id (a container's pid is often the same)."""
         for run in runs:
-            if run.id in self.threads or not self._owner_dead(run.host, stale):
+            if run.id in self.threads or not self._owner_dead(run.host, dead, startup):
                 continue
-            if startup and self.runner.attach(run):
+            if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)
                 self.store.update_run(run.id, host=self.host)
                 self.start_thread(self.store.get_run(run.id))
                 continue
             self.interrupted(run)
 
-    def _owner_dead(self, host: str | None, stale: set[str]) -> bool:
+    def _owner_dead(self, host: str | None, dead: set[str], startup: bool) -> bool:
         if host == self.host:
-            return False
+            return startup
         if not host:
             return True
         name, _, pid = host.rpartition(":")
-        if name == socket.gethostname() and pid.isdigit():
+        if name == machine_name() and pid.isdigit():
             return not pid_alive(int(pid))
-        return host in stale
+        return host in dead
+
+    @staticmethod
+    def _local(host: str | None) -> bool:
+        """Whether ``host`` ran on this machine (only then can its sandboxes be here)."""
+        return not host or host.rpartition(":")[0] == machine_name()
+
+    def _stop_lost_runs(self, running: set[str]) -> None:
+        """Stop sandboxes of runs the other hosts interrupted while we were presumed dead (a
+        long pause or a network partition): their work item is already queued again."""
+        for run_id in set(self.threads) - running:
+            run = self.store.get_run(run_id)
+            if run is not None and run.state == "error" and run.reason == "interrupted":
+                log.warning("run %s was taken over by another host: stopping it here", run_id)
+                self.runner.kill(run_id, reason="interrupted")
 
     def interrupted(self, run: Any) -> None:
         """Mark a run whose process died as error/interrupted and requeue its trigger once."""

@@ -13,6 +13,11 @@ objects they register:
 A fragment is a JSON Schema object (``{"type": "object", "properties": {...}}``); a bare
 ``{key: schema}`` map of properties is accepted too.
 
+Checks a schema cannot express belong to the plugin: a runtime may define
+``validate(agent, project)`` (docker: is the daemon up?) and a trigger type ``validate(agent)``
+(cron: does the expression parse?). Each returns a list of ConfigErrors or messages (a message
+starting ``warning:`` is a warning); ``al validate`` prints them with everything else.
+
 ``al schema`` prints the documents built here (draft 2020-12, tagged tables expressed with
 ``if``/``then`` and ``unevaluatedProperties``). Validation does the tag dispatch itself with one
 compiled validator per variant: that is faster than ``unevaluatedProperties`` and lets every error
@@ -25,6 +30,8 @@ import copy
 import difflib
 import getpass
 import json
+import os
+import re
 import weakref
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -44,6 +51,7 @@ from llamaherd.project import (
     Agent,
     Project,
 )
+from llamaherd.types import ConfigError, LlamaherdError
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_RUNTIME = "container"
@@ -101,7 +109,7 @@ MODEL_KEYS: dict[str, Any] = {
     "credential": {
         "type": "string",
         "default": "default",
-        "description": "Instance of the provider's key credential (`al creds add TYPE:INSTANCE`).",
+        "description": 'Key credential: an instance of the provider\'s credential type ("work") or "type:instance".',
     },
 }
 
@@ -353,6 +361,8 @@ class Schemas:
     def agent_schema(self) -> dict[str, Any]:
         """The agent ``config.toml`` schema as documented by ``al schema --agent``."""
         properties = copy.deepcopy(self.agent_keys)
+        # Credential types have no config keys; list them so the docs show what can be declared.
+        properties["credentials"]["items"]["examples"] = sorted(self.registry.credential_types)
         properties["runtime"] = _tagged(
             RUNTIME_KEYS,
             "type",
@@ -449,6 +459,10 @@ def _join(path: Iterable[Any]) -> str:
     return out
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
 def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
     """(relative key path, message) pairs for one jsonschema error."""
     kind, expected, value = error.validator, error.validator_value, error.instance
@@ -463,8 +477,12 @@ def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
             if key not in value:
                 yield [key], "missing (required)"
     elif kind == "type":
-        names = [expected] if isinstance(expected, str) else expected
+        names = _as_list(expected)
         wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+        yield [], f"expected {wanted}, got {_describe(value)}"
+    elif kind in ("anyOf", "oneOf") and all("type" in option for option in expected):
+        names = [n for option in expected for n in _as_list(option["type"])]
+        wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in dict.fromkeys(names))
         yield [], f"expected {wanted}, got {_describe(value)}"
     elif kind == "enum":
         yield (
@@ -511,7 +529,9 @@ class _Checker:
         self.registry = registry
         self.schemas = schemas(registry)
         self.problems: list[Problem] = []
-        self.store = _credential_store()
+        from llamaherd.credentials import CredentialStore
+
+        self.store = CredentialStore()
 
     def add(
         self, file: str, key: str, message: str, *, agent: str | None = None, warning: bool = False
@@ -580,6 +600,9 @@ class _Checker:
         config = self.project.config
         file = "config.toml"
         self.schema_errors(self.schemas.project_base, config, file, [])
+        used = {
+            m for agent in self.project.agents.values() for m in _names(agent.config.get("models"))
+        }
         for name, model in _tables(config.get("models")):
             provider = self.tagged(
                 model,
@@ -590,15 +613,8 @@ class _Checker:
                 file,
                 ["models", name],
             )
-            if provider:
-                # A model key can also come from the environment: a missing one only warns.
-                self.credential(
-                    file,
-                    ["models", name],
-                    self.registry.providers[provider],
-                    model,
-                    warning=True,
-                )
+            if provider and name in used:
+                self.model_key(name, model, self.registry.providers[provider])
         for name, source in _tables(config.get("webhooks")):
             kind = self.tagged(
                 source,
@@ -617,21 +633,42 @@ class _Checker:
                     source,
                 )
 
-    def credential(
-        self, file: str, path: list[Any], owner: Any, table: dict[str, Any], warning: bool = False
-    ) -> None:
+    def model_key(self, name: str, model: dict[str, Any], provider: Any) -> None:
+        """A model some agent uses needs its key: in the store or in the provider's env var.
+
+        ``credential`` is an instance of the provider's credential type or "type:instance"
+        (as ``llamaherd.models`` resolves it).
+        """
+        ref = model.get("credential", "default")
+        env = getattr(provider, "key_env", None)
+        if not isinstance(ref, str) or not getattr(provider, "key_required", True):
+            return
+        ctype, _, instance = ref.rpartition(":")
+        ctype = ctype or getattr(provider, "credential_type", None)
+        if ctype and not (env and os.environ.get(env)):
+            message = self.missing_credential(ctype, instance or "default")
+            if message:
+                hint = f" (or set ${env})" if env else ""
+                self.add("config.toml", f"models.{name}", message + hint)
+
+    def credential(self, file: str, path: list[Any], owner: Any, table: dict[str, Any]) -> None:
         """Check that the credential an object needs (``owner.credential_type``) is stored."""
         ctype = getattr(owner, "credential_type", None)
         instance = table.get("credential", "default")
-        if not ctype or self.store is None or not isinstance(instance, str):
-            return
-        if not self.store.exists(ctype, instance):
-            self.add(
-                file,
-                _join(path),
-                f"credential {ctype}:{instance} not found; add it with `al creds add {ctype}:{instance}`",
-                warning=warning,
-            )
+        if ctype and isinstance(instance, str):
+            message = self.missing_credential(ctype, instance)
+            if message:
+                self.add(file, _join(path), message)
+
+    def missing_credential(self, ctype: str, instance: str) -> str | None:
+        """Why ``ctype:instance`` cannot be used, or None when it is in the store."""
+        try:
+            if self.store.exists(ctype, instance):
+                return None
+        except LlamaherdError as exc:  # an unsafe name
+            return str(exc)
+        ref = f"{ctype}:{instance}"
+        return f"credential {ref} not found; add it with `al creds add {ref}`"
 
     # ----------------------------------------------------------------- agents
 
@@ -653,6 +690,7 @@ class _Checker:
         self.schema_errors(self.schemas.agent_base, config, file, [], agent.name, skip)
         if runtime:
             self.runtime_checks(agent, file, self.registry.runtimes[runtime])
+        self.trigger_checks(agent, file)
         self.agent_models(agent, file)
         self.agent_credentials(agent, file)
         self.agent_webhooks(agent, file)
@@ -683,17 +721,45 @@ class _Checker:
                 warning=True,
             )
         check = getattr(runtime, "validate", None)
-        if check is None:
-            return
-        for message in check(agent, self.project) or []:
-            text = str(message)
-            warning = text.startswith("warning:")
+        if check is not None:
+            self.plugin_check(
+                agent, file, f'runtime "{runtime.name}"', "runtime", check, self.project
+            )
+
+    def trigger_checks(self, agent: Agent, file: str) -> None:
+        """Let each trigger type check its own keys, unless the schema already reported them."""
+        reported = {re.split(r"[.\[]", p.key)[0] for p in self.problems if p.agent == agent.name}
+        for trigger in self.registry.trigger_types.values():
+            check = getattr(trigger, "validate", None)
+            keys = set(fragment(trigger)[0])
+            used = sorted(keys & set(agent.config))
+            if check is not None and used and not keys & reported:
+                self.plugin_check(agent, file, f'trigger type "{trigger.name}"', used[0], check)
+
+    def plugin_check(
+        self, agent: Agent, file: str, label: str, key: str, check: Any, *args: Any
+    ) -> None:
+        """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors, or messages
+        (``"warning: ..."`` for warnings). A plugin that raises is reported, never propagated."""
+        try:
+            results = list(check(agent, *args) or [])
+        except Exception as exc:
             self.add(
                 file,
-                "runtime",
-                text.removeprefix("warning:").strip(),
+                key,
+                f"{label} could not check this agent: {type(exc).__name__}: {exc}",
                 agent=agent.name,
-                warning=warning,
+            )
+            return
+        for item in results:
+            if isinstance(item, ConfigError):
+                where = self.project.relative(Path(item.file))
+                self.add(where, item.key, item.message, agent=agent.name)
+                continue
+            text = str(item)
+            warning = text.startswith("warning:")
+            self.add(
+                file, key, text.removeprefix("warning:").strip(), agent=agent.name, warning=warning
             )
 
     def agent_models(self, agent: Agent, file: str) -> None:
@@ -718,20 +784,19 @@ class _Checker:
                 )
 
     def agent_credentials(self, agent: Agent, file: str) -> None:
+        from llamaherd.credentials import parse_ref
+
         refs = agent.config.get("credentials")
         types = self.registry.credential_types
         for i, ref in enumerate(refs if isinstance(refs, list) else []):
             key = f"credentials[{i}]"
-            parsed = _parse_ref(ref)
-            if parsed is None:
-                self.add(
-                    file,
-                    key,
-                    f'expected "type" or "type:instance", got {_describe(ref)}',
-                    agent=agent.name,
-                )
+            if not isinstance(ref, str):
+                continue  # the schema reports it
+            try:
+                ctype, instance = parse_ref(ref)
+            except LlamaherdError as exc:
+                self.add(file, key, str(exc), agent=agent.name)
                 continue
-            ctype, instance = parsed
             if ctype not in types:
                 known = set(types) | {n for (k, n) in PROVIDED_BY if k == "credential_types"}
                 message = missing_plugin(
@@ -740,13 +805,10 @@ class _Checker:
                     f'unknown credential type "{ctype}" (installed: {", ".join(sorted(types)) or "none"}){did_you_mean(ctype, known)}'
                 )
                 self.add(file, key, message, agent=agent.name)
-            elif self.store is not None and not self.store.exists(ctype, instance):
-                self.add(
-                    file,
-                    key,
-                    f"credential {ctype}:{instance} not found; add it with `al creds add {ctype}:{instance}`",
-                    agent=agent.name,
-                )
+            else:
+                message = self.missing_credential(ctype, instance)
+                if message:
+                    self.add(file, key, message, agent=agent.name)
 
     def agent_webhooks(self, agent: Agent, file: str) -> None:
         hooks = agent.config.get("webhooks")
@@ -789,22 +851,8 @@ def _tables(value: Any) -> list[tuple[str, Any]]:
     return list(value.items()) if isinstance(value, dict) else []
 
 
-def _parse_ref(ref: Any) -> tuple[str, str] | None:
-    if not isinstance(ref, str):
-        return None
-    ctype, _, instance = ref.partition(":")
-    if not ctype or (":" in ref and not instance) or ":" in instance:
-        return None
-    return ctype, instance or "default"
-
-
-def _credential_store() -> Any:
-    """The user's credential store, or None while ``llamaherd.credentials`` is unavailable."""
-    try:
-        from llamaherd.credentials import CredentialStore
-    except ImportError:
-        return None
-    return CredentialStore()
+def _names(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def validate_project(

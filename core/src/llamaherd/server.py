@@ -112,7 +112,7 @@ def build_app(engine: Any) -> Starlette:
     )
     app.state.engine = engine
     app.state.control_token = control_token(engine.project.state_dir)
-    get_manager().hook.register_routes(app=app)
+    get_manager().call_each("register_routes", app=app)
     return app
 
 
@@ -166,7 +166,9 @@ def _bind(host: str, port: int, uds: str | None) -> socket.socket:
         os.chmod(uds, 0o666)  # sandboxes run as other users; the run token is the guard
     else:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # proto must be explicit: asyncio sets TCP_NODELAY on accepted sockets only when it is
+        # IPPROTO_TCP, and without it keep-alive replies wait ~40 ms on delayed ACKs.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))

@@ -185,7 +185,7 @@ class Session:
         tools: dict[str, Any],  # language-skill Tool objects by name
         max_turns: int = 100,
         options: dict[str, Any] | None = None,
-        deadline: Callable[[], float | None] = lambda: None,  # seconds left, or None
+        time_left: Callable[[], float | None] = lambda: None,  # seconds of the run left
         on_turn_limit: Callable[[Session], Outcome] | None = None,
     ):
         self.ctx = ctx
@@ -193,7 +193,7 @@ class Session:
         self.tools = tools
         self.max_turns = max_turns
         self.options = options or {}
-        self.time_left = deadline
+        self.time_left = time_left
         # Issue 8 (suspension) plugs in here; the default ends the run as an error.
         self.on_turn_limit = on_turn_limit or _turn_limit_error
         self.cancel = threading.Event()

@@ -21,15 +21,17 @@ Schema versions live in ``llamaherd.migrations``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import os
 import secrets
 import sqlite3
 import statistics
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,6 +42,7 @@ import peewee as pw
 from playhouse import db_url
 
 from llamaherd import migrations
+from llamaherd.types import LlamaherdError
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +74,14 @@ SQLITE_PRAGMAS = {
 _PAUSED_ALL = "*"  # the paused-table row that pauses the whole scheduler
 # PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)).
 _PG_SCHEMA, _PG_CLAIM, _PG_QUEUE, _PG_GLOBAL = 7401, 7402, 7403, 7404
-_BRANCHES = 200  # per-agent branches per candidate query (SQLite allows 500 compound terms)
 
 
-class StoreError(Exception):
+class StoreError(LlamaherdError):
     """The database cannot be used (corrupt, read-only, disk full, locked by another writer)."""
 
 
 class InvalidTransition(StoreError):
-    pass
+    """A run state change that TRANSITIONS does not allow."""
 
 
 @dataclass
@@ -419,6 +421,16 @@ def _connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
     return db, _display_url(url), timeout
 
 
+_SQLITE_WRITERS: dict[str, threading.RLock] = {}
+_SQLITE_WRITERS_GUARD = threading.Lock()
+
+
+def _sqlite_writer(path: str) -> threading.RLock:
+    """The process-wide write mutex of one SQLite file (re-entrant: transactions nest)."""
+    with _SQLITE_WRITERS_GUARD:
+        return _SQLITE_WRITERS.setdefault(os.path.realpath(path), threading.RLock())
+
+
 def _new_run_id(agent: str) -> str:
     return f"{agent}-{secrets.token_hex(4)}"
 
@@ -443,6 +455,7 @@ class Store:
         self._timeout = timeout
         self._clock = clock
         self._pg = isinstance(db, pw.PostgresqlDatabase)
+        self._writer = contextlib.nullcontext() if self._pg else _sqlite_writer(where)
         self.m = _define_models(db)
         self._sql = self._prepare_sql()
         run_fields = [self.m.Run._meta.fields[name] for name in _RUN_COLUMNS]
@@ -476,10 +489,13 @@ class Store:
         return self._where
 
     # ------------------------------------------------------------ internals
-    @contextmanager
+    @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
-        """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL."""
-        with self._db.atomic():
+        """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL.
+
+        On SQLite the threads of one process also queue on a mutex first: SQLite's busy handler
+        polls in steps of milliseconds, a mutex hands over at once."""
+        with self._writer, self._db.atomic():
             yield
 
     def _exec(self, sql: str, params: tuple | list = ()) -> Any:
@@ -512,11 +528,9 @@ class Store:
         return SimpleNamespace(
             running="SELECT agent, COUNT(*) FROM runs WHERE state = 'running' GROUP BY agent",
             running_one=q("SELECT COUNT(*) FROM runs WHERE state = 'running' AND agent = ?"),
-            # One branch per agent, each an index seek on the queued-items partial index.
-            head=q(
-                f"SELECT * FROM (SELECT {item_cols} FROM work_items WHERE state = 'queued' "
-                "AND agent = ? ORDER BY id LIMIT 1) AS h{n}"
-            ),
+            # One pass over the queued-items partial index: bounded by the queues' limits.
+            heads=("SELECT agent, MIN(id) FROM work_items WHERE state = 'queued' GROUP BY agent"),
+            item=q(f"SELECT {item_cols} FROM work_items WHERE id = ?"),
             take=q(
                 f"SELECT {item_cols} FROM work_items WHERE state = 'queued' AND agent = ? "
                 f"ORDER BY id LIMIT 1{lock}"
@@ -528,9 +542,11 @@ class Store:
             ),
             drop_locks=q("DELETE FROM locks WHERE run_id = ?"),
             drop_waits=q("DELETE FROM lock_waits WHERE run_id = ?"),
+            # SKIP LOCKED: a resume item being claimed right now is left to that claim, which
+            # then finds the run ended (locking it the other way round could deadlock).
             end_items=q(
-                "UPDATE work_items SET state = 'done' WHERE id = ? "
-                "OR (run_id = ? AND state = 'queued')"
+                "UPDATE work_items SET state = 'done' WHERE id IN (SELECT id FROM work_items "
+                f"WHERE id = ? OR (run_id = ? AND state = 'queued'){lock})"
             ),
             settle_call=q(
                 "UPDATE calls SET state = ?, return_value = ?, error = ?, finished_at = ? "
@@ -682,16 +698,15 @@ class Store:
             if global_scale is not None and sum(running.values()) >= global_scale:
                 return None
             skip = paused or set()
-            room = [
-                agent
-                for agent, scale in scales.items()
-                if scale > 0 and running.get(agent, 0) < scale and agent not in skip
-            ]
             for _ in range(10):  # a stale resume item is retired and the search runs again
-                heads = self._queue_heads(room)
-                heads.sort(key=lambda item: (running.get(item.agent, 0), item.id))
-                for head in heads:
-                    item = self._lock_head(head, scales[head.agent])
+                # Queue heads of agents with room: fewest running first, then oldest item.
+                heads = sorted(
+                    (running.get(agent, 0), head_id, agent)
+                    for agent, head_id in self._exec(self._sql.heads).fetchall()
+                    if agent not in skip and running.get(agent, 0) < scales.get(agent, 0)
+                )
+                for _, head_id, agent in heads:
+                    item = self._lock_head(head_id, agent, scales[agent])
                     if item is None:
                         continue
                     claimed = self._take(item, host)
@@ -702,24 +717,17 @@ class Store:
                     return None
         return None
 
-    def _queue_heads(self, agents: list[str]) -> list[WorkItemRow]:
-        """The oldest queued item of each agent (those with none are absent)."""
-        heads: list[WorkItemRow] = []
-        for start in range(0, len(agents), _BRANCHES):
-            chunk = agents[start : start + _BRANCHES]
-            sql = " UNION ALL ".join(self._sql.head.format(n=n) for n in range(len(chunk)))
-            heads.extend(self._item(row) for row in self._exec(sql, chunk).fetchall())
-        return heads
-
-    def _lock_head(self, head: WorkItemRow, scale: int) -> WorkItemRow | None:
-        """On PostgreSQL, take the agent's claim lock, recount its running runs and lock its
-        oldest unlocked item (SKIP LOCKED); on SQLite the transaction already excludes others."""
-        if not self._pg:
-            return head
-        self._pg_lock(_PG_CLAIM, head.agent)
-        if self._exec(self._sql.running_one, (head.agent,)).fetchone()[0] >= scale:
-            return None
-        row = self._exec(self._sql.take, (head.agent,)).fetchone()
+    def _lock_head(self, head_id: int, agent: str, scale: int) -> WorkItemRow | None:
+        """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
+        other writer). PostgreSQL: take the agent's claim lock, recount its running runs, and
+        lock its oldest item no other scheduler holds (SKIP LOCKED)."""
+        if self._pg:
+            self._pg_lock(_PG_CLAIM, agent)
+            if self._exec(self._sql.running_one, (agent,)).fetchone()[0] >= scale:
+                return None
+            row = self._exec(self._sql.take, (agent,)).fetchone()
+        else:
+            row = self._exec(self._sql.item, (head_id,)).fetchone()
         return None if row is None else self._item(row)
 
     def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
@@ -1020,12 +1028,14 @@ class Store:
     # ------------------------------------------------------------ waits
     @_guarded
     def set_waiting(self, run_id: str, wait_filter: dict[str, Any], deadline: float) -> None:
-        """Transition running -> waiting with the filter and deadline stored."""
+        """Transition running -> waiting with the filter and deadline stored (and the previous
+        resume's ``trigger["resume_payload"]`` dropped: it is spent)."""
         with self._write():
             run = self._locked_run(run_id)
+            trigger = {k: v for k, v in run.trigger.items() if k != "resume_payload"}
             self._apply(
                 run, "waiting", "wait_for_trigger", None, self._clock(),
-                wait_filter=wait_filter, wait_deadline=deadline,
+                wait_filter=wait_filter, wait_deadline=deadline, trigger=trigger,
             )  # fmt: skip
 
     @_guarded

@@ -5,22 +5,70 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
 - ``tmp_project``: a throwaway project directory with helpers to write its config and agents;
 - ``registered_plugin``: registers a plugin object in the process-wide manager and always
   unregisters it afterwards;
-- ``al``: runs the real ``al`` command in a subprocess.
+- ``al``: runs the real ``al`` command in a subprocess;
+- ``offline_project``: a project whose agents run offline (scripted provider, host-user runtime
+  as the current user), with ``al(...)`` and ``store()`` helpers;
+- ``scheduler``: ``scheduler(project)`` starts ``al start`` as a real subprocess and stops it at
+  teardown.
+
+And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
+distribution into the running environment for a test.
 """
 
 from __future__ import annotations
 
+import fcntl
+import getpass
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 AL = Path(sys.executable).with_name("al")
+
+
+def _pip(*args: str) -> None:
+    # No build isolation and no deps: hatchling and llamaherd are already installed, so this
+    # needs no network and takes a second.
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@contextmanager
+def pip_installed(path: Path, distribution: str) -> Iterator[None]:
+    """``pip install`` the distribution at ``path`` into this environment; uninstall it after.
+
+    An exclusive lock on ``<venv>/.<distribution>-test.lock`` serialises every test (and test
+    session) sharing the environment, so one's uninstall never lands in another's test. An
+    already installed distribution (e.g. editable in a dev venv) is left as it is.
+    """
+    with open(Path(sys.prefix) / f".{distribution}-test.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            metadata.version(distribution)
+            yield
+            return
+        except metadata.PackageNotFoundError:
+            pass
+        _pip("install", "--no-build-isolation", "--no-deps", str(path))
+        try:
+            yield
+        finally:
+            _pip("uninstall", "-y", distribution)
 
 
 class TmpProject:
@@ -129,3 +177,130 @@ def al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+OFFLINE_CONFIG = """
+[models.scripted]
+provider = "scripted"
+model = "scripted"
+
+[gateway]
+port = 0
+"""
+
+
+class OfflineProject(TmpProject):
+    """A project whose agents use the scripted provider and the host-user runtime as the
+    current user: real runs with no network, no API key and no Docker."""
+
+    def __init__(self, root: Path, settings: str = ""):
+        super().__init__(root)
+        # Top-level settings must come before the first [table].
+        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG)
+
+    def add_scripted_agent(self, name: str, config: str = "", script: str | None = None) -> Path:
+        """An agent with ``config`` (top-level keys) and an optional ``script.toml``."""
+        runtime = f'models = ["scripted"]\n\n[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n'
+        path = self.add_agent(name, textwrap.dedent(config) + "\n" + runtime)
+        if script is not None:
+            self.write(f"agents/{name}/script.toml", script)
+        return path
+
+    def al(self, *args: str, timeout: float = 120, check: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "llamaherd", "--project", str(self.root), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"al {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def store(self) -> Any:
+        from llamaherd.store import Store
+
+        return Store.open(self.load().database_url, str(self.root))
+
+
+class SchedulerProcess:
+    """``al start`` as a real subprocess; ``url``, ``token`` and an authorised ``http`` session
+    once it is up."""
+
+    def __init__(self, project: TmpProject, env: dict[str, str] | None = None):
+        import requests
+
+        self.project = project
+        self.log_path = project.root / f"scheduler-{time.monotonic_ns()}.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", "5"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        info = self._wait_for_info(project.root / ".al" / "scheduler.json")
+        self.url = info["url"]
+        self.token = (project.root / ".al" / "control-token").read_text().strip()
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {self.token}"
+
+    def _wait_for_info(self, path: Path, timeout: float = 30) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                info = json.loads(path.read_text())
+                if info["pid"] == self.proc.pid:
+                    return info
+            except (OSError, ValueError):
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(f"scheduler exited {self.proc.returncode}: {self.read_log()}")
+            time.sleep(0.05)
+        raise AssertionError(f"scheduler did not start: {self.read_log()}")
+
+    def read_log(self) -> str:
+        return self.log_path.read_text()
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.http.post(self.url + path, json=body, timeout=30)
+
+    def get(self, path: str) -> Any:
+        return self.http.get(self.url + path, timeout=30)
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def offline_project(tmp_path: Path) -> OfflineProject:
+    """An offline project (scripted provider, host-user runtime as the current user)."""
+    return OfflineProject(tmp_path / "project")
+
+
+@pytest.fixture
+def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
+    """``scheduler(project, env=None)`` starts a real scheduler; all are stopped at teardown."""
+    started: list[SchedulerProcess] = []
+
+    def start(project: TmpProject, env: dict[str, str] | None = None) -> SchedulerProcess:
+        process = SchedulerProcess(project, env)
+        started.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.stop()

@@ -9,6 +9,8 @@ allowed; a list means any of).
 from __future__ import annotations
 
 import logging
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from llamaherd.types import TriggerEvent
@@ -56,19 +58,37 @@ def generic_matches(wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
     return True
 
 
+def trigger_type_for(registry: Any, type_name: str) -> Any:
+    """The trigger type a filter names: by name, else the one producing that event kind
+    (``{"type": "webhook"}`` finds the ``webhooks`` type)."""
+    found = registry.trigger_types.get(type_name)
+    if found is None:
+        kind = KIND_ALIASES.get(type_name, type_name)
+        found = next(
+            (
+                t
+                for t in registry.trigger_types.values()
+                if KIND_ALIASES.get(t.name, t.name) == kind
+            ),
+            None,
+        )
+    return found
+
+
 def filter_matches(registry: Any, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
     """Does ``event`` satisfy ``wait_filter``? The trigger type's own ``matches`` wins."""
-    kind = wait_filter.get("type")
-    trigger_type = registry.trigger_types.get(kind)
-    if KIND_ALIASES.get(kind, kind) != event.kind and (
-        trigger_type is None or KIND_ALIASES.get(trigger_type.name) != event.kind
-    ):
+    type_name = str(wait_filter.get("type"))
+    trigger_type = trigger_type_for(registry, type_name)
+    kinds = {KIND_ALIASES.get(type_name, type_name)}
+    if trigger_type is not None:
+        kinds.add(KIND_ALIASES.get(trigger_type.name, trigger_type.name))
+    if event.kind not in kinds:
         return False
     matcher = getattr(trigger_type, "matches", None)
     try:
         return bool(matcher(wait_filter, event)) if matcher else generic_matches(wait_filter, event)
     except Exception as exc:  # a plugin's matcher bug must not break emit for everyone
-        log.warning("wait matcher of %r failed: %s: %s", kind, type(exc).__name__, exc)
+        log.warning("wait matcher of %r failed: %s: %s", type_name, type(exc).__name__, exc)
         return False
 
 
@@ -85,13 +105,62 @@ def resume_payload(event: TriggerEvent) -> dict[str, Any]:
     }
 
 
+@dataclass
+class ScriptWait:
+    """An ``al-wait`` command blocked in a running run's sandbox (a gateway request)."""
+
+    run_id: str
+    agent: str
+    wait_filter: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+
+
+class ScriptWaits:
+    """The ``al-wait`` requests in flight. In memory: they live only as long as the request."""
+
+    def __init__(self) -> None:
+        self._waits: list[ScriptWait] = []
+        self._lock = threading.Lock()
+
+    def add(self, run_id: str, agent: str, wait_filter: dict[str, Any]) -> ScriptWait:
+        wait = ScriptWait(run_id, agent, wait_filter)
+        with self._lock:
+            self._waits.append(wait)
+        return wait
+
+    def remove(self, wait: ScriptWait) -> None:
+        with self._lock:
+            if wait in self._waits:
+                self._waits.remove(wait)
+
+    def offer(self, registry: Any, event: TriggerEvent) -> list[str]:
+        """Hand ``event`` to every matching blocked ``al-wait``; return their run ids."""
+        with self._lock:
+            waits = list(self._waits)
+        taken = []
+        for wait in waits:
+            if event.agent and wait.agent != event.agent:
+                continue
+            if filter_matches(registry, wait.wait_filter, event):
+                self.remove(wait)
+                wait.result = resume_payload(event)["result"]
+                wait.done.set()
+                taken.append(wait.run_id)
+        return taken
+
+
+SCRIPT_WAITS = ScriptWaits()
+
+
 def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
     """Resume every waiting run whose filter ``event`` matches; return their ids.
 
     Only runs of the event's agent are offered it (an event with no agent goes to any
-    waiting run). Each run is resumed at most once (``store.resume_waiting``).
+    waiting run). Each run is resumed at most once (``store.resume_waiting``). Blocked
+    ``al-wait`` commands of running runs get it too.
     """
-    resumed = []
+    resumed = SCRIPT_WAITS.offer(engine.registry, event)
     for run in engine.store.waiting_runs():
         if event.agent and run.agent != event.agent:
             continue

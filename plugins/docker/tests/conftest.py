@@ -41,6 +41,12 @@ def docker_client() -> Any:
 
 
 @pytest.fixture(scope="session")
+def debian_image(docker_client: Any) -> str:
+    """A local image whose default user is root (and that has no ``node`` user)."""
+    return DEBIAN_IMAGE
+
+
+@pytest.fixture(scope="session")
 def base_image(docker_client: Any) -> str:
     """``al-agent:latest`` built by the real ``al setup docker`` on the local Debian image."""
     done = subprocess.run(

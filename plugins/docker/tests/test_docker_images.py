@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
     project.write("agents/worker/Dockerfile", AGENT_DOCKERFILE)
     project.write("agents/worker/notes.txt", "v1")
     project.write("agents/worker/.dockerignore", "scratch/\n")
+    project.write("agents/worker/nonce", uuid.uuid4().hex)  # a build never seen before
     loaded = project.load()
     lines: list[str] = []
     tag = runtime.prepare(loaded.agent("worker"), loaded, lines.append)
@@ -38,6 +40,7 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
 
     box = start()
     assert box.exec("cat /opt/marker /opt/notes.txt; id -un").output == "built on node\nv1node\n"
+    box.cleanup()  # an image still used by a container is not untagged
 
     project.write("agents/worker/notes.txt", "v2")
     retagged = runtime.prepare(loaded.agent("worker"), loaded)
@@ -45,22 +48,22 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
     assert tag not in {t for image in runtime.client().images.list() for t in image.tags}
 
 
-def test_from_al_agent_follows_the_project_image(tmp_project: Any, runtime: Any) -> None:
+def test_from_al_agent_follows_the_project_image(
+    tmp_project: Any, runtime: Any, debian_image: str
+) -> None:
     # A project whose [local].image is not al-agent:latest: FROM al-agent:latest means it.
-    from conftest import DEBIAN_IMAGE
-
-    tmp_project.config(f'[local]\nimage = "{DEBIAN_IMAGE}"\n')
+    tmp_project.config(f'[local]\nimage = "{debian_image}"\n')
     tmp_project.add_agent("custom", "")
-    tmp_project.write("agents/custom/Dockerfile", "FROM al-agent\nRUN test ! -e /home/node\n")
+    tmp_project.write(
+        "agents/custom/Dockerfile", f"FROM al-agent\nRUN test ! -e /home/node # {uuid.uuid4()}\n"
+    )
     loaded = tmp_project.load()
     lines: list[str] = []
     runtime.prepare(loaded.agent("custom"), loaded, lines.append)
-    assert any(f"FROM {DEBIAN_IMAGE}" in line for line in lines)
+    assert any(f"FROM {debian_image}" in line for line in lines)
 
 
-def test_build_failure_names_the_dockerfile_and_the_last_line(
-    project: Any, runtime: Any
-) -> None:
+def test_build_failure_names_the_dockerfile_and_the_last_line(project: Any, runtime: Any) -> None:
     project.add_agent("broken", "")
     project.write("agents/broken/Dockerfile", "FROM al-agent:latest\nRUN echo nope; exit 3\n")
     loaded = project.load()

@@ -37,49 +37,70 @@ SCHEDULER = textwrap.dedent(
 )
 
 
-def _scheduler_sandbox(project: Any, bin_dir: Path, run_id: str) -> dict[str, Any]:
-    """Start a sandbox from a child process, then kill -9 that process."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", SCHEDULER, str(TESTS), str(project.root), str(bin_dir), run_id],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def _killed_schedulers(bin_dir: Path, *runs: tuple[Any, str]) -> list[dict[str, Any]]:
+    """Start one sandbox per (project, run id), each from its own child process (all at once),
+    then kill -9 those processes. Returns the sandboxes' handles."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", SCHEDULER, str(TESTS), str(project.root), str(bin_dir), run],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for project, run in runs
+    ]
     try:
-        handle = json.loads(child.stdout.readline())  # type: ignore[union-attr]
+        return [json.loads(child.stdout.readline()) for child in children]  # type: ignore[union-attr]
     finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
-    return handle
+        for child in children:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait(10)
 
 
 def test_orphans_of_a_killed_scheduler_are_removed(
-    project: Any, bin_dir: Path, runtime: Any, start: Any, docker_client: Any
+    project: Any, tmp_path: Path, bin_dir: Path, start: Any, docker_client: Any
 ) -> None:
     from llamaherd_docker.runtime import ContainerRuntime
 
-    orphan = _scheduler_sandbox(project, bin_dir, "worker-orphan")
-    adopted = _scheduler_sandbox(project, bin_dir, "worker-still-live")
-    mine = start()  # started by this (live) process: never an orphan
+    from llamaherd.testing import TmpProject
+
+    other = TmpProject(tmp_path / "other")
+    other.add_agent("worker", "")
+    orphan, adopted, elsewhere = _killed_schedulers(
+        bin_dir,
+        (project, "worker-orphan"),
+        (project, "worker-adopted"),
+        (other, "worker-elsewhere"),
+    )
+    mine = start(run_id="worker-mine")
+
+    def present() -> set[str]:
+        return {c.id for c in docker_client.containers.list(all=True)}
+
     fresh = ContainerRuntime()  # the restarted scheduler
-    assert fresh.cleanup_orphans({"worker-still-live"}) == 1
-    ids = {c.id for c in docker_client.containers.list(all=True)}
-    assert orphan["container"] not in ids and not Path(orphan["credentials_dir"]).exists()
-    assert adopted["container"] in ids and mine.id in ids
-    # Scoped to a project, the live set alone decides.
-    assert fresh.cleanup_orphans({mine.handle()["container"]}, project=project.load()) == 2
-    assert {adopted["container"], mine.id}.isdisjoint(c.id for c in docker_client.containers.list(all=True))
+    loaded = project.load()
+    assert fresh.cleanup_orphans(set()) == 0  # knows no project yet: touches nothing
+    assert fresh.cleanup_orphans({"worker-adopted", "worker-mine"}, project=loaded) == 1
+    assert orphan["container"] not in present()
+    assert not Path(orphan["credentials_dir"]).exists()
+    assert {adopted["container"], elsewhere["container"], mine.id} <= present()
+
+    fresh.prepare(loaded.agent("worker"), loaded)  # now it knows the project
+    assert fresh.cleanup_orphans({"worker-mine"}) == 1
+    assert adopted["container"] not in present()
+    assert {elsewhere["container"], mine.id} <= present()  # another project's; a live run's
+    assert fresh.cleanup_orphans(set(), project=other.load()) == 1
+    assert not Path(elsewhere["credentials_dir"]).exists()
 
 
 def test_missing_daemon_is_one_clear_error(
-    project: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    project: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, al: Any
 ) -> None:
     from llamaherd_docker.runtime import ContainerRuntime
 
     dead = f"unix://{tmp_path}/no-docker.sock"
     monkeypatch.setenv("DOCKER_HOST", dead)
     expected = (
-        f"Docker daemon not reachable at {dead}: "
-        'start dockerd or use [runtime] type = "host-user"'
+        f'Docker daemon not reachable at {dead}: start dockerd or use [runtime] type = "host-user"'
     )
     runtime = ContainerRuntime()
     loaded = project.load()
@@ -89,10 +110,6 @@ def test_missing_daemon_is_one_clear_error(
     assert runtime.validate(loaded.agent("worker"), loaded) == [expected]
     assert runtime.cleanup_orphans(set()) == 0  # no daemon: nothing of ours can be running
 
-    from conftest import AL
-
-    done = subprocess.run(
-        [str(AL), "setup", "docker"], capture_output=True, text=True, timeout=60
-    )
+    done = al("setup", "docker")
     assert done.returncode == 2
     assert done.stderr == f"error: {expected}\n"

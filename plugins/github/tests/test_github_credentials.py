@@ -225,6 +225,13 @@ def test_git_ssh_command_with_real_ssh(tmp_path, ssh_key):
     assert public.stdout.startswith("ssh-ed25519 ")
 
 
+def test_git_ssh_without_identity_leaves_git_defaults():
+    env = TYPES["git_ssh"].env({"id_rsa": "k", "username": "", "email": ""}, Path("/c/git_ssh/x"))
+    assert env == {
+        "GIT_SSH_COMMAND": "ssh -i /c/git_ssh/x/id_rsa -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes"
+    }
+
+
 def test_git_ssh_context_names_identity_not_key(ssh_key):
     text = TYPES["git_ssh"].context({"id_rsa": ssh_key, "username": "bot", "email": "b@x.org"})
     assert "bot <b@x.org>" in text and "PRIVATE KEY" not in text

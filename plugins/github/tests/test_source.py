@@ -49,7 +49,15 @@ def test_verifies_githubs_documented_example():
 
 @pytest.mark.parametrize(
     "signature",
-    ["", "sha256=", "sha256=00", DOC_SIGNATURE.replace("7", "8"), DOC_SIGNATURE[7:] + "0", "sha1=abc", "sha256=é"],
+    [
+        "",
+        "sha256=",
+        "sha256=00",
+        DOC_SIGNATURE.replace("7", "8"),
+        DOC_SIGNATURE[7:] + "0",
+        "sha1=abc",
+        "sha256=é",
+    ],
 )
 def test_refuses_bad_or_missing_signatures(signature):
     source = GitHubSource()
@@ -92,14 +100,24 @@ def test_pull_request_fields():
 
 
 def test_push_branch_and_check_run_conclusion():
-    push = {"ref": "refs/heads/release/1.2", "repository": {"full_name": "acme/widgets"},
-            "sender": {"login": "carol"}}
+    push = {
+        "ref": "refs/heads/release/1.2",
+        "repository": {"full_name": "acme/widgets"},
+        "sender": {"login": "carol"},
+    }
     body = json.dumps(push).encode()
     fields = GitHubSource().parse(headers(body, "push"), body)
-    assert (fields["branch"], fields["ref"], fields["sender"]) == ("release/1.2", "refs/heads/release/1.2", "carol")
+    assert (fields["branch"], fields["ref"], fields["sender"]) == (
+        "release/1.2",
+        "refs/heads/release/1.2",
+        "carol",
+    )
 
-    check = {"action": "completed", "check_run": {"conclusion": "failure", "head_branch": "main"},
-             "repository": {"full_name": "acme/widgets"}}
+    check = {
+        "action": "completed",
+        "check_run": {"conclusion": "failure", "head_branch": "main"},
+        "repository": {"full_name": "acme/widgets"},
+    }
     body = json.dumps(check).encode()
     fields = GitHubSource().parse(headers(body, "check_run"), body)
     assert (fields["conclusion"], fields["branch"]) == ("failure", "main")
@@ -139,8 +157,13 @@ def test_missing_event_header_is_a_value_error():
 
 
 def test_hostile_shapes_never_raise_anything_but_value_error():
-    odd = {"pull_request": {"labels": "nope", "base": [], "number": True, "user": "x"},
-           "repository": [], "label": {"name": 3}, "ref": 7, "check_run": {"check_suite": 1}}
+    odd = {
+        "pull_request": {"labels": "nope", "base": [], "number": True, "user": "x"},
+        "repository": [],
+        "label": {"name": 3},
+        "ref": 7,
+        "check_run": {"check_suite": 1},
+    }
     body = json.dumps(odd).encode()
     fields = GitHubSource().parse(headers(body), body)
     assert fields["labels"] == [] and fields["number"] is None and fields["repo"] is None

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from llamaherd.project import load_project
-from llamaherd.types import SandboxSpec
-
 from llamaherd_host_user.identity import useradd_command
 from llamaherd_host_user.runtime import HostUserRuntime
 from llamaherd_host_user.sandbox import HostUserSandbox
+
+from llamaherd.project import load_project
+from llamaherd.types import SandboxSpec
 
 AGENT_USER = "al-test-agent"
 OTHER_USER = "al-test-agent2"
@@ -38,6 +38,16 @@ def agent_users() -> tuple[pwd.struct_passwd, pwd.struct_passwd]:
 
 
 @pytest.fixture
+def agent_user(agent_users) -> str:
+    return agent_users[0].pw_name
+
+
+@pytest.fixture
+def other_user(agent_users) -> str:
+    return agent_users[1].pw_name
+
+
+@pytest.fixture
 def make_agent(tmp_path: Path) -> Callable[..., object]:
     """Write a project with one agent whose [runtime] table is ``runtime``; return the Agent."""
 
@@ -47,7 +57,7 @@ def make_agent(tmp_path: Path) -> Callable[..., object]:
         agent_dir.mkdir(parents=True, exist_ok=True)
         (root / "config.toml").write_text("")
         (agent_dir / "SKILL.md").write_text(f"---\nname: {name}\n---\nDo the work.\n")
-        lines = ['[runtime]', 'type = "host-user"']
+        lines = ["[runtime]", 'type = "host-user"']
         for key, value in runtime.items():
             if isinstance(value, bool):
                 lines.append(f"{key} = {str(value).lower()}")
@@ -116,4 +126,3 @@ def spec_for(
         timeout=60,
         credential_env=lambda root: {"AL_TEST_CRED_ROOT": root},
     )
-

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import threading
 import time
 from pathlib import Path
 
 import pytest
-
 from llamaherd_host_user import runtime as runtime_module
+from llamaherd_host_user import sandbox as sandbox_module
 from llamaherd_host_user.containment import CgroupContainment, ProcContainment
 from llamaherd_host_user.runtime import HostUserRuntime
 
@@ -128,8 +130,6 @@ def test_keep_workdir_keeps_it_but_not_credentials(start):
     # A kept working dir is not an orphan: the next scheduler start leaves it alone.
     HostUserRuntime().cleanup_orphans(set())
     assert Path(sandbox.workdir).exists()
-    import shutil
-
     shutil.rmtree(sandbox.workdir)
 
 
@@ -176,10 +176,13 @@ def test_attach_after_restart(start, containment, bin_dir):
     assert HostUserRuntime().attach({}, None) is None
 
 
-def test_runtime_is_registered():
+def test_runtime_is_registered_and_matches_the_protocols(start):
     from llamaherd.plugins import registry
+    from llamaherd.types import Runtime, Sandbox
 
-    assert isinstance(registry().runtimes["host-user"], HostUserRuntime)
+    runtime = registry().runtimes["host-user"]
+    assert isinstance(runtime, HostUserRuntime) and isinstance(runtime, Runtime)
+    assert isinstance(start(), Sandbox)
     assert set(runtime_module.SCHEMA) == {"run_as", "groups", "keepWorkdir"}
 
 
@@ -191,3 +194,35 @@ def test_same_user_runs_without_switching(start, runtime, make_agent):
     assert len(warnings) == 1 and "without isolation" in warnings[0]
     assert runtime.warnings(make_agent(name="other", run_as="al-test-agent")) == []
 
+
+def test_background_process_survives_its_call_and_keeps_writing(start, containment):
+    sandbox = start()
+    sandbox.exec("sh -c 'sleep 0.3; echo late; echo late; sleep 300' & echo $! > bg.pid")
+    pid = int(sandbox.get_file("bg.pid"))
+    time.sleep(0.6)
+    assert not pid_gone(pid)  # no SIGPIPE although nobody shows its output any more
+    sandbox.kill()
+    assert pid_gone(pid)
+
+
+def test_kill_while_paused_and_from_another_thread(start, containment):
+    sandbox = start()
+    sandbox.exec(SPAWN)
+    child, daemon = pids(sandbox)
+    sandbox.pause()
+    sandbox.kill()
+    assert pid_gone(child) and pid_gone(daemon)
+    assert sandbox.exec("echo fresh").output == "fresh\n"  # not left frozen
+    timer = threading.Timer(0.3, sandbox.kill)
+    timer.start()
+    begun = time.monotonic()
+    result = sandbox.exec("sleep 300")
+    assert result.exit_code == 137 and time.monotonic() - begun < 3
+
+
+def test_get_file_of_a_fifo_times_out(start, monkeypatch):
+    monkeypatch.setattr(sandbox_module, "FILE_TIMEOUT", 0.3)
+    sandbox = start()
+    sandbox.exec("mkfifo pipe")
+    with pytest.raises(TimeoutError):
+        sandbox.get_file("pipe")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
-from llamaherd.credentials import CredentialStore
 
-from conftest import AGENT_USER, OTHER_USER
+from llamaherd.credentials import CredentialStore
 
 pytestmark = pytest.mark.root
 
@@ -29,10 +29,27 @@ def test_exec_runs_as_agent_user_in_its_workdir(start, agent_users):
     assert (base.st_uid, stat.S_IMODE(base.st_mode)) == (0, 0o711)
 
 
+def test_no_new_privileges(start):
+    sandbox = start()
+    assert "NoNewPrivs:\t1" in sandbox.exec("cat /proc/self/status").output
+    # A setuid-root binary the agent can run does not make it root.
+    directory = Path("/tmp") / f"al-test-suid-{os.getpid()}"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    try:
+        suid = directory / "id"
+        shutil.copy("/usr/bin/id", suid)
+        suid.chmod(0o4755)
+        assert "euid=0" not in sandbox.exec(f"{suid}").output
+    finally:
+        shutil.rmtree(directory)
+
+
 def test_exec_cwd_exit_code_and_streamed_lines(start):
     sandbox = start()
     lines: list[str] = []
-    result = sandbox.exec("mkdir sub && cd sub && pwd; echo err >&2; exit 3", on_output=lines.append)
+    result = sandbox.exec(
+        "mkdir sub && cd sub && pwd; echo err >&2; exit 3", on_output=lines.append
+    )
     assert result.exit_code == 3 and not result.timed_out
     assert lines == [f"{sandbox.workdir}/sub", "err"]
     assert sandbox.exec("pwd", cwd=f"{sandbox.workdir}/sub").output.strip().endswith("/sub")
@@ -40,7 +57,7 @@ def test_exec_cwd_exit_code_and_streamed_lines(start):
     assert missing.exit_code != 0 and "can't cd" in missing.output
 
 
-def test_env_is_built_from_scratch(start, monkeypatch):
+def test_env_is_built_from_scratch(start, monkeypatch, agent_user):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-scheduler-secret")
     monkeypatch.setenv("AL_SCHEDULER_ONLY", "x")
     sandbox = start(env={"AL_AGENT": "worker", "AL_GATEWAY_URL": "http://127.0.0.1:1"})
@@ -49,7 +66,7 @@ def test_env_is_built_from_scratch(start, monkeypatch):
     )
     assert "sk-ant-scheduler-secret" not in sandbox.exec("env; cat /proc/self/environ").output
     assert "ANTHROPIC_API_KEY" not in env and "AL_SCHEDULER_ONLY" not in env
-    assert env["HOME"] == sandbox.workdir and env["USER"] == AGENT_USER
+    assert env["HOME"] == sandbox.workdir and env["USER"] == agent_user
     assert env["TERM"] == "dumb" and env["AL_RUN_ID"] == sandbox.id
     assert env["AL_GATEWAY_URL"] == "http://127.0.0.1:1"
     assert env["AL_TEST_CRED_ROOT"] == env["AL_CREDENTIALS_PATH"]
@@ -70,10 +87,10 @@ def test_credentials_staged_private_and_only_declared(start, agent_users):
     assert stat.S_IMODE(Path(root).stat().st_mode) == 0o700
 
 
-def test_other_user_cannot_read_a_runs_workdir_or_credentials(start):
+def test_other_user_cannot_read_a_runs_workdir_or_credentials(start, other_user):
     mine = start(credentials={"github_token/default": {"token": "ghp_secret2"}})
     mine.exec("echo private > notes.txt")
-    other = start(run_as=OTHER_USER)
+    other = start(run_as=other_user)
     creds = mine.env["AL_CREDENTIALS_PATH"]
     for command in (
         f"cat {mine.workdir}/notes.txt",
@@ -91,7 +108,7 @@ def test_other_user_cannot_read_a_runs_workdir_or_credentials(start):
         other.put_file(f"{mine.workdir}/planted.txt", b"x")
 
 
-def test_agent_cannot_read_the_credential_store(start, tmp_path, monkeypatch):
+def test_agent_cannot_read_the_credential_store(start, monkeypatch):
     # A store outside /root, in a world-traversable dir, as AL_CREDENTIALS_DIR allows.
     parent = Path("/tmp") / f"al-test-store-{os.getpid()}"
     parent.mkdir(mode=0o755, exist_ok=True)
@@ -107,8 +124,6 @@ def test_agent_cannot_read_the_credential_store(start, tmp_path, monkeypatch):
             assert result.exit_code != 0 and "Permission denied" in result.output, command
         assert "ghp_store_secret" not in sandbox.exec(f"cat {field}; grep -r ghp_ {parent}").output
     finally:
-        import shutil
-
         shutil.rmtree(parent)
 
 
@@ -130,3 +145,15 @@ def test_put_and_get_file_as_agent_user(start, agent_users):
     assert not Path("/etc/planted").exists()
     with pytest.raises(FileNotFoundError):
         sandbox.get_file("missing.txt")
+
+
+def test_endless_output_is_bounded(start, monkeypatch):
+    from llamaherd_host_user import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "MAX_OUTPUT", 1000)
+    sandbox = start()
+    seen: list[str] = []
+    result = sandbox.exec("echo first; seq 1 20000; echo last", on_output=seen.append)
+    assert len(seen) == 20002  # every line is streamed
+    assert result.output.startswith("first\n1\n") and result.output.endswith("19999\n20000\nlast\n")
+    assert "characters of output omitted" in result.output and len(result.output) < 1200

@@ -14,11 +14,10 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from llamaherd_host_user.setup import setup_host_user
+
 from llamaherd.plugins import get_manager
 from llamaherd.types import SandboxError
-
-from conftest import AGENT_USER, OTHER_USER, ensure_user
-from llamaherd_host_user.setup import setup_host_user
 
 pytestmark = pytest.mark.root
 
@@ -45,10 +44,10 @@ def run_as_user(user: str, code: str, workdir: Path) -> subprocess.CompletedProc
 
 
 @pytest.fixture
-def user_dir(agent_users):
+def user_dir(agent_user):
     """A scratch dir the agent user owns (pytest's tmp_path is root-only)."""
     directory = Path(tempfile.mkdtemp(prefix="al-test-nonroot-"))
-    shutil.chown(directory, AGENT_USER, AGENT_USER)
+    shutil.chown(directory, agent_user, agent_user)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -78,9 +77,9 @@ def test_setup_is_added_to_the_core_setup_group():
     assert "host-user" in setup.commands
 
 
-def test_setup_without_root_prints_the_commands(user_dir):
+def test_setup_without_root_prints_the_commands(user_dir, agent_user):
     result = run_as_user(
-        AGENT_USER,
+        agent_user,
         """
         from llamaherd_host_user.setup import setup_host_user
         setup_host_user(["--user", "al-agent"])
@@ -91,7 +90,7 @@ def test_setup_without_root_prints_the_commands(user_dir):
     assert "sudo useradd --system" in result.stdout and "al-agent" in result.stdout
 
 
-def test_prepare_names_the_fix_for_a_missing_user(runtime, make_agent):
+def test_prepare_names_the_fix_for_a_missing_user(runtime, make_agent, agent_user):
     with pytest.raises(SandboxError) as error:
         runtime.prepare(make_agent(run_as="al-no-such-user"), None)
     message = str(error.value)
@@ -99,29 +98,28 @@ def test_prepare_names_the_fix_for_a_missing_user(runtime, make_agent):
     assert "al setup host-user --user al-no-such-user" in message
     assert "useradd --system" in message
     with pytest.raises(SandboxError, match="runtime.groups"):
-        runtime.prepare(make_agent(run_as=AGENT_USER, groups=["al-no-such-group"]), None)
+        runtime.prepare(make_agent(run_as=agent_user, groups=["al-no-such-group"]), None)
 
 
-def test_groups_are_added(start):
-    ensure_user(OTHER_USER)
-    sandbox = start(groups=[OTHER_USER])
+def test_groups_are_added(start, agent_user, other_user):
+    sandbox = start(groups=[other_user])
     groups = sandbox.exec("id -Gn").output.split()
-    assert OTHER_USER in groups and AGENT_USER in groups
+    assert other_user in groups and agent_user in groups
 
 
-def test_without_root_as_yourself(user_dir, agent_users):
+def test_without_root_as_yourself(user_dir, agent_users, agent_user, other_user):
     agent = agent_users[0]
     project = user_dir / "project"
-    for name, user in (("worker", AGENT_USER), ("other", OTHER_USER)):
+    for name, user in (("worker", agent_user), ("other", other_user)):
         (project / "agents" / name).mkdir(parents=True)
         (project / "agents" / name / "SKILL.md").write_text(f"---\nname: {name}\n---\nWork.\n")
         (project / "agents" / name / "config.toml").write_text(
             f'[runtime]\ntype = "host-user"\nrun_as = "{user}"\n'
         )
     (project / "bin").mkdir()
-    subprocess.run(["chown", "-R", AGENT_USER, str(project)], check=True)
+    subprocess.run(["chown", "-R", agent_user, str(project)], check=True)
     result = run_as_user(
-        AGENT_USER,
+        agent_user,
         f"""
         import json, os
         from pathlib import Path
@@ -161,7 +159,7 @@ def test_without_root_as_yourself(user_dir, agent_users):
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert "not root, so it cannot switch user" in out["error"]
-    assert f'set run_as = "{AGENT_USER}"' in out["error"]
+    assert f'set run_as = "{agent_user}"' in out["error"]
     assert out["id"] == str(agent.pw_uid)
     assert out["workdir"] == f"/tmp/al-runs-{agent.pw_uid}/nonroot-1"
     assert out["kind"] == "proc"  # no cgroup delegation for this user

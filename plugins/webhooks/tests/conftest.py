@@ -89,11 +89,22 @@ class Server:
         self.http = requests.Session()
         self.registry = engine.registry
 
-    def send(self, source, payload, *, event="pull_request", delivery=None, secret=SECRET,
-             body=None, headers=None):
+    def send(
+        self,
+        source,
+        payload,
+        *,
+        event="pull_request",
+        delivery=None,
+        secret=SECRET,
+        body=None,
+        headers=None,
+    ):
         """POST a delivery to /webhooks/<source>, signed with ``secret`` (None: unsigned)."""
         kind = self.engine.project.config["webhooks"][source].get("type", "generic")
-        sender = self.registry.webhook_sources[kind].configured(self.engine.project.config["webhooks"][source])
+        sender = self.registry.webhook_sources[kind].configured(
+            self.engine.project.config["webhooks"][source]
+        )
         raw = body if body is not None else json.dumps(payload).encode()
         sent = sender.request_headers(raw, event, delivery or str(uuid.uuid4()), secret)
         sent.update(headers or {})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 
-
 def test_signed_pull_request_routes_to_the_matching_agent_only(server):
     response = server.send("github", server.pull_request(), delivery="d-1")
     assert response.status_code == 202, response.text
@@ -20,7 +19,9 @@ def test_signed_pull_request_routes_to_the_matching_agent_only(server):
 def test_bad_or_missing_signature_is_401_and_nothing_queued(server):
     assert server.send("github", server.pull_request(), secret="wrong").status_code == 401
     assert server.send("github", server.pull_request(), secret=None).status_code == 401
-    assert server.send("hooks", {"event": "deploy", "env": "prod"}, secret="wrong").status_code == 401
+    assert (
+        server.send("hooks", {"event": "deploy", "env": "prod"}, secret="wrong").status_code == 401
+    )
     assert server.depth() == {}
     dead = server.engine.store.deliveries(dead_letters=True)
     assert [d["status"] for d in dead] == [401, 401, 401]
@@ -52,7 +53,12 @@ def test_filters_by_action_repo_branch_and_labels(server):
     assert server.send("github", push, event="push").json()["agents"] == ["pusher"]
     push["ref"] = "refs/heads/main"
     assert server.send("github", push, event="push").json() | {"delivery": None} == {
-        "delivery": None, "matched": 0, "agents": [], "queued": [], "refused": {}, "resumed": []
+        "delivery": None,
+        "matched": 0,
+        "agents": [],
+        "queued": [],
+        "refused": {},
+        "resumed": [],
     }
     assert server.depth() == {"labeller": 1, "pusher": 1}
 
@@ -107,7 +113,11 @@ def test_hibernating_agent_is_refused_and_recorded(server):
 def test_waiting_run_is_resumed_by_a_matching_delivery(server):
     store = server.engine.store
     run = store.create_run("quiet", "manual")
-    store.set_waiting(run.id, {"type": "webhooks", "event": "pull_request", "repo": "acme/widgets", "number": 7}, 1e12)
+    store.set_waiting(
+        run.id,
+        {"type": "webhooks", "event": "pull_request", "repo": "acme/widgets", "number": 7},
+        1e12,
+    )
     other = store.create_run("quiet", "manual")
     store.set_waiting(other.id, {"type": "webhooks", "event": "pull_request", "number": 8}, 1e12)
     response = server.send("github", server.pull_request())
@@ -115,3 +125,10 @@ def test_waiting_run_is_resumed_by_a_matching_delivery(server):
     assert store.get_run(run.id).state == "waiting"  # resumed through a queued resume item
     assert {r.id for r in store.waiting_runs()} >= {other.id}
     assert server.depth()["reviewer"] == 1
+
+
+def test_unverified_dead_letters_keep_only_a_prefix_of_the_body(server):
+    big = {"padding": "x" * 100_000}
+    assert server.send("github", big, secret="forged").status_code == 401
+    [dead] = server.engine.store.deliveries(dead_letters=True)
+    assert len(dead["body"]) == 4096

@@ -76,15 +76,27 @@ class Scheduler:
     """`al start` as a subprocess; ``url`` once it is up."""
 
     def __init__(self, project: Project, env: dict[str, str]):
-        self.log = open(project.root / f"scheduler-{time.monotonic_ns()}.log", "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", "2"],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **env},
-        )
+        self.log = project.root / f"scheduler-{time.monotonic_ns()}.log"
+        with self.log.open("w") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "llamaherd",
+                    "--project",
+                    str(project.root),
+                    "start",
+                    "--grace",
+                    "2",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+            )
         info = project.root / ".al" / "scheduler.json"
 
         def up():
-            assert self.proc.poll() is None, open(self.log.name).read()
+            assert self.proc.poll() is None, self.log.read_text()
             try:
                 data = json.loads(info.read_text())
             except (OSError, ValueError):
@@ -92,12 +104,13 @@ class Scheduler:
             return data if data["pid"] == self.proc.pid else None
 
         self.url = wait_until(up)["url"]
+        # scheduler.json appears before the triggers start; the log line comes after.
+        wait_until(lambda: "listening on" in self.log.read_text())
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(20)
-        self.log.close()
 
 
 @pytest.fixture
@@ -123,13 +136,16 @@ def start(project, tmp_path):
         scheduler.stop()
 
 
-def deliver(url: str, payload: dict, event: str = "pull_request", secret: str = SECRET, delivery=None):
+def deliver(
+    url: str, payload: dict, event: str = "pull_request", secret: str = SECRET, delivery=None
+):
     body = json.dumps(payload).encode()
     headers = {
         "Content-Type": "application/json",
         "X-GitHub-Event": event,
         "X-GitHub-Delivery": delivery or str(uuid.uuid4()),
-        "X-Hub-Signature-256": "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
+        "X-Hub-Signature-256": "sha256="
+        + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest(),
     }
     return requests.post(f"{url}/webhooks/github", data=body, headers=headers, timeout=10)
 
@@ -172,7 +188,10 @@ def test_signed_pull_request_runs_the_matching_agent_only(project, start):
 
 
 def test_waiting_run_resumed_by_a_matching_delivery(project, start):
-    project.add_agent("waiter", "", script="""
+    project.add_agent(
+        "waiter",
+        "",
+        script="""
         [[turns]]
         tool_calls = [{ name = "wait_for_trigger", arguments = { filter = { type = "webhooks", event = "pull_request", number = 7 }, timeout = "5m" } }]
 
@@ -181,15 +200,24 @@ def test_waiting_run_resumed_by_a_matching_delivery(project, start):
 
         [[turns]]
         text = "done"
-    """)
+    """,
+    )
     scheduler = start()
     token = (project.root / ".al" / "control-token").read_text().strip()
-    queued = requests.post(f"{scheduler.url}/control/run", json={"agent": "waiter"},
-                           headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    queued = requests.post(
+        f"{scheduler.url}/control/run",
+        json={"agent": "waiter"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    )
     assert queued.status_code == 202, queued.text
     [run] = wait_until(lambda: [r for r in project.runs("waiter") if r.state == "waiting"])
 
-    other_pr = {**PR_OPENED, "number": 8, "pull_request": {**PR_OPENED["pull_request"], "number": 8}}
+    other_pr = {
+        **PR_OPENED,
+        "number": 8,
+        "pull_request": {**PR_OPENED["pull_request"], "number": 8},
+    }
     assert deliver(scheduler.url, other_pr).json()["resumed"] == []
     response = deliver(scheduler.url, PR_OPENED)
     assert response.status_code == 202 and response.json()["resumed"] == [run.id]
@@ -200,8 +228,10 @@ def test_waiting_run_resumed_by_a_matching_delivery(project, start):
 def test_cron_never_fires_twice_across_restart_and_catches_up_once(project, start, tmp_path):
     clock = tmp_path / "clock"
 
-    def set_clock(hour, minute, second=0.0):
-        clock.write_text(repr(datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second))
+    def set_clock(hour, minute, second=0.0):  # atomically: readers never see a partial file
+        tmp = tmp_path / "clock.tmp"
+        tmp.write_text(repr(datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second))
+        os.replace(tmp, clock)
 
     project.add_agent("ticker", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\n')
     set_clock(12, 3)
@@ -223,3 +253,48 @@ def test_cron_never_fires_twice_across_restart_and_catches_up_once(project, star
     assert len(runs) == 2, "exactly one catch-up run"
     ticks = sorted(r.trigger["payload"]["tick"] for r in runs)
     assert ticks[1] - ticks[0] == 25 * 60, "the catch-up is for the latest missed tick (12:30)"
+
+
+def test_al_webhooks_test_replay_and_ls(project, start, tmp_path):
+    project.add_agent("reviewer", REVIEWER)
+    project.add_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
+    payload = tmp_path / "pr.json"
+    payload.write_text(json.dumps(PR_OPENED))
+    env = {**os.environ, "AL_CREDENTIALS_DIR": str(project.credentials)}
+
+    def al(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "llamaherd", "--project", str(project.root), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+
+    replay = al("webhooks", "replay", str(payload), "--event", "pull_request")
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout.strip() == "github: pull_request.opened matches 1 agent(s): reviewer"
+    recorded = tmp_path / "recorded.json"
+    recorded.write_text(
+        json.dumps(
+            {
+                "headers": {"X-GitHub-Event": "pull_request"},
+                "payload": {**PR_OPENED, "action": "closed"},
+            }
+        )
+    )
+    assert "matches 1 agent(s): closer" in al("webhooks", "replay", str(recorded)).stdout
+
+    start()
+    sent = al("webhooks", "test", "reviewer", "--event", "pull_request", "--payload", str(payload))
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("HTTP 202") and '"agents":["reviewer"]' in sent.stdout
+    wait_until(lambda: [r for r in project.runs("reviewer") if r.state == "done"])
+
+    queued = al("webhooks", "replay", str(recorded), "--run")
+    assert "closer: queued item" in queued.stdout, queued.stdout + queued.stderr
+    wait_until(lambda: [r for r in project.runs("closer") if r.state == "done"])
+
+    listing = al("webhooks", "ls")
+    assert listing.returncode == 0 and "github" in listing.stdout and "reviewer" in listing.stdout
+    assert al("webhooks", "ls", "--dead").stdout.strip() == "no dead letters"

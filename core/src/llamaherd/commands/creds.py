@@ -31,12 +31,10 @@ def creds() -> None:
 
 
 def _credential_type(app: AppContext, type_name: str) -> Any:
-    from llamaherd.plugins import PROVIDED_BY
-
     try:
         return app.registry.credential_types[type_name]
     except KeyError:
-        raise LlamaherdError(unknown_type_message(type_name, PROVIDED_BY)) from None
+        raise LlamaherdError(unknown_type_message(type_name)) from None
 
 
 # --------------------------------------------------------------------------- add

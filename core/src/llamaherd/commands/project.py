@@ -26,20 +26,17 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
     """List installed plugins, their versions and what each registers."""
     from llamaherd.plugins import get_manager
 
-    manager = get_manager()
-    rows = [info.__dict__ for info in manager.describe(show_all)]
-    failed = [{"name": name, "error": error} for name, error in sorted(manager.failed.items())]
+    rows = [info.__dict__ for info in get_manager().describe(show_all)]
     if as_json:
-        click.echo(json.dumps(rows + failed, indent=2))
+        click.echo(json.dumps(rows, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("name", "distribution", "version", "registers", box=None, pad_edge=False)
-    for row in sorted(rows, key=lambda r: r["name"]):
+    table = Table("name", "distribution", "version", box=None, pad_edge=False)
+    table.add_column("registers", overflow="fold")  # never cut a name off with "…"
+    for row in rows:
         table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
-    for row in failed:
-        table.add_row(row["name"], "", "", f"[red]failed to load: {row['error']}[/red]")
     Console(soft_wrap=True).print(table)
 
 
@@ -47,6 +44,8 @@ def _registers(row: dict[str, Any]) -> str:
     """Registered objects, then the other hooks a plugin implements (commands, routes, ...)."""
     from llamaherd.plugins import KINDS
 
+    if row["error"]:
+        return f"failed to load: {row['error']}"
     extra = [hook.removeprefix("register_") for hook in row["hooks"] if hook not in KINDS]
     return ", ".join([*row["registers"], *extra]) or "registers nothing"
 

@@ -156,8 +156,13 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
     from llamaherd.control import manual_event
     from llamaherd.engine import Engine
 
+    from llamaherd.schema import validate_project
+
     engine = Engine(project)
     try:
+        errors = [p for p in validate_project(project, engine.registry, (agent_name,)) if p.is_error]
+        if errors:
+            raise LlamaherdError("\n".join(str(p) for p in errors))
         if engine.store.agent_state(agent_name) == "error":
             engine.store.set_agent_state(agent_name, "idle", "manual run")
         result = engine.emit(manual_event(agent_name, payload))

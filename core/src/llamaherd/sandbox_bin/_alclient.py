@@ -30,24 +30,26 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.socket_path)
 
 
-def _connection(url):
+def _connection(url, timeout):
     if url.startswith("unix://"):
-        return UnixHTTPConnection(url[len("unix://"):]), ""
+        return UnixHTTPConnection(url[len("unix://") :], timeout), ""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"AL_GATEWAY_URL must be http://HOST:PORT or unix:///path, got {url!r}")
-    return http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=TIMEOUT), parts.path.rstrip("/")
+    return http.client.HTTPConnection(
+        parts.hostname, parts.port or 80, timeout=timeout
+    ), parts.path.rstrip("/")
 
 
-def request(method, path, body=None):
-    """(HTTP status, JSON answer) of one gateway call."""
+def request(method, path, body=None, timeout=TIMEOUT):
+    """(HTTP status, JSON answer) of one gateway call (``timeout`` None: no limit)."""
     url = os.environ.get("AL_GATEWAY_URL", "")
     token = os.environ.get("AL_RUN_TOKEN", "")
     run_id = os.environ.get("AL_RUN_ID", "")
     if not (url and token and run_id):
         fail("not inside a llamaherd run (AL_GATEWAY_URL, AL_RUN_TOKEN, AL_RUN_ID unset)")
     try:
-        conn, prefix = _connection(url)
+        conn, prefix = _connection(url, timeout)
     except ValueError as exc:
         fail(str(exc))
     headers = {"Authorization": f"Bearer {token}", "X-AL-Run-Id": run_id}
@@ -86,8 +88,8 @@ def finish(status, answer):
     sys.exit(0 if ok else 1)
 
 
-def call(method, path, body=None):
-    finish(*request(method, path, body))
+def call(method, path, body=None, timeout=TIMEOUT):
+    finish(*request(method, path, body, timeout))
 
 
 def arg_text(args):

@@ -62,6 +62,14 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if result.get("refused"):
         return refuse(f"call to {target!r} refused: {result['refused']}", call_id=call_id)
     ctx.log("call", {"call_id": call_id, "agent": target, "depth": depth})
+    if result.get("queued") is None and result.get("resumed"):
+        # A run of the target waiting for exactly this call took it: no new run, no result.
+        return {
+            "ok": True,
+            "call_id": call_id,
+            "delivered_to": result["resumed"],
+            "note": "delivered to a waiting run; check_call will stay pending",
+        }
     return {"ok": True, "call_id": call_id}
 
 

@@ -25,10 +25,15 @@ def wait_timeout(ctx: Any, value: Any) -> float:
     return float(ctx.agent.wait_timeout or 1800)
 
 
-def wait_for_trigger(ctx: Any, args: dict[str, Any]) -> Any:
-    wait_filter = args.get("filter")
+def check_filter(wait_filter: Any) -> dict[str, Any]:
+    """A wait filter: an object with a string "type"."""
     if not isinstance(wait_filter, dict) or not isinstance(wait_filter.get("type"), str):
         raise ValueError('filter must be an object with a "type", e.g. {"type": "agent"}')
+    return wait_filter
+
+
+def wait_for_trigger(ctx: Any, args: dict[str, Any]) -> Any:
+    wait_filter = check_filter(args.get("filter"))
     return Deferred(
         "wait", {"filter": wait_filter, "timeout": wait_timeout(ctx, args.get("timeout"))}
     )

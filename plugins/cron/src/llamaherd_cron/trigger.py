@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
@@ -85,6 +85,26 @@ def check_cron(expr: str) -> None:
         raise ValueError(f"invalid cron expression {expr!r}")
 
 
+def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for every invalid cron key of an agent config."""
+    checks: list[tuple[str, Callable[[Any], Any]]] = [
+        ("schedule", lambda v: check_cron(str(v))),
+        ("every", parse_interval),
+        ("timezone", parse_timezone),
+    ]
+    problems = []
+    if config.get("schedule") is not None and config.get("every") is not None:
+        problems.append(("every", "set either `schedule` or `every`, not both"))
+    for key, check in checks:
+        if config.get(key) is None:
+            continue
+        try:
+            check(config[key])
+        except ValueError as exc:
+            problems.append((key, str(exc)))
+    return problems
+
+
 @dataclass
 class Plan:
     """When one agent fires: a cron expression in a zone, or a fixed interval."""
@@ -98,27 +118,15 @@ class Plan:
     @classmethod
     def from_config(cls, name: str, config: dict[str, Any]) -> Plan | None:
         """The agent's plan, or None when it has neither ``schedule`` nor ``every``.
-        Raises ValueError naming the offending key."""
+        Raises ValueError naming the first offending key (``validate`` reports them all)."""
+        problems = config_problems(config)
+        if problems:
+            raise ValueError("; ".join(f"{key}: {message}" for key, message in problems))
         expr, every = config.get("schedule"), config.get("every")
         if expr is None and every is None:
             return None
-        if expr is not None and every is not None:
-            raise ValueError("every: set either `schedule` or `every`, not both")
-        try:
-            zone = parse_timezone(config.get("timezone"))
-        except ValueError as exc:
-            raise ValueError(f"timezone: {exc}") from None
-        interval = None
-        if expr is not None:
-            try:
-                check_cron(str(expr))
-            except ValueError as exc:
-                raise ValueError(f"schedule: {exc}") from None
-        else:
-            try:
-                interval = parse_interval(every)
-            except ValueError as exc:
-                raise ValueError(f"every: {exc}") from None
+        interval = None if every is None else parse_interval(every)
+        zone = parse_timezone(config.get("timezone"))
         return cls(name, expr, interval, zone, bool(config.get("catchUp", True)))
 
     def latest(self, now: float) -> float:
@@ -139,9 +147,6 @@ class Plan:
         from croniter import croniter
 
         return float(croniter(self.expr, datetime.fromtimestamp(now, self.tz)).get_next(float))
-
-    def describe(self) -> str:
-        return f"schedule {self.expr!r}" if self.expr is not None else f"every {self.interval:g}s"
 
 
 def _config(agent: Any) -> tuple[str, dict[str, Any]]:
@@ -167,12 +172,8 @@ class CronTrigger:
     def validate(self, agent: Any) -> list[ConfigError]:
         """Problems in the agent's cron keys, each naming its file and key."""
         name, config = _config(agent)
-        try:
-            Plan.from_config(name, config)
-        except ValueError as exc:
-            key, _, message = str(exc).partition(": ")
-            return [ConfigError(str(getattr(agent, "config_file", name)), key, message)]
-        return []
+        file = str(getattr(agent, "config_file", name))
+        return [ConfigError(file, key, message) for key, message in config_problems(config)]
 
     def plan(self, agent: Any) -> Plan | None:
         """The agent's plan (None without schedule/every); ConfigError when it is invalid."""
@@ -183,17 +184,24 @@ class CronTrigger:
 
     def next_fire(self, agent: Any, now: float) -> float | None:
         """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None."""
-        plan = self._plans.get(agent) if isinstance(agent, str) else self.plan(agent)
+        plan = self.plan(agent)
         return plan.following(now) if plan else None
 
     # ------------------------------------------------------------ lifecycle
     def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
-        """Plan every agent with a schedule, settle missed ticks, start the firing thread."""
+        """Plan every agent with a schedule, settle missed ticks, start the firing thread.
+
+        ``ctx`` is the Engine (``store``, ``clock``); ``emit`` is ``engine.emit`` and is called
+        with ``coalesce=True``. An agent with an invalid schedule is logged and left out."""
         self._ctx, self._emit = ctx, emit
         self._stop.clear()
         now = self._clock()
         for agent in agents:
-            plan = self.plan(agent)
+            try:
+                plan = self.plan(agent)
+            except ConfigError as exc:
+                log.error("cron: agent %s is not scheduled: %s", agent.name, exc)
+                continue
             if plan is None:
                 continue
             self._plans[plan.agent] = plan

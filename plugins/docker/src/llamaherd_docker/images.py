@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.types import SandboxError
-
 from llamaherd_docker.daemon import docker_errors
 
 Progress = Callable[[str], None]
@@ -132,7 +131,7 @@ def build(
         )
         for chunk in stream:
             if "error" in chunk:
-                last = chunk["error"].strip() or last
+                last = (chunk["error"].strip().splitlines() or [last])[-1]
                 raise SandboxError(f"{what}: image build failed: {last}")
             for line in str(chunk.get("stream") or chunk.get("status") or "").splitlines():
                 if line.strip():

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.types import SandboxError, SandboxSpec
-
 from llamaherd_docker import images
 from llamaherd_docker.daemon import connect, docker_errors
 from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
@@ -225,6 +224,7 @@ class ContainerRuntime:
         self._build_locks: dict[tuple[str, str], threading.Lock] = {}
         self._prepared: dict[tuple[str, str], str] = {}
         self._users: dict[str, tuple[int, int]] = {}  # image id -> (uid, gid) of its USER
+        self._roots: set[str] = set()  # projects this process has run agents of
 
     def client(self) -> Any:
         """The Docker client, connected on first use (SandboxError if the daemon is down)."""
@@ -244,6 +244,7 @@ class ContainerRuntime:
         client = self.client()
         base = project.local["image"]
         key = (str(project.root), agent.name)
+        self._roots.add(key[0])
         if not (agent.path / "Dockerfile").is_file():
             self._require(base)
             tag = base
@@ -305,11 +306,15 @@ class ContainerRuntime:
         except BaseException:
             shutil.rmtree(private, ignore_errors=True)
             raise
-        sandbox = ContainerSandbox(self.client(), container_id, sandbox_env(spec, config), str(private))
+        sandbox = ContainerSandbox(
+            self.client(), container_id, sandbox_env(spec, config), str(private)
+        )
         try:
             code, _out, err = sandbox._run(["mkdir", "-p", WORKDIR], workdir="/")
             if code != 0:
-                raise SandboxError(f"cannot create {WORKDIR}: {err.decode(errors='replace').strip()}")
+                raise SandboxError(
+                    f"cannot create {WORKDIR}: {err.decode(errors='replace').strip()}"
+                )
         except BaseException:
             sandbox.cleanup()
             raise
@@ -374,27 +379,28 @@ class ContainerRuntime:
         return ContainerSandbox(client, attrs["Id"], env, credentials)
 
     def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
-        """Remove our containers whose run is not live; return how many.
+        """Remove a project's containers whose run is not in ``live_run_ids``; return how many.
 
-        With ``project``, only that project's containers are considered; without, only those
-        whose starting process is gone (so another project's scheduler is never disturbed).
-        No daemon means none of our containers can be running: 0.
+        ``live_run_ids`` only speaks for one project, so only that project's containers are
+        considered: ``project``'s, or without it those of the projects this process has
+        prepared agents of. Containers whose starting process still runs are left alone (a
+        run being started now). No daemon means none of ours can be running: 0.
         """
+        roots = {str(project.root)} if project is not None else set(self._roots)
+        if not roots:
+            return 0
         try:
             client = self.client()
         except SandboxError:
             return 0
-        filters = [LABEL_RUN]
-        if project is not None:
-            filters.append(f"{LABEL_PROJECT}={project.root}")
-        removed = 0
         with docker_errors("orphan cleanup"):
-            found = client.api.containers(all=True, filters={"label": filters})
+            found = client.api.containers(all=True, filters={"label": [LABEL_RUN]})
+        removed = 0
         for info in found:
             labels = info.get("Labels") or {}
-            if labels.get(LABEL_RUN) in live_run_ids:
+            if labels.get(LABEL_PROJECT) not in roots or labels.get(LABEL_RUN) in live_run_ids:
                 continue
-            if project is None and _owner_alive(labels.get(LABEL_OWNER)):
+            if _owner_alive(labels.get(LABEL_OWNER)) and labels.get(LABEL_OWNER) != _owner():
                 continue
             remove(client, info["Id"], labels.get(LABEL_CREDENTIALS))
             removed += 1

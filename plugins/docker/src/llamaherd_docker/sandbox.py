@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from llamaherd.types import ExecResult, SandboxError
-
 from llamaherd_docker.daemon import docker_errors
 
 WORKDIR = "/tmp/work"
@@ -41,6 +40,9 @@ KILL_SCRIPT = r"""for _ in 1 2 3 4 5 6 7 8 9 10; do
   done 2>/dev/null
   [ -n "$found" ] || break
 done"""
+# Runs the command with stderr on the stdout pipe, so output keeps the order it was written in
+# (the daemon forwards two pipes independently) and line numbers in shell errors stay right.
+MERGED_SHELL = ["/bin/sh", "-c", 'exec /bin/sh -c "$0" 2>&1']
 # put_file: the data arrives on stdin.
 WRITE_SCRIPT = 'cat >"$0" && chmod "$1" "$0"'
 
@@ -49,6 +51,15 @@ def _raw_socket(sock: Any) -> socket.socket:
     # The SDK hands back a SocketIO around the connection; half-closing and cancelling need the
     # socket itself (the SDK's own docs use ``_sock`` the same way).
     return getattr(sock, "_sock", sock)
+
+
+def _shutdown(raw: socket.socket, done: threading.Event) -> None:
+    """End a stream still open (its processes could not all be killed): the caller returns."""
+    if not done.is_set():
+        try:
+            raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _os_error(path: str, stderr: str) -> OSError:
@@ -106,7 +117,7 @@ class ContainerSandbox:
         with self._errors("exec"):
             exec_id = self._api.exec_create(
                 self.id,
-                ["/bin/sh", "-c", command],
+                [*MERGED_SHELL, command],
                 workdir=cwd or self.workdir,
                 environment={**self.env, **(env or {}), EXEC_MARKER: marker},
             )["Id"]
@@ -127,10 +138,7 @@ class ContainerSandbox:
             if timer is not None:
                 timer.cancel()
             sock.close()
-        if expired.is_set():
-            code = TIMED_OUT_EXIT
-        else:
-            code = self._exit_code(exec_id)
+        code = TIMED_OUT_EXIT if expired.is_set() else self._exit_code(exec_id)
         return ExecResult(code, output, expired.is_set(), time.monotonic() - started)
 
     @staticmethod
@@ -165,14 +173,12 @@ class ContainerSandbox:
     def _expire(
         self, marker: str, raw: socket.socket, done: threading.Event, expired: threading.Event
     ) -> None:
-        """Timer thread: kill the exec's processes, then cut the stream if it is still open."""
+        """Timer thread: kill the exec's processes; cut the stream if it outlives the grace."""
         expired.set()
+        cut = threading.Timer(KILL_GRACE, _shutdown, (raw, done))
+        cut.daemon = True
+        cut.start()
         self._kill_marked(marker)
-        if not done.wait(KILL_GRACE):
-            try:
-                raw.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _kill_marked(self, marker: str) -> None:
         deadline = time.monotonic() + KILL_RETRY_FOR
@@ -263,11 +269,12 @@ class ContainerSandbox:
         """SIGKILL every process of the run at once (the container's whole cgroup)."""
         from docker.errors import APIError
 
-        try:
-            self._api.kill(self.id)
-        except APIError as exc:
-            if exc.status_code not in (404, 409):  # gone, or not running: already dead
-                raise SandboxError(f"container {self.id[:12]}: kill: {exc.explanation}") from None
+        with self._errors("kill"):
+            try:
+                self._api.kill(self.id)
+            except APIError as exc:
+                if exc.status_code not in (404, 409):  # gone, or not running: already dead
+                    raise
 
     def cleanup(self) -> None:
         """Remove the container (even if still running) and the host's staged credentials."""
@@ -279,7 +286,7 @@ class ContainerSandbox:
 
 def remove(client: Any, container_id: str, credentials_dir: str | None) -> None:
     """Force-remove a container (a missing one is fine) and its host credentials dir."""
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     try:
         with docker_errors(f"container {container_id[:12]}: remove"):
@@ -287,6 +294,9 @@ def remove(client: Any, container_id: str, credentials_dir: str | None) -> None:
                 client.api.remove_container(container_id, force=True)
             except NotFound:
                 pass
+            except APIError as exc:
+                if "already in progress" not in str(exc.explanation):
+                    raise
     finally:
         if credentials_dir:
             shutil.rmtree(credentials_dir, ignore_errors=True)

@@ -100,14 +100,14 @@ class GitSSH:
 
     def env(self, values: dict[str, str], path: Path) -> dict[str, str]:
         key = shlex.quote(str(Path(path) / "id_rsa"))
-        name, email = values.get("username", ""), values.get("email", "")
-        return {
-            "GIT_SSH_COMMAND": f"ssh -i {key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes",
-            "GIT_AUTHOR_NAME": name,
-            "GIT_AUTHOR_EMAIL": email,
-            "GIT_COMMITTER_NAME": name,
-            "GIT_COMMITTER_EMAIL": email,
+        env = {
+            "GIT_SSH_COMMAND": f"ssh -i {key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=yes"
         }
+        identity = {"NAME": values.get("username", ""), "EMAIL": values.get("email", "")}
+        for role in ("AUTHOR", "COMMITTER"):
+            # An empty ident makes git refuse to commit; unset lets it fall back to git config.
+            env.update({f"GIT_{role}_{part}": value for part, value in identity.items() if value})
+        return env
 
     def context(self, values: dict[str, str]) -> str:
         who = f"{values.get('username', '?')} <{values.get('email', '?')}>"

@@ -42,10 +42,10 @@ class Identity:
     def popen_kwargs(self) -> dict[str, Any]:
         """Arguments that make ``subprocess.Popen`` switch to this user in the child.
 
-        ``extra_groups`` is always given when switching: otherwise the child would keep root's
-        supplementary groups.
+        As root ``extra_groups`` is always given: otherwise the child would keep root's
+        supplementary groups. Without root nothing can change, so nothing is asked.
         """
-        if not self.switch:
+        if os.geteuid() != 0:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
 
@@ -80,6 +80,12 @@ def resolve(run_as: str, groups: list[str], where: str) -> Identity:
             f"root, so it cannot switch user; run the scheduler as root (sudo al start), or set "
             f'run_as = "{me}" (no isolation from your own files)'
         )
-    extra = {gid for gid in os.getgrouplist(run_as, entry.pw_gid)}
-    extra.update(_group_id(name, where) for name in groups)
+    extra = set(os.getgrouplist(run_as, entry.pw_gid))
+    wanted = {_group_id(name, where) for name in groups}
+    if os.geteuid() != 0 and not wanted <= set(os.getgroups()) | {os.getegid()}:
+        raise SandboxError(
+            f"{where}: runtime.groups: without root only groups {run_as!r} already has can be "
+            "used; run the scheduler as root or remove them"
+        )
+    extra.update(wanted)
     return Identity(run_as, entry.pw_uid, entry.pw_gid, tuple(sorted(extra)))

@@ -6,8 +6,12 @@ import codecs
 import os
 import secrets
 import selectors
+import shutil
+import signal
 import subprocess
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +25,17 @@ TIMEOUT_EXIT = 124
 # it left in the background (they may hold the pipe open for ever).
 DRAIN_GRACE = 0.1
 
+# setuid and file-capability binaries (sudo, su, ping) give no extra privilege inside a run, as
+# with the containers' no-new-privileges; util-linux's setpriv sets the flag.
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
+NO_NEW_PRIVS = f"{_SETPRIV} --no-new-privs " if _SETPRIV else ""
 # The exec's first process waits on stdin until the scheduler has put it into the run's cgroup,
 # so nothing it forks can start outside. Then it drops stdin, enters the cwd as the agent user
 # and becomes the command. $1 = command, $2 = cwd.
-GATE = 'read -r _; exec </dev/null; cd -- "$2" || exit 1; exec /bin/sh -c "$1"'
+GATE = f'read -r _; exec </dev/null; cd -- "$2" || exit 1; exec {NO_NEW_PRIVS}/bin/sh -c "$1"'
+FILE_TIMEOUT = 60.0
+MAX_FILE = 64 * 1024 * 1024
+MAX_OUTPUT = 8 * 1024 * 1024  # characters of an exec's output kept for its result
 PUT = 'umask 077; mkdir -p -- "$(dirname -- "$1")" && cat >"$1" && chmod "$2" "$1"'
 
 Containment = CgroupContainment | ProcContainment
@@ -35,17 +46,23 @@ def _exit_code(returncode: int) -> int:
 
 
 class _Lines:
-    """Decodes output chunks and hands complete lines (without the newline) to a callback."""
+    """Decodes output chunks and hands complete lines (without the newline) to a callback.
+
+    Keeps the first and the last ``MAX_OUTPUT / 2`` characters for the result, so a command
+    printing without end cannot fill the scheduler's memory (the session truncates further).
+    """
 
     def __init__(self, on_output: Callable[[str], None] | None):
         self.on_output = on_output
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.parts: list[str] = []
+        self.head = ""
+        self.tail: deque[str] = deque()
+        self.tail_size = self.dropped = 0
         self.pending = ""
 
     def feed(self, data: bytes, final: bool = False) -> None:
         text = self.decoder.decode(data, final)
-        self.parts.append(text)
+        self._keep(text)
         if self.on_output is None:
             return
         lines = (self.pending + text).split("\n")
@@ -56,9 +73,45 @@ class _Lines:
         for line in lines:
             self.on_output(line)
 
+    def _keep(self, text: str) -> None:
+        half = MAX_OUTPUT // 2
+        room = half - len(self.head)
+        self.head += text[:room]
+        text = text[room:]
+        if not text:
+            return
+        self.tail.append(text)
+        self.tail_size += len(text)
+        while self.tail_size > half:
+            excess = self.tail_size - half
+            first = self.tail.popleft()
+            if len(first) > excess:
+                self.tail.appendleft(first[excess:])
+            cut = min(len(first), excess)
+            self.tail_size -= cut
+            self.dropped += cut
+
     @property
     def text(self) -> str:
-        return "".join(self.parts)
+        gap = f"\n[... {self.dropped} characters of output omitted ...]\n" if self.dropped else ""
+        return self.head + gap + "".join(self.tail)
+
+
+def _discard_in_background(fd: int) -> None:
+    """Keep reading a pipe that processes left in the background still hold, until they close it.
+
+    Closing it instead would kill them with SIGPIPE at their next write (a dev server started
+    with ``&`` would die at its first log line).
+    """
+
+    def drain() -> None:
+        try:
+            while os.read(fd, 65536):
+                pass
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=drain, name=f"al-drain-{fd}", daemon=True).start()
 
 
 class HostUserSandbox:
@@ -103,16 +156,19 @@ class HostUserSandbox:
         exec_id = "e" + secrets.token_hex(4)
         proc, out_r = self._spawn(command, cwd or self.workdir, env, exec_id)
         lines = _Lines(on_output)
+        timed_out, eof = True, False
         try:
-            timed_out = self._pump(
-                proc, out_r, lines, None if timeout is None else started + timeout
-            )
+            deadline = None if timeout is None else started + timeout
+            timed_out, eof = self._pump(proc, out_r, lines, deadline)
         finally:
-            os.close(out_r)
             if proc.poll() is None:
                 self.containment.kill_exec(exec_id, proc.pid)
             proc.wait()
             self.containment.exec_done(exec_id)
+            if eof:
+                os.close(out_r)
+            else:
+                _discard_in_background(out_r)
         lines.feed(b"", final=True)
         code = TIMEOUT_EXIT if timed_out else _exit_code(proc.returncode)
         return ExecResult(code, lines.text, timed_out, time.monotonic() - started)
@@ -129,7 +185,7 @@ class HostUserSandbox:
                 stdin=gate_r,
                 stdout=out_w,
                 stderr=subprocess.STDOUT,
-                cwd="/",
+                cwd=self.workdir,  # so a relative cwd is relative to the working dir
                 env=full_env,
                 start_new_session=True,
                 **self.identity.popen_kwargs(),
@@ -154,61 +210,80 @@ class HostUserSandbox:
     @staticmethod
     def _pump(
         proc: subprocess.Popen[bytes], out_r: int, lines: _Lines, deadline: float | None
-    ) -> bool:
-        """Read output until EOF (or a short grace after exit); True when the deadline passed."""
+    ) -> tuple[bool, bool]:
+        """Read output until the command exited and its output ended: (timed out, at EOF).
+
+        Output still arriving after the exit is read for a short grace only: a process left in
+        the background may hold the pipe open for ever.
+        """
         pidfd = os.pidfd_open(proc.pid)
-        grace: float | None = None  # set once the command exited
+        eof = exited = False
+        grace: float | None = None
         try:
             with selectors.DefaultSelector() as selector:
                 selector.register(out_r, selectors.EVENT_READ, "out")
                 selector.register(pidfd, selectors.EVENT_READ, "exit")
-                while True:
+                while not (eof and exited):
                     now = time.monotonic()
                     if grace is not None and now >= grace:
-                        return False
+                        break
                     if deadline is not None and now >= deadline:
-                        return grace is None
+                        return not exited, eof
                     limits = [t for t in (grace, deadline) if t is not None]
                     for key, _ in selector.select(min(limits) - now if limits else None):
                         if key.data == "exit":
-                            selector.unregister(pidfd)
+                            exited = True
                             grace = time.monotonic() + DRAIN_GRACE
-                            continue
-                        data = os.read(out_r, 65536)
-                        if not data:
-                            return False
-                        lines.feed(data)
+                            selector.unregister(pidfd)
+                        elif data := os.read(out_r, 65536):
+                            lines.feed(data)
+                        else:
+                            eof = True
+                            selector.unregister(out_r)
         finally:
             os.close(pidfd)
+        return False, eof
 
     # ------------------------------------------------------------------ files
-    def _as_agent(self, script: str, args: list[str], data: bytes | None = None) -> bytes:
+    def _as_agent(self, script: str, args: list[str], data: bytes = b"") -> bytes:
         """Run a tiny file operation as the agent user, so its permissions apply (not root's)."""
-        result = subprocess.run(
+        with subprocess.Popen(
             ["/bin/sh", "-c", script, "al-file", *args],
-            input=data if data is not None else b"",
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             cwd=self.workdir,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             start_new_session=True,
             **self.identity.popen_kwargs(),
-        )
-        if result.returncode != 0:
-            message = result.stderr.decode("utf-8", "replace").strip().splitlines()
-            reason = message[-1] if message else f"exit {result.returncode}"
-            error = FileNotFoundError if "No such file" in reason else OSError
-            if "Permission denied" in reason:
+        ) as proc:
+            try:
+                out, err = proc.communicate(data, timeout=FILE_TIMEOUT)
+            except subprocess.TimeoutExpired:  # a FIFO, say, that nobody writes
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise TimeoutError(f"{args[0]}: no progress in {FILE_TIMEOUT} s") from None
+        if proc.returncode != 0:
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            reason = lines[-1] if lines else f"exit {proc.returncode}"
+            error = OSError
+            if "No such file" in reason:
+                error = FileNotFoundError
+            elif "Permission denied" in reason:
                 error = PermissionError
             raise error(f"{args[0]}: {reason}")
-        return result.stdout
+        return out
 
     def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write a file as the agent user; a relative path is under the working dir."""
         self._as_agent(PUT, [path, format(mode & 0o7777, "o")], data)
 
     def get_file(self, path: str) -> bytes:
-        """Read a file as the agent user; a relative path is under the working dir."""
-        return self._as_agent('cat -- "$1"', [path])
+        """Read a file (up to 64 MiB) as the agent user; a relative path is under the working dir."""
+        data = self._as_agent(f'exec head -c {MAX_FILE + 1} -- "$1"', [path])
+        if len(data) > MAX_FILE:
+            raise OSError(f"{path}: larger than {MAX_FILE} bytes")
+        return data
 
     # ------------------------------------------------------------------ lifecycle
     def pause(self) -> None:

@@ -66,7 +66,12 @@ def _resolve(app: AppContext, name: str) -> Any:
 @click.argument("fixture", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--source", "source_name", help="Webhook source (default: the only one declared).")
 @click.option("--event", help="Event name, when the fixture does not carry its headers.")
-@click.option("--run", "run_", is_flag=True, help="Also queue a run of every matching agent.")
+@click.option(
+    "--run",
+    "run_",
+    is_flag=True,
+    help="Also queue a run of every matching agent (a running scheduler picks it up).",
+)
 @pass_app
 def replay(
     app: AppContext, fixture: Path, source_name: str | None, event: str | None, run_: bool
@@ -111,7 +116,7 @@ def replay(
             )
             click.echo(f"{agent}: {state}")
     finally:
-        engine.store.close()
+        engine.close()
 
 
 @webhooks.command("test")
@@ -200,8 +205,7 @@ def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
 def _delivery_line(row: dict[str, Any]) -> str:
     from datetime import datetime
 
-    at = row.get("received_at") or row.get("at") or row.get("created_at")
-    when = datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+    when = datetime.fromtimestamp(row["at"]).strftime("%Y-%m-%d %H:%M:%S")
     matched = ", ".join(row.get("matched") or []) or "-"
     return (
         f"{when}  {row.get('source')}  {row.get('delivery_id') or '-'}  "

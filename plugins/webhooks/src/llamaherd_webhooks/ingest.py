@@ -18,6 +18,9 @@ log = logging.getLogger("llamaherd.webhooks")
 DEFAULT_MAX_BODY = 1024 * 1024
 # Header names that may carry secrets: never stored in receipts.
 SECRET_HEADER_WORDS = ("signature", "authorization", "cookie", "token", "secret", "api-key")
+# Bytes of an unverified body kept in its dead letter: enough to debug a sender, too little to
+# let anonymous requests fill the database.
+UNVERIFIED_BODY_KEPT = 4096
 
 
 @dataclass
@@ -81,21 +84,18 @@ class Ingest:
     def source(self, name: str) -> SourceConfig | Outcome:
         return resolve_source(self.engine.project, self.engine.registry, name)
 
-    def handle(self, name: str, headers: dict[str, str], body: bytes | None) -> Outcome:
+    def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
         """Process one delivery (``body`` None: it exceeded the size limit and was not read).
         Never raises: a failure is a 4xx (503 while the store is unavailable)."""
         from llamaherd.store import StoreError
 
         try:
-            config = self.source(name)
-            if isinstance(config, Outcome):
-                return config
             return self._handle(config, {k.lower(): v for k, v in headers.items()}, body)
         except StoreError:
-            log.exception("webhook %s: the store is unavailable", name)
+            log.exception("webhook %s: the store is unavailable", config.name)
             return Outcome(503, {"error": "store unavailable, retry later"})
         except Exception:
-            log.exception("webhook %s: delivery could not be processed", name)
+            log.exception("webhook %s: delivery could not be processed", config.name)
             return Outcome(422, {"error": "delivery could not be processed"})
 
     def _handle(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
@@ -104,7 +104,9 @@ class Ingest:
                 config, headers, b"", 413, f"body larger than {config.max_body} bytes"
             )
         if not config.allow_unsigned and not self._verified(config, headers, body):
-            return self._reject(config, headers, body, 401, "missing or bad signature")
+            return self._reject(
+                config, headers, body[:UNVERIFIED_BODY_KEPT], 401, "missing or bad signature"
+            )
         try:
             fields = config.source.parse(headers, body)
         except ValueError as exc:

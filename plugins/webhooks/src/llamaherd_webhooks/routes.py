@@ -1,7 +1,7 @@
 """``POST /webhooks/{name}`` on the scheduler's server, for every ``[webhooks.<name>]`` source.
 
 The body is read with the source's size limit before anything else; the rest of the work
-(blocking store calls) runs in Starlette's thread pool through ``Ingest.handle``.
+(blocking store calls) runs in Starlette's thread pool through ``Ingest.receive``.
 """
 
 from __future__ import annotations
@@ -33,13 +33,6 @@ async def read_limited(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _ingest(request: Request) -> Ingest:
-    state = request.app.state
-    if getattr(state, "webhooks_ingest", None) is None:
-        state.webhooks_ingest = Ingest(state.engine)
-    return state.webhooks_ingest
-
-
 async def receive(request: Request) -> JSONResponse:
     """Take one delivery: 202 once it is durably routed, 4xx when refused, never a 500."""
     try:
@@ -51,7 +44,7 @@ async def receive(request: Request) -> JSONResponse:
 
 
 async def _receive(request: Request) -> Outcome:
-    ingest = _ingest(request)
+    ingest = Ingest(request.app.state.engine)
     name = request.path_params["name"]
     config = ingest.source(name)
     if isinstance(config, Outcome):
@@ -60,7 +53,7 @@ async def _receive(request: Request) -> Outcome:
         body = await read_limited(request, config.max_body)
     except ClientDisconnect:
         return Outcome(400, {"error": "the client disconnected before sending the whole body"})
-    return await run_in_threadpool(ingest.handle, name, dict(request.headers), body)
+    return await run_in_threadpool(ingest.receive, config, dict(request.headers), body)
 
 
 def add_routes(app: Any) -> None:

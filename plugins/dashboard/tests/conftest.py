@@ -1,0 +1,148 @@
+"""Fixtures: a real scheduler process serving the dashboard, on a local or a non-local address.
+
+Agents use the offline ``scripted`` model and the host-user runtime as the current user, so the
+runs are real (sandbox, gateway, store) and need no network.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SECRET = "dash-secret-token-value-7f3a91"
+
+
+def _scheduler_helpers() -> Any:
+    # Project and SchedulerProcess live in the scheduler tests' conftest (not an importable
+    # package), so it is loaded by path.
+    path = ROOT / "tests" / "scheduler" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("llamaherd_scheduler_helpers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _scheduler_helpers()
+Project = helpers.Project
+SchedulerProcess = helpers.SchedulerProcess
+
+# Six log lines half a second apart: long enough to watch arrive, short enough for the suite.
+SLOW_SCRIPT = """
+[[turns]]
+repeat = 6
+tool_calls = [{ name = "bash", arguments = { command = "echo line {{ turn }}; sleep 0.5" } }]
+
+[[turns]]
+tool_calls = [{ name = "set_status", arguments = { text = "<b>half</b> way" } }]
+
+[[turns]]
+tool_calls = [{ name = "return_value", arguments = { value = { lines = 6 } } }]
+
+[[turns]]
+text = "All lines written."
+"""
+
+FOREVER_SCRIPT = """
+[[turns]]
+loop = true
+tool_calls = [{ name = "bash", arguments = { command = "sleep 1" } }]
+"""
+
+SECRET_SCRIPT = """
+[[turns]]
+tool_calls = [{ name = "bash", arguments = { command = "cat $AL_CREDENTIALS_PATH/github_token/bot/token" } }]
+
+[[turns]]
+text = "Read it."
+"""
+
+
+def make_project(root: Path, bind: str | None = None) -> Any:
+    """Agents ``slow`` (six lines, then a return value), ``forever`` (until killed) and
+    ``secret`` (prints its credential, which the runner redacts)."""
+    project = Project(root)
+    if bind:
+        config = project.root / "config.toml"
+        config.write_text(config.read_text().replace("port = 0", f'port = 0\nbind = "{bind}"'))
+    project.add_agent("slow", 'schedule = "0 3 * * *"', SLOW_SCRIPT, body="Write lines.")
+    project.add_agent("forever", "timeout = 120", FOREVER_SCRIPT)
+    project.add_agent("secret", 'credentials = ["github_token:bot"]', SECRET_SCRIPT)
+    creds = root / "credentials" / "github_token" / "bot"
+    creds.mkdir(parents=True)
+    (creds / "token").write_text(SECRET)
+    return project
+
+
+def wait_for(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll ``probe`` until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {probe}")
+
+
+class Dashboard:
+    """A scheduler process serving the dashboard, with helpers to drive and watch it."""
+
+    def __init__(self, project: Any):
+        self.sched = SchedulerProcess(
+            project, env={"AL_CREDENTIALS_DIR": str(project.root / "credentials")}
+        )
+        self.url: str = self.sched.url
+        self.token: str = self.sched.token
+        self.bearer = {"Authorization": f"Bearer {self.token}"}
+
+    def get(self, path: str) -> Any:
+        """A GET with the control token (allowed from anywhere)."""
+        return httpx.get(self.url + path, headers=self.bearer, timeout=10)
+
+    def queue_run(self, agent: str) -> str:
+        """Queue a manual run with the control token; its run id once it has been claimed."""
+        response = httpx.post(f"{self.url}/api/agents/{agent}/run", headers=self.bearer, timeout=10)
+        assert response.status_code == 202, response.text
+        item = response.json()["queued"]
+        return wait_for(
+            lambda: next((r["id"] for r in self.runs(agent) if r["item_id"] == item), None)
+        )
+
+    def runs(self, agent: str) -> list[dict[str, Any]]:
+        return self.get(f"/api/agents/{agent}").json()["runs"]
+
+    def state(self, run_id: str) -> str:
+        return self.get(f"/api/runs/{run_id}").json()["run"]["state"]
+
+    def stop(self) -> None:
+        self.sched.stop()
+
+    # Test modules reach these through the fixtures: conftest cannot be imported under
+    # pytest's --import-mode=importlib.
+    wait_for = staticmethod(wait_for)
+    secret = SECRET
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """A scheduler on 127.0.0.1: requests from the tests are local."""
+    dash = Dashboard(make_project(tmp_path_factory.mktemp("local") / "proj"))
+    yield dash
+    dash.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """A scheduler on 127.0.0.2: still loopback, but not 127.0.0.1, so requests are non-local."""
+    dash = Dashboard(make_project(tmp_path_factory.mktemp("remote") / "proj", bind="127.0.0.2"))
+    assert dash.url.startswith("http://127.0.0.2:")
+    yield dash
+    dash.stop()

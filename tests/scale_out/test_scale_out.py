@@ -1,0 +1,189 @@
+"""Several scheduler hosts on one PostgreSQL database (DESIGN §5, issue 11).
+
+Each host is its own checkout of the project with ``database = "postgresql://..."``. The test
+proves, with real scheduler processes: every queued item runs exactly once, ``scale`` holds
+across hosts, each cron tick fires once, and a host killed with SIGKILL is detected by its
+stale heartbeat so the others reconcile its runs (interrupted, requeued once, nothing lost).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Project, SchedulerProcess
+
+pytestmark = pytest.mark.postgres
+
+QUICK = """
+[[turns]]
+text = "done"
+"""
+HOSTS = ("host-a", "host-b", "host-c")
+ITEMS = 1000
+SCALE = 4
+STALE_AFTER = 3.0
+
+
+def wait_until(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def checkout(root: Path, url: str) -> Project:
+    """One host's copy of the project: top-level keys first, then the helper's tables."""
+    project = Project(root)
+    config = root / "config.toml"
+    config.write_text(f'database = "{url}"\nworkQueueSize = {2 * ITEMS}\n' + config.read_text())
+    project.add_agent("work", f"scale = {SCALE}\n", QUICK)
+    project.add_agent("tick", 'schedule = "* * * * *"\n', QUICK)
+    return project
+
+
+class ActiveSampler(threading.Thread):
+    """Samples the number of ``running`` runs of an agent in the database, across all hosts."""
+
+    def __init__(self, url: str, agent: str):
+        super().__init__(daemon=True)
+        from llamaherd.store import Store
+
+        self.store, self.agent = Store.open(url), agent
+        self.samples: list[int] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.samples.append(self.store.active_count(self.agent))
+            time.sleep(0.01)
+        self.store.close()
+
+    def stop(self) -> list[int]:
+        self.halt.set()
+        self.join(10)
+        return self.samples
+
+
+class FakeClock:
+    """The file AL_FAKE_CLOCK_FILE names: every host reads the same time from it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.now = (time.time() // 60) * 60 + 30  # half-way through a minute
+        self.path.write_text(repr(self.now))
+
+    def next_minute(self) -> float:
+        self.now += 60
+        self.path.write_text(repr(self.now))
+        return (self.now // 60) * 60
+
+
+def fire_tick(clock: FakeClock, store: Any) -> float:
+    """Move the clock into the next minute and wait for that tick's run to finish."""
+    tick = clock.next_minute()
+
+    def ran() -> bool:
+        runs = store.runs(agent="tick", limit=100)
+        return any(r.state == "done" and r.trigger["payload"].get("tick") == tick for r in runs)
+
+    wait_until(ran, 30, f"the run of cron tick {tick}")
+    return tick
+
+
+def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, schedulers):
+    from llamaherd.store import Store
+
+    store = Store.open(pg_url)
+    store.set_paused(None, True)  # queue everything first, so all three hosts start together
+    for n in range(ITEMS):
+        assert store.enqueue("work", "manual", {"n": n}, limit=2 * ITEMS) is not None
+    clock = FakeClock(tmp_path / "clock")
+    for host in HOSTS:
+        env = {
+            "AL_FAKE_CLOCK_FILE": str(clock.path),
+            "AL_HOST_STALE_AFTER": str(STALE_AFTER),
+            # A distinct machine name per scheduler: liveness must come from the heartbeat,
+            # not from this machine's process table.
+            "AL_HOST_NAME": host,
+        }
+        schedulers.append(SchedulerProcess(checkout(tmp_path / host, pg_url), env))
+    by_host = {f"{host}:{s.proc.pid}": s for host, s in zip(HOSTS, schedulers, strict=True)}
+    sampler = ActiveSampler(pg_url, "work")
+    sampler.start()
+    store.set_paused(None, False)
+    ticks = [fire_tick(clock, store)]
+
+    def done_count() -> int:
+        return store.stats("work")["states"].get("done", 0)
+
+    wait_until(lambda: done_count() >= ITEMS // 3, 120, "a third of the items done")
+    stat = schedulers[0].project.al("stat", "--json", check=True)
+    work_row = next(r for r in json.loads(stat.stdout)["agents"] if r["agent"] == "work")
+    assert len(work_row["hosts"]) >= 2, f"al stat should show several hosts: {work_row}"
+    assert set(work_row["hosts"]) <= set(by_host)
+
+    # Kill the host that runs the most right now; its runs stay `running` until its heartbeat
+    # is stale, then the others interrupt and requeue them.
+    def busiest() -> str | None:
+        owners = collections.Counter(r.host for r in store.runs("work", ("running",), 100))
+        host, count = owners.most_common(1)[0] if owners else (None, 0)
+        return host if count >= 2 else None
+
+    victim_host = wait_until(busiest, 30, "a host with two runs at once")
+    victim = by_host[victim_host]
+    victim.kill9()
+    killed_at = time.monotonic()
+    # What the dead host left running: frozen from now on, until the others reconcile it.
+    orphans = [r.id for r in store.runs("work", ("running",), 100) if r.host == victim_host]
+    wait_until(
+        lambda: all(store.get_run(run_id).state != "running" for run_id in orphans),
+        STALE_AFTER + 20,
+        "the killed host's runs to be reconciled",
+    )
+    reconciled_after = time.monotonic() - killed_at
+    print(f"{len(orphans)} orphaned runs reconciled {reconciled_after:.1f}s after the kill")
+    ticks.append(fire_tick(clock, store))
+
+    wait_until(lambda: done_count() == ITEMS, 150, "every item done")
+    ticks.append(fire_tick(clock, store))
+    samples = sampler.stop()
+
+    runs = store.runs(agent="work", limit=10 * ITEMS)
+    done = collections.Counter(r.trigger["payload"]["n"] for r in runs if r.state == "done")
+    assert sorted(done) == list(range(ITEMS)), "every item finished"
+    assert max(done.values()) == 1, "no item finished twice"
+    others = [r for r in runs if r.state != "done"]
+    assert all((r.state, r.reason) == ("error", "interrupted") for r in others), others[:3]
+    assert {r.id for r in others} == set(orphans), "exactly the killed host's runs were interrupted"
+    assert all(r.host == victim_host for r in others)
+    tries = collections.Counter(r.trigger["payload"]["n"] for r in runs)
+    assert max(tries.values()) <= 2, "an interrupted item is requeued once"
+    assert orphans, "the kill should land while the victim runs something"
+    assert reconciled_after >= STALE_AFTER - HOUSEKEEPING_SLACK, (
+        f"reconciled {reconciled_after:.1f}s after the kill: before its heartbeat went stale"
+    )
+    assert {r.host for r in runs if r.state == "done"} == set(by_host), "all three hosts worked"
+    assert max(samples) == SCALE, f"scale {SCALE} is reached and never exceeded across hosts"
+    assert store.queue_depth().get("work", 0) == 0
+
+    tick_runs = store.runs(agent="tick", limit=100)
+    fired = collections.Counter(r.trigger["payload"]["tick"] for r in tick_runs)
+    assert sorted(fired) == ticks and set(fired.values()) == {1}, "each tick fired exactly once"
+    assert all(r.state == "done" for r in tick_runs)
+    assert victim_host not in {h["host"] for h in store.hosts()}, "the dead host is forgotten"
+    store.close()
+
+
+# A host heartbeats every second, so its heartbeat can look unchanged for up to a second less
+# than STALE_AFTER when it dies.
+HOUSEKEEPING_SLACK = 1.5
