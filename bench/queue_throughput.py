@@ -54,8 +54,11 @@ def main() -> None:
         print(f"{name}: {args.items / seconds:,.0f}/s ({seconds * 1e6 / args.items:.0f} us each)")
     cycle = args.items / sum(spent.values())
     print(f"full cycle (enqueue + claim + done): {cycle:,.0f} items/s")
+    wall = args.items / (spent["enqueue"] + spent["claim"])
+    per_cpu = args.items / (cpu["enqueue"] + cpu["claim"])
     print(
-        f"durable enqueue+claim throughput (SQLite): {args.items / (spent['enqueue'] + spent['claim']):,.0f} items/s"
+        f"durable enqueue+claim throughput (SQLite): {wall:,.0f} items/s wall, "
+        f"{per_cpu:,.0f} items per CPU-second (load average {os.getloadavg()[0]:.1f})"
     )
 
 

@@ -1,35 +1,15 @@
-"""Fixtures for scale-out tests: a private PostgreSQL schema per test and several project
-checkouts (one per scheduler host) that all name it as their ``database``."""
+"""Fixtures for scale-out tests: a private PostgreSQL schema per test, which several project
+checkouts (one per scheduler host) all name as their ``database``."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _scheduler_helpers() -> Any:
-    # Project and SchedulerProcess live in the scheduler tests' conftest (not an importable
-    # package), so it is loaded by path, as the dashboard tests do.
-    path = ROOT / "tests" / "scheduler" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("llamaherd_scheduler_helpers", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _scheduler_helpers()
-Project = helpers.Project
-SchedulerProcess = helpers.SchedulerProcess
 
 
 @pytest.fixture
@@ -49,12 +29,3 @@ def pg_url() -> Iterator[str]:
     finally:
         conn.cursor().execute(f"DROP SCHEMA {name} CASCADE")
         conn.close()
-
-
-@pytest.fixture
-def schedulers() -> Iterator[list[Any]]:
-    """Scheduler processes a test starts (append them); each is stopped afterwards."""
-    started: list[Any] = []
-    yield started
-    for sched in started:
-        sched.stop()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import Project, SchedulerProcess
+from llamaherd.testing import OfflineProject
 
 pytestmark = pytest.mark.postgres
 
@@ -41,13 +41,11 @@ def wait_until(predicate: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def checkout(root: Path, url: str) -> Project:
-    """One host's copy of the project: top-level keys first, then the helper's tables."""
-    project = Project(root)
-    config = root / "config.toml"
-    config.write_text(f'database = "{url}"\nworkQueueSize = {2 * ITEMS}\n' + config.read_text())
-    project.add_agent("work", f"scale = {SCALE}\n", QUICK)
-    project.add_agent("tick", 'schedule = "* * * * *"\n', QUICK)
+def checkout(root: Path, url: str) -> OfflineProject:
+    """One host's copy of the project, naming the shared database."""
+    project = OfflineProject(root, f'database = "{url}"\nworkQueueSize = {2 * ITEMS}\n')
+    project.add_scripted_agent("work", f"scale = {SCALE}\n", QUICK)
+    project.add_scripted_agent("tick", 'schedule = "* * * * *"\n', QUICK)
     return project
 
 
@@ -100,7 +98,7 @@ def fire_tick(clock: FakeClock, store: Any) -> float:
     return tick
 
 
-def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, schedulers):
+def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, scheduler):
     from llamaherd.store import Store
 
     store = Store.open(pg_url)
@@ -108,6 +106,7 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
     for n in range(ITEMS):
         assert store.enqueue("work", "manual", {"n": n}, limit=2 * ITEMS) is not None
     clock = FakeClock(tmp_path / "clock")
+    schedulers = []
     for host in HOSTS:
         env = {
             "AL_FAKE_CLOCK_FILE": str(clock.path),
@@ -116,7 +115,7 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
             # not from this machine's process table.
             "AL_HOST_NAME": host,
         }
-        schedulers.append(SchedulerProcess(checkout(tmp_path / host, pg_url), env))
+        schedulers.append(scheduler(checkout(tmp_path / host, pg_url), env))
     by_host = {f"{host}:{s.proc.pid}": s for host, s in zip(HOSTS, schedulers, strict=True)}
     sampler = ActiveSampler(pg_url, "work")
     sampler.start()

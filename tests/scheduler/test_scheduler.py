@@ -9,8 +9,10 @@ import sqlite3
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
+
 from llamaherd.testing import OfflineProject
 
 QUICK = """
@@ -118,7 +120,8 @@ def test_timeout_kills_the_whole_tree(project, scheduler, tmp_path):
     assert pids
     time.sleep(0.2)
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split()[2] == "Z", "dead (a zombie at most)"
 
 
 def test_locks_contend_report_holder_and_release_on_kill(project, scheduler, tmp_path):

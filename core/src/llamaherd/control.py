@@ -42,6 +42,18 @@ def manual_event(agent: str, payload: dict[str, Any] | None) -> TriggerEvent:
     return TriggerEvent(agent=agent, kind="manual", payload=payload, prompt=trigger_block("manual", payload))
 
 
+def queue_manual(
+    engine: Any, agent: str, payload: dict[str, Any] | None, count: int = 1, cause: str = "manual run"
+) -> list[dict[str, Any]]:
+    """Queue ``count`` manual runs of ``agent``; ``engine.emit``'s result for each.
+
+    A manual run is how an owner recovers an agent in ``error``, so it first sets it ``idle``.
+    """
+    if engine.store.agent_state(agent) == "error":
+        engine.store.set_agent_state(agent, "idle", cause)
+    return [engine.emit(manual_event(agent, payload)) for _ in range(count)]
+
+
 @require_token
 async def run(request: Request) -> Response:
     """Queue ``count`` manual runs of ``agent`` (default 1); answer with the item ids."""
@@ -53,13 +65,7 @@ async def run(request: Request) -> Response:
     if not 1 <= count <= 10_000:
         raise LlamaherdError("count: expected 1 to 10000")
 
-    def emit_all() -> list[dict[str, Any]]:
-        if engine.store.agent_state(agent) == "error":
-            # A manual run is how an owner recovers an agent in error.
-            engine.store.set_agent_state(agent, "idle", "manual run")
-        return [engine.emit(manual_event(agent, body.get("payload"))) for _ in range(count)]
-
-    results = await run_in_threadpool(emit_all)
+    results = await run_in_threadpool(queue_manual, engine, agent, body.get("payload"), count)
     refused = next((r["refused"] for r in results if r["refused"]), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)

@@ -4,12 +4,25 @@ Every request names its run (``X-AL-Run-Id``, from ``$AL_RUN_ID``) and proves it
 ``Authorization: Bearer $AL_RUN_TOKEN``; the token's sha256 is compared in constant time with the
 run's stored hash. A run acts only as itself: another run's token gets 403. Each endpoint calls
 the same language-skill handler the model's tool call uses, so there is one implementation.
+
+JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}`` with 409, or
+403 for another run's lock, 400 for bad input):
+
+    POST /gateway/status {text}            al-status        set_status
+    POST /gateway/return {value}           al-return        return_value
+    POST /gateway/rerun  {}                al-rerun         rerun
+    POST /gateway/call   {agent, context}  al-subagent      call_agent -> {call_id}
+    GET  /gateway/call/{call_id}           al-subagent-check / -wait    check_call
+    POST /gateway/lock   {uri}             rlock            acquire_lock -> ok | holder
+    POST /gateway/unlock {uri}             runlock          release_lock
+    POST /gateway/lock-heartbeat {uri?}    rlock-heartbeat  heartbeat_lock
+    POST /gateway/setenv {name, value}     setenv           env for the model's later bash calls
+    POST /gateway/wait   {filter, timeout} al-wait          blocks until a matching trigger (408)
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import json
 from typing import Any
@@ -32,6 +45,7 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 def authenticate(engine: Any, request: Request) -> Any:
     """The RunContext of the request's run, or a JSONResponse refusing it (401/403/409)."""
+    from llamaherd.runner import token_hash
     from llamaherd.session import RunContext
 
     auth = request.headers.get("authorization", "")
@@ -40,7 +54,7 @@ def authenticate(engine: Any, request: Request) -> Any:
     if not token or not run_id:
         return _error(401, "missing run credentials (Authorization: Bearer and X-AL-Run-Id)")
     row = engine.store.get_run(run_id)
-    digest = hashlib.sha256(token.encode()).hexdigest()
+    digest = token_hash(token)
     if row is None or not row.token_hash or not hmac.compare_digest(digest, row.token_hash):
         return _error(403, "this token does not belong to that run")
     if row.state not in ACTIVE_STATES:

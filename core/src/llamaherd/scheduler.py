@@ -177,10 +177,10 @@ class Scheduler(Engine):
             (log.error if problem.is_error else log.warning)("%s", problem)
         if any(p.is_error and p.agent is None for p in problems):
             raise LlamaherdError("the project config has errors (listed above); fix them, then `al validate`")
-        for problem in problems:
-            if problem.is_error and problem.agent in self.project.agents:
-                if self.store.agent_state(problem.agent) != "error":
-                    self.store.set_agent_state(problem.agent, "error", f"invalid config: {problem}")
+        broken = {p.agent: p for p in problems if p.is_error and p.agent in self.project.agents}
+        for name, problem in broken.items():
+            if self.store.agent_state(name) != "error":
+                self.store.set_agent_state(name, "error", f"invalid config: {problem}")
 
     def request_stop(self, *_: Any) -> None:
         self.stopping.set()

@@ -165,12 +165,12 @@ def _define_models(db: pw.Database) -> SimpleNamespace:
         payload = JSONText()
         prompt = pw.TextField(default="")
         source = pw.TextField(null=True)
-        run_id = pw.TextField(null=True, index=True)
+        run_id = pw.TextField(null=True)
         call_id = pw.IntegerField(null=True)
         recovery = JSONText(null=True)
         rerun_count = pw.IntegerField(default=0)
         created_at = pw.DoubleField()
-        dedupe_key = pw.TextField(null=True, unique=True)
+        dedupe_key = pw.TextField(null=True)
         state = pw.TextField(default="queued")
 
         class Meta:
@@ -180,6 +180,11 @@ def _define_models(db: pw.Database) -> SimpleNamespace:
     WorkItem.add_index(
         WorkItem.index(WorkItem.agent, WorkItem.id, where=(WorkItem.state == "queued"))
     )
+    # Partial, so the common item (no key, not a resume) costs no index write at all.
+    WorkItem.add_index(
+        WorkItem.index(WorkItem.dedupe_key, unique=True, where=WorkItem.dedupe_key.is_null(False))
+    )
+    WorkItem.add_index(WorkItem.index(WorkItem.run_id, where=WorkItem.run_id.is_null(False)))
 
     class Run(Base):
         id = pw.TextField(primary_key=True)

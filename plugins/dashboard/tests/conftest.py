@@ -6,7 +6,6 @@ runs are real (sandbox, gateway, store) and need no network.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,24 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from llamaherd.testing import OfflineProject, SchedulerProcess
+
 SECRET = "dash-secret-token-value-7f3a91"
-
-
-def _scheduler_helpers() -> Any:
-    # Project and SchedulerProcess live in the scheduler tests' conftest (not an importable
-    # package), so it is loaded by path.
-    path = ROOT / "tests" / "scheduler" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("llamaherd_scheduler_helpers", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-helpers = _scheduler_helpers()
-Project = helpers.Project
-SchedulerProcess = helpers.SchedulerProcess
 
 # Six log lines half a second apart: long enough to watch arrive, short enough for the suite.
 SLOW_SCRIPT = """
@@ -65,19 +49,20 @@ text = "Read it."
 """
 
 
-def make_project(root: Path, bind: str | None = None) -> Any:
+def make_project(root: Path, bind: str | None = None) -> OfflineProject:
     """Agents ``slow`` (six lines, then a return value), ``forever`` (until killed) and
     ``secret`` (prints its credential, which the runner redacts)."""
-    project = Project(root)
+    project = OfflineProject(root)
     if bind:
-        config = project.root / "config.toml"
-        config.write_text(config.read_text().replace("port = 0", f'port = 0\nbind = "{bind}"'))
-    project.add_agent("slow", 'schedule = "0 3 * * *"', SLOW_SCRIPT, body="Write lines.")
-    project.add_agent("forever", "timeout = 120", FOREVER_SCRIPT)
-    project.add_agent("secret", 'credentials = ["github_token:bot"]', SECRET_SCRIPT)
-    creds = root / "credentials" / "github_token" / "bot"
-    creds.mkdir(parents=True)
-    (creds / "token").write_text(SECRET)
+        project.config(
+            (project.root / "config.toml")
+            .read_text()
+            .replace("port = 0", f'port = 0\nbind = "{bind}"')
+        )
+    project.add_scripted_agent("slow", 'schedule = "0 3 * * *"', SLOW_SCRIPT)
+    project.add_scripted_agent("forever", "timeout = 120", FOREVER_SCRIPT)
+    project.add_scripted_agent("secret", 'credentials = ["github_token:bot"]', SECRET_SCRIPT)
+    project.write("credentials/github_token/bot/token", SECRET)
     return project
 
 
@@ -95,7 +80,7 @@ def wait_for(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
 class Dashboard:
     """A scheduler process serving the dashboard, with helpers to drive and watch it."""
 
-    def __init__(self, project: Any):
+    def __init__(self, project: OfflineProject):
         self.sched = SchedulerProcess(
             project, env={"AL_CREDENTIALS_DIR": str(project.root / "credentials")}
         )

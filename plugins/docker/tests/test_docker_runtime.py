@@ -84,7 +84,7 @@ def test_orphans_of_a_killed_scheduler_are_removed(
     assert not Path(orphan["credentials_dir"]).exists()
     assert {adopted["container"], elsewhere["container"], mine.id} <= present()
 
-    fresh.prepare(loaded.agent("worker"), loaded)  # now it knows the project
+    assert fresh.validate(loaded.agent("worker"), loaded) == []  # as a scheduler does on start
     assert fresh.cleanup_orphans({"worker-mine"}) == 1
     assert adopted["container"] not in present()
     assert {elsewhere["container"], mine.id} <= present()  # another project's; a live run's

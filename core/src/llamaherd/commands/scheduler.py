@@ -153,9 +153,8 @@ def _wait_for_item(store: Any, agent: str, item: int) -> str:
 
 def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> int:
     """No scheduler: this process dispatches the project's queue until our run has ended."""
-    from llamaherd.control import manual_event
+    from llamaherd.control import queue_manual
     from llamaherd.engine import Engine
-
     from llamaherd.schema import validate_project
 
     engine = Engine(project)
@@ -163,9 +162,7 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
         errors = [p for p in validate_project(project, engine.registry, (agent_name,)) if p.is_error]
         if errors:
             raise LlamaherdError("\n".join(str(p) for p in errors))
-        if engine.store.agent_state(agent_name) == "error":
-            engine.store.set_agent_state(agent_name, "idle", "manual run")
-        result = engine.emit(manual_event(agent_name, payload))
+        result = queue_manual(engine, agent_name, payload)[0]
         if result["refused"]:
             raise LlamaherdError(result["refused"])
         engine.serve("127.0.0.1", 0)

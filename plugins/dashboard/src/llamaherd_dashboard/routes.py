@@ -299,15 +299,6 @@ async def _stream(engine: Any, run_id: str, after: int) -> AsyncIterator[str]:
 
 
 # ---------------------------------------------------------------------- actions
-def _queue_run(engine: Any, agent: str) -> dict[str, Any]:
-    from llamaherd.control import manual_event
-
-    if engine.store.agent_state(agent) == "error":
-        # A manual run is how an owner recovers an agent in error (as `al run` does).
-        engine.store.set_agent_state(agent, "idle", "manual run from the dashboard")
-    return engine.emit(manual_event(agent, {}))
-
-
 @mutation
 async def run_agent(request: Request) -> Response:
     """Queue a manual run; a form post is sent back to the agent's page."""
@@ -315,7 +306,10 @@ async def run_agent(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in engine.project.agents:
         return failed(request, 404, f"no agent named {name!r}")
-    result = await run_in_threadpool(_queue_run, engine, name)
+    from llamaherd.control import queue_manual
+
+    results = await run_in_threadpool(queue_manual, engine, name, {}, 1, "manual run from the dashboard")
+    result = results[0]
     if result["refused"]:
         return failed(request, 409, result["refused"])
     if _wants_form_reply(request):

@@ -224,7 +224,7 @@ class ContainerRuntime:
         self._build_locks: dict[tuple[str, str], threading.Lock] = {}
         self._prepared: dict[tuple[str, str], str] = {}
         self._users: dict[str, tuple[int, int]] = {}  # image id -> (uid, gid) of its USER
-        self._roots: set[str] = set()  # projects this process has run agents of
+        self._roots: set[str] = set()  # projects this process validated or prepared agents of
 
     def client(self) -> Any:
         """The Docker client, connected on first use (SandboxError if the daemon is down)."""
@@ -272,7 +272,12 @@ class ContainerRuntime:
                 ) from None
 
     def validate(self, agent: Any, project: Any) -> list[str]:
-        """Problems ``al validate`` reports for this agent: no daemon, no base image."""
+        """Problems ``al validate`` reports for this agent: no daemon, no base image.
+
+        A scheduler validates its project on start, which also tells ``cleanup_orphans`` whose
+        containers it may judge.
+        """
+        self._roots.add(str(project.root))
         try:
             self.client()
         except SandboxError as exc:
@@ -383,7 +388,7 @@ class ContainerRuntime:
 
         ``live_run_ids`` only speaks for one project, so only that project's containers are
         considered: ``project``'s, or without it those of the projects this process has
-        prepared agents of. Containers whose starting process still runs are left alone (a
+        validated or prepared agents of. Containers whose starting process still runs are left alone (a
         run being started now). No daemon means none of ours can be running: 0.
         """
         roots = {str(project.root)} if project is not None else set(self._roots)
