@@ -136,3 +136,27 @@ def test_wait_resumed_after_scheduler_restart(project, scheduler):
     done = project.wait_run(lambda runs: one(runs, "waiter", "done"))
     assert done.id == waiting.id
     assert json.loads(done.return_value)["payload"]["context"] == "wake up"
+
+
+def test_run_adopted_after_scheduler_kill9_continues_from_its_checkpoint(project, scheduler):
+    project.add_agent(
+        "steady",
+        """
+        [[turns]]
+        tool_calls = [{name = "set_status", arguments = {text = "step one"}}]
+        [[turns]]
+        tool_calls = [{name = "bash", arguments = {command = "sleep 3; echo slept"}}]
+        [[turns]]
+        tool_calls = [{name = "return_value", arguments = {value = "{{ last_result }}"}}]
+        [[turns]]
+        text = "done"
+    """,
+    )
+    first = scheduler()
+    assert project.al("run", "steady", "--no-follow").returncode == 0
+    project.wait_run(lambda runs: (r := one(runs, "steady")) and r.status == "step one" and r)
+    first.proc.kill()  # kill -9 while the bash call runs
+    first.proc.wait(10)
+    scheduler()
+    done = project.wait_run(lambda runs: one(runs, "steady", "done"), timeout=60)
+    assert "interrupted before a result was recorded" in done.return_value

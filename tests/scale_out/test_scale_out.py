@@ -186,3 +186,30 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
 # A host heartbeats every second, so its heartbeat can look unchanged for up to a second less
 # than STALE_AFTER when it dies.
 HOUSEKEEPING_SLACK = 1.5
+
+
+SLOW = """
+[[turns]]
+tool_calls = [{name = "bash", arguments = {command = "sleep 60"}}]
+[[turns]]
+text = "slept"
+"""
+
+
+def test_al_kill_on_one_host_stops_the_run_on_the_host_that_runs_it(tmp_path, pg_url, scheduler):
+    from llamaherd.store import Store
+
+    hosts = {}
+    for name in HOSTS[:2]:
+        project = OfflineProject(tmp_path / name, f'database = "{pg_url}"\n')
+        project.add_scripted_agent("slow", "", SLOW)
+        hosts[name] = scheduler(project, {"AL_HOST_NAME": name})
+    store = Store.open(pg_url)
+    store.enqueue("slow", "manual", {})
+    run = wait_until(lambda: next(iter(store.runs("slow", ("running",), 1)), None), 30, "a run")
+    owner = hosts[run.host.rpartition(":")[0]]
+    other = next(s for s in hosts.values() if s is not owner)
+    other.project.al("kill", run.id, check=True)
+    wait_until(lambda: "ended by another host" in owner.read_log(), 10, "the owner to stop it")
+    assert store.get_run(run.id).state == "killed"
+    store.close()

@@ -304,13 +304,15 @@ class Scheduler(Engine):
         return not host or host.rpartition(":")[0] == machine_name()
 
     def _stop_lost_runs(self, running: set[str]) -> None:
-        """Stop sandboxes of runs the other hosts interrupted while we were presumed dead (a
-        long pause or a network partition): their work item is already queued again."""
+        """Stop our runs that another host ended in the database: killed there (`al kill` on
+        any host), or interrupted while we were presumed dead (a long pause, a network
+        partition), when their work item is already queued again."""
         for run_id in set(self.threads) - running:
             run = self.store.get_run(run_id)
-            if run is not None and run.state == "error" and run.reason == "interrupted":
-                log.warning("run %s was taken over by another host: stopping it here", run_id)
-                self.runner.kill(run_id, reason="interrupted")
+            if run is None or not (run.state == "killed" or run.reason == "interrupted"):
+                continue
+            if self.runner.kill(run_id, reason=run.reason or run.state):
+                log.warning("run %s was ended by another host (%s): stopped here", run_id, run.reason)
 
     def interrupted(self, run: Any) -> None:
         """Mark a run whose process died as error/interrupted and requeue its trigger once."""

@@ -359,7 +359,9 @@ def _guarded(method: Callable[P, T]) -> Callable[P, T]:
         except StoreError:
             raise
         except (pw.PeeweeException, sqlite3.Error, OSError) as exc:
-            raise StoreError(_explain(args[0]._where, args[0]._timeout, exc)) from exc
+            store = args[0]
+            store._drop_broken_connection()
+            raise StoreError(_explain(store._where, store._timeout, exc)) from exc
 
     return wrapper
 
@@ -367,6 +369,8 @@ def _guarded(method: Callable[P, T]) -> Callable[P, T]:
 def _explain(where: str, timeout: float, exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     low = text.lower()
+    if "://" in where:  # a server: the file-level advice below does not apply
+        return f"database {where}: {text}"
     if "locked" in low or "busy" in low:
         return (
             f"database {where} is locked: another process held it past the {timeout:g}s busy "
@@ -502,6 +506,13 @@ class Store:
         polls in steps of milliseconds, a mutex hands over at once."""
         with self._writer, self._db.atomic():
             yield
+
+    def _drop_broken_connection(self) -> None:
+        """After a failure, close this thread's connection if it is dead (a restarted
+        PostgreSQL server), so the next call connects afresh instead of failing forever."""
+        if self._pg and not self._db.is_closed() and not self._db.is_connection_usable():
+            with contextlib.suppress(pw.PeeweeException):
+                self._db.close()
 
     def _exec(self, sql: str, params: tuple | list = ()) -> Any:
         return self._db.execute_sql(sql, params)
