@@ -108,6 +108,12 @@ def delivery(n: int) -> tuple[bytes, dict[str, str]]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load(url: str, numbers: list[int], latencies: list[float], errors: list[str]) -> None:
     session = requests.Session()
     for n in numbers:
@@ -151,12 +157,14 @@ def main() -> None:
                 threading.Thread(target=load, args=(url, share, latencies, errors))
                 for share in shares
             ]
+            cpu_before = cpu_seconds(proc.pid)
             started = time.perf_counter()
             for thread in threads:
                 thread.start()
             for thread in threads:
                 thread.join()
             elapsed = time.perf_counter() - started
+            server_cpu = cpu_seconds(proc.pid) - cpu_before
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
@@ -174,6 +182,10 @@ def main() -> None:
         f"deliveries: {args.requests} signed, {args.threads} client threads, all 202 and queued durably"
     )
     print(f"throughput: {args.requests / elapsed:,.0f} deliveries/s")
+    print(
+        f"scheduler CPU per delivery: {server_cpu / args.requests * 1000:.2f} ms; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     print(
         f"latency p50: {cuts[49] * 1000:.1f} ms, p99: {cuts[98] * 1000:.1f} ms, max: {max(latencies) * 1000:.1f} ms"
     )

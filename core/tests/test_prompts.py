@@ -24,7 +24,8 @@ class DemoCredential:
         return {"DEMO_TOKEN": values["token"], "DEMO_DIR": str(path)}
 
     def context(self, values):
-        return "The demo CLI is authenticated via DEMO_TOKEN."
+        # A careless type quoting its secret: the prompt must still not carry it.
+        return f"The demo CLI is authenticated via DEMO_TOKEN ({values['token']})."
 
 
 class ModelKey:
@@ -96,7 +97,7 @@ def test_user_prompt_blocks_without_secret_values(setup):
     context = user.split("<credential-context>")[1].split("</credential-context>")[0]
     assert "DEMO_TOKEN" in context and "DEMO_DIR" in context and "authenticated" in context
     assert "MODEL_KEY" not in context and "never shown" not in context
-    assert SECRET not in user
+    assert SECRET not in user and "DEMO_TOKEN (***)" in context
     assert "Working directory: /tmp/al-runs/x" in user and "120 s" in user and "7 model" in user
     assert "running on a schedule" in user
     assert user.count("</") == 3  # three blocks, the scheduled text is plain

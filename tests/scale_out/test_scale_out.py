@@ -188,11 +188,11 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
 HOUSEKEEPING_SLACK = 1.5
 
 
-SLOW = """
+# A session that never ends by itself: only a kill stops it, wherever the sandbox is.
+ENDLESS = """
 [[turns]]
-tool_calls = [{name = "bash", arguments = {command = "sleep 60"}}]
-[[turns]]
-text = "slept"
+loop = true
+tool_calls = [{name = "bash", arguments = {command = "sleep 0.2"}}]
 """
 
 
@@ -202,7 +202,7 @@ def test_al_kill_on_one_host_stops_the_run_on_the_host_that_runs_it(tmp_path, pg
     hosts = {}
     for name in HOSTS[:2]:
         project = OfflineProject(tmp_path / name, f'database = "{pg_url}"\n')
-        project.add_scripted_agent("slow", "", SLOW)
+        project.add_scripted_agent("slow", "", ENDLESS)
         hosts[name] = scheduler(project, {"AL_HOST_NAME": name})
     store = Store.open(pg_url)
     store.enqueue("slow", "manual", {})

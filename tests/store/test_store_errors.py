@@ -126,3 +126,22 @@ def test_memory_and_unknown_urls_are_refused(tmp_path: Path) -> None:
 def test_relative_sqlite_paths_are_under_root(tmp_path: Path) -> None:
     Store.open("sqlite:///.al/work-queue.db", str(tmp_path)).enqueue("alpha", "manual", {})
     assert (tmp_path / ".al" / "work-queue.db").is_file()
+
+
+@pytest.mark.postgres
+def test_a_dropped_server_connection_is_replaced(pg_schema: tuple[str, str]) -> None:
+    import psycopg2
+
+    from .conftest import PG_URL, empty_pg_schema
+
+    empty_pg_schema(pg_schema[0])
+    store = Store.open(pg_schema[1])
+    store.enqueue("alpha", "manual", {})
+    pid = store._db.execute_sql("SELECT pg_backend_pid()").fetchone()[0]
+    admin = psycopg2.connect(PG_URL)
+    admin.autocommit = True
+    admin.cursor().execute("SELECT pg_terminate_backend(%s)", (pid,))
+    admin.close()
+    with pytest.raises(StoreError, match="127.0.0.1"):
+        store.queue_depth()
+    assert store.queue_depth() == {"alpha": 1}

@@ -105,7 +105,8 @@ def credential_context(agent: Any, registry: Any, credential_store: Any = None) 
     Values are read only to let a type describe itself (``context``); they never appear here.
     A missing credential is described from the type alone, so ``al prompt`` works without them.
     """
-    from llamaherd.credentials import parse_ref
+    from llamaherd.credentials import is_staged, parse_ref, secret_values
+    from llamaherd.redact import Redactor
 
     lines: list[str] = []
     for ref in agent.credentials:
@@ -114,7 +115,7 @@ def credential_context(agent: Any, registry: Any, credential_store: Any = None) 
         if ctype is None:
             lines.append(f"- {type_name} ({instance}): credential type not installed")
             continue
-        if getattr(ctype, "sandbox", True) is False:
+        if not is_staged(ctype):
             continue  # model keys stay with the scheduler
         values = _placeholder_values(ctype)
         if credential_store is not None:
@@ -125,7 +126,9 @@ def credential_context(agent: Any, registry: Any, credential_store: Any = None) 
         if env_names:
             head += "; env " + ", ".join(env_names)
         lines.append(head)
-        text = (ctype.context(values) or "").strip()
+        # A type may quote non-secret fields (a git username); a secret slipping in is masked.
+        secret = Redactor(secret_values({type_name: ctype}, {f"{type_name}/{instance}": values}))
+        text = secret.redact((ctype.context(values) or "").strip())
         if text:
             lines.append("  " + text.replace("\n", "\n  "))
     return "\n".join(lines) or "No credentials are configured for this agent."

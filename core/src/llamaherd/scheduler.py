@@ -267,7 +267,7 @@ class Scheduler(Engine):
         live = {r.id for r in self.store.runs(states=("running", "waiting"), limit=100_000)}
         for runtime in self.registry.runtimes.values():
             try:
-                removed = runtime.cleanup_orphans(live)
+                removed = runtime.cleanup_orphans(live, self.project)
             except Exception as exc:
                 log.warning("runtime %s: orphan cleanup failed: %s", runtime.name, exc)
                 continue

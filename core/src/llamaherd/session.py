@@ -263,8 +263,10 @@ class Session:
             if self.cancel.is_set():
                 return Outcome("cancelled")
             self.messages.append(Message("assistant", reply.text, reply.tool_calls).to_dict())
+            # Before the tools run: after a crash their calls are answered "interrupted"
+            # instead of being asked for (and run) a second time.
+            self.checkpoint()
             if not reply.tool_calls:
-                self.checkpoint()
                 return Outcome("done", text=reply.text)
             deferred = self._run_tools(reply.tool_calls)
             self.checkpoint()

@@ -465,9 +465,9 @@ class Store:
         self._clock = clock
         self._pg = isinstance(db, pw.PostgresqlDatabase)
         self._writer = contextlib.nullcontext() if self._pg else _sqlite_writer(where)
-        self.m = _define_models(db)
+        self._m = _define_models(db)
         self._sql = self._prepare_sql()
-        run_fields = [self.m.Run._meta.fields[name] for name in _RUN_COLUMNS]
+        run_fields = [self._m.Run._meta.fields[name] for name in _RUN_COLUMNS]
         self._run_reads = [field.python_value for field in run_fields]
         self._run_writes = {field.name: field.db_value for field in run_fields}
         self._run_updates: dict[tuple[str, ...], str] = {}
@@ -481,7 +481,7 @@ class Store:
         ``clock`` (default ``llamaherd.engine.clock``, which honours AL_FAKE_CLOCK_FILE) stamps
         every time the store writes: lock expiry, events, runs."""
         if clock is None:
-            from llamaherd.engine import clock  # late: the engine module imports the store
+            from llamaherd.engine import clock  # late, so the engine may import this module
         db, where, timeout = _connect(url or DEFAULT_URL, root)
         store = cls(db, where, timeout, clock)
         store._migrate()
@@ -544,9 +544,12 @@ class Store:
         return SimpleNamespace(
             running="SELECT agent, COUNT(*) FROM runs WHERE state = 'running' GROUP BY agent",
             running_one=q("SELECT COUNT(*) FROM runs WHERE state = 'running' AND agent = ?"),
-            # One pass over the queued-items partial index: bounded by the queues' limits.
-            heads=("SELECT agent, MIN(id) FROM work_items WHERE state = 'queued' GROUP BY agent"),
-            item=q(f"SELECT {item_cols} FROM work_items WHERE id = ?"),
+            # Each agent's oldest queued item: one pass over the queued-items partial index,
+            # so bounded by the queues' limits.
+            heads=(
+                f"SELECT {item_cols} FROM work_items WHERE id IN (SELECT MIN(id) FROM work_items "
+                "WHERE state = 'queued' GROUP BY agent)"
+            ),
             take=q(
                 f"SELECT {item_cols} FROM work_items WHERE state = 'queued' AND agent = ? "
                 f"ORDER BY id LIMIT 1{lock}"
@@ -597,11 +600,11 @@ class Store:
 
     def _schema_version(self) -> int:
         """The stamped version; 1 for a database from before versioning; 0 when empty."""
-        if self.m.MetaKV.table_exists():
-            row = self.m.MetaKV.get_or_none(self.m.MetaKV.key == "schema_version")
+        if self._m.MetaKV.table_exists():
+            row = self._m.MetaKV.get_or_none(self._m.MetaKV.key == "schema_version")
             if row is not None:
                 return int(row.value)
-        return 1 if self.m.WorkItem.table_exists() else 0
+        return 1 if self._m.WorkItem.table_exists() else 0
 
     def _migrate(self) -> None:
         try:
@@ -616,12 +619,12 @@ class Store:
                         f"llamaherd knows ({migrations.SCHEMA_VERSION}): upgrade llamaherd"
                     )
                 if have == 0:
-                    self._db.create_tables(self.m.tables)
+                    self._db.create_tables(self._m.tables)
                 else:
-                    migrations.upgrade(self._db, self.m, have)
-                    self._db.create_tables(self.m.tables, safe=True)
+                    migrations.upgrade(self._db, self._m, have)
+                    self._db.create_tables(self._m.tables, safe=True)
                 self._upsert(
-                    self.m.MetaKV, key="schema_version", value=str(migrations.SCHEMA_VERSION)
+                    self._m.MetaKV, key="schema_version", value=str(migrations.SCHEMA_VERSION)
                 )
         except StoreError:
             raise
@@ -717,12 +720,12 @@ class Store:
             for _ in range(10):  # a stale resume item is retired and the search runs again
                 # Queue heads of agents with room: fewest running first, then oldest item.
                 heads = sorted(
-                    (running.get(agent, 0), head_id, agent)
-                    for agent, head_id in self._exec(self._sql.heads).fetchall()
-                    if agent not in skip and running.get(agent, 0) < scales.get(agent, 0)
+                    (running.get(row[1], 0), row[0], row)  # (id, agent, ...) as in _ITEM_COLUMNS
+                    for row in self._exec(self._sql.heads).fetchall()
+                    if row[1] not in skip and running.get(row[1], 0) < scales.get(row[1], 0)
                 )
-                for _, head_id, agent in heads:
-                    item = self._lock_head(head_id, agent, scales[agent])
+                for _, _, head in heads:
+                    item = self._lock_head(head, scales[head[1]])
                     if item is None:
                         continue
                     claimed = self._take(item, host)
@@ -733,17 +736,17 @@ class Store:
                     return None
         return None
 
-    def _lock_head(self, head_id: int, agent: str, scale: int) -> WorkItemRow | None:
+    def _lock_head(self, head: tuple, scale: int) -> WorkItemRow | None:
         """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
         other writer). PostgreSQL: take the agent's claim lock, recount its running runs, and
         lock its oldest item no other scheduler holds (SKIP LOCKED)."""
-        if self._pg:
-            self._pg_lock(_PG_CLAIM, agent)
-            if self._exec(self._sql.running_one, (agent,)).fetchone()[0] >= scale:
-                return None
-            row = self._exec(self._sql.take, (agent,)).fetchone()
-        else:
-            row = self._exec(self._sql.item, (head_id,)).fetchone()
+        if not self._pg:
+            return self._item(head)
+        agent = head[1]
+        self._pg_lock(_PG_CLAIM, agent)
+        if self._exec(self._sql.running_one, (agent,)).fetchone()[0] >= scale:
+            return None
+        row = self._exec(self._sql.take, (agent,)).fetchone()
         return None if row is None else self._item(row)
 
     def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
@@ -841,7 +844,7 @@ class Store:
     @_guarded
     def queue_depth(self, agent: str | None = None) -> dict[str, int]:
         """Queued items per agent (agents with none are absent unless asked for by name)."""
-        WorkItem = self.m.WorkItem
+        WorkItem = self._m.WorkItem
         query = (
             WorkItem.select(WorkItem.agent, pw.fn.COUNT(WorkItem.id))
             .where(WorkItem.state == "queued")
@@ -857,7 +860,7 @@ class Store:
     @_guarded
     def clear_queue(self, agent: str, kinds: tuple[str, ...] | None = None) -> int:
         """Delete queued items of ``agent`` (optionally only these kinds); return the count."""
-        WorkItem = self.m.WorkItem
+        WorkItem = self._m.WorkItem
         query = WorkItem.delete().where((WorkItem.state == "queued") & (WorkItem.agent == agent))
         if kinds is not None:
             query = query.where(WorkItem.kind.in_(list(kinds)))
@@ -891,7 +894,7 @@ class Store:
     @_guarded
     def find_run(self, prefix: str) -> RunRow | None:
         """A run by full id or unique prefix (None when unknown or ambiguous)."""
-        Run = self.m.Run
+        Run = self._m.Run
         row = Run.get_or_none(Run.id == prefix)
         if row is None and prefix:
             found = list(
@@ -905,7 +908,7 @@ class Store:
         self, agent: str | None = None, states: tuple[str, ...] | None = None, limit: int = 50
     ) -> list[RunRow]:
         """Runs, newest first."""
-        Run = self.m.Run
+        Run = self._m.Run
         query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
         if agent is not None:
             query = query.where(Run.agent == agent)
@@ -988,7 +991,7 @@ class Store:
             raise TypeError(f"update_run: cannot set {', '.join(sorted(unknown))}")
         if not fields:
             return
-        Run = self.m.Run
+        Run = self._m.Run
         with self._write():
             Run.update({getattr(Run, k): v for k, v in fields.items()}).where(
                 Run.id == run_id
@@ -1002,7 +1005,7 @@ class Store:
     @_guarded
     def set_status(self, run_id: str, text: str) -> None:
         """Record a status message (kept as history) and make it the run's current status."""
-        m = self.m
+        m = self._m
         with self._write():
             m.StatusMessage.insert(run_id=run_id, at=self._clock(), text=text).execute()
             m.Run.update(status=text).where(m.Run.id == run_id).execute()
@@ -1011,7 +1014,7 @@ class Store:
     def set_return(self, run_id: str, value: Any) -> None:
         """Set the run's return value (its caller gets it when the run ends done)."""
         with self._write():
-            self.m.Run.update(return_value=value).where(self.m.Run.id == run_id).execute()
+            self._m.Run.update(return_value=value).where(self._m.Run.id == run_id).execute()
             self._exec(self._sql.event, (run_id, self._clock(), "return", _dumps({"value": value})))
 
     @_guarded
@@ -1023,14 +1026,14 @@ class Store:
     @_guarded
     def events(self, run_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Run events with id > after_id, oldest first: {id, at, type, data}."""
-        E = self.m.RunEvent
+        E = self._m.RunEvent
         query = E.select().where((E.run_id == run_id) & (E.id > after_id)).order_by(E.id)
         return [{"id": e.id, "at": e.at, "type": e.type, "data": e.data or {}} for e in query]
 
     @_guarded
     def status_messages(self, run_id: str) -> list[dict[str, Any]]:
         """The run's status history, oldest first: {id, at, text}."""
-        S = self.m.StatusMessage
+        S = self._m.StatusMessage
         query = S.select().where(S.run_id == run_id).order_by(S.id)
         return [{"id": s.id, "at": s.at, "text": s.text} for s in query]
 
@@ -1057,7 +1060,7 @@ class Store:
     @_guarded
     def waiting_runs(self) -> list[RunRow]:
         """Every run in ``waiting``, oldest first."""
-        Run = self.m.Run
+        Run = self._m.Run
         query = Run.select().where(Run.state == "waiting").order_by(Run.created_at)
         return [self._run(row) for row in query]
 
@@ -1065,7 +1068,7 @@ class Store:
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
         """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
         run is not waiting). The dispatcher's claim then moves the run back to running."""
-        m = self.m
+        m = self._m
         with self._write():
             run = self._locked_run(run_id)
             pending = m.WorkItem.select().where(
@@ -1081,7 +1084,7 @@ class Store:
     @_guarded
     def expired_waits(self, now: float) -> list[RunRow]:
         """Waiting runs whose wait deadline is at or before ``now``."""
-        Run = self.m.Run
+        Run = self._m.Run
         query = Run.select().where((Run.state == "waiting") & (Run.wait_deadline <= now))
         return [self._run(row) for row in query]
 
@@ -1090,7 +1093,7 @@ class Store:
     def create_call(self, caller_run: str, target: str, context: str, depth: int) -> int:
         """Record an agent call (pending until the run that serves it ends)."""
         with self._write():
-            return self.m.Call.insert(
+            return self._m.Call.insert(
                 caller_run=caller_run, target=target, context=context, depth=depth,
                 created_at=self._clock(),
             ).execute()  # fmt: skip
@@ -1098,7 +1101,7 @@ class Store:
     @_guarded
     def get_call(self, call_id: int) -> dict[str, Any] | None:
         """{id, caller_run, target, state: pending|done|error, return_value, error, run_id}."""
-        call = self.m.Call.get_or_none(self.m.Call.id == call_id)
+        call = self._m.Call.get_or_none(self._m.Call.id == call_id)
         if call is None:
             return None
         names = ("id", "caller_run", "target", "context", "depth", "state", "return_value")
@@ -1114,7 +1117,7 @@ class Store:
 
         A refused run is recorded as waiting for ``uri`` until it takes it, releases it or
         ends; a longer cycle of waits (a -> b -> c -> a) is refused too, naming every run."""
-        m = self.m
+        m = self._m
         with self._write():
             now = self._clock()
             m.Lock.delete().where(m.Lock.expires_at <= now).execute()
@@ -1135,13 +1138,13 @@ class Store:
             return refused
 
     def _lock_row(self, uri: str) -> pw.Model | None:
-        Lock = self.m.Lock
+        Lock = self._m.Lock
         query = Lock.select().where(Lock.uri == uri)
         return (query.for_update() if self._pg else query).get_or_none()
 
     def _wait_cycle(self, run_id: str, holder: str) -> list[str]:
         """[run_id, holder, ...] if following holder's waits leads back to run_id, else []."""
-        m = self.m
+        m = self._m
         chain = [run_id, holder]
         while len(chain) <= 64:
             waits = m.LockWait.get_or_none(m.LockWait.run_id == chain[-1])
@@ -1156,7 +1159,7 @@ class Store:
     @_guarded
     def release_lock(self, run_id: str, uri: str) -> bool:
         """Release ``uri`` if ``run_id`` holds it (and stop waiting for it); True if held."""
-        m = self.m
+        m = self._m
         with self._write():
             m.LockWait.delete().where(
                 (m.LockWait.run_id == run_id) & (m.LockWait.uri == uri)
@@ -1168,7 +1171,7 @@ class Store:
     @_guarded
     def heartbeat_lock(self, run_id: str, uri: str | None, ttl: float) -> int:
         """Extend one (or, with uri None, all) of the run's locks; return how many."""
-        Lock = self.m.Lock
+        Lock = self._m.Lock
         with self._write():
             query = Lock.update(expires_at=self._clock() + ttl).where(Lock.run_id == run_id)
             if uri is not None:
@@ -1178,7 +1181,7 @@ class Store:
     @_guarded
     def release_all_locks(self, run_id: str) -> int:
         """Release every lock of ``run_id``; return how many."""
-        m = self.m
+        m = self._m
         with self._write():
             m.LockWait.delete().where(m.LockWait.run_id == run_id).execute()
             return m.Lock.delete().where(m.Lock.run_id == run_id).execute()
@@ -1186,7 +1189,7 @@ class Store:
     @_guarded
     def locks(self) -> list[dict[str, Any]]:
         """Live locks: {uri, holder, run_id (the same), acquired_at, expires_at}."""
-        Lock = self.m.Lock
+        Lock = self._m.Lock
         query = Lock.select().where(Lock.expires_at > self._clock()).order_by(Lock.uri)
         return [
             {"uri": k.uri, "holder": k.run_id, "run_id": k.run_id, "acquired_at": k.acquired_at,
@@ -1198,7 +1201,7 @@ class Store:
     @_guarded
     def agent_state(self, agent: str) -> str:
         """Stored state: idle (default), hibernate, suspended, error, off."""
-        row = self.m.AgentState.get_or_none(self.m.AgentState.agent == agent)
+        row = self._m.AgentState.get_or_none(self._m.AgentState.agent == agent)
         return "idle" if row is None else row.state
 
     @_guarded
@@ -1208,7 +1211,7 @@ class Store:
             raise ValueError(f"agent state {state!r} is not one of {', '.join(AGENT_STATES)}")
         with self._write():
             now = self._clock()
-            self._upsert(self.m.AgentState, agent=agent, state=state, cause=cause, updated_at=now)
+            self._upsert(self._m.AgentState, agent=agent, state=state, cause=cause, updated_at=now)
             data = {"state": state, "cause": cause}
             self._exec(self._sql.agent_event, (agent, now, "state", _dumps(data)))
 
@@ -1220,14 +1223,14 @@ class Store:
     @_guarded
     def agent_events(self, agent: str, limit: int = 50) -> list[dict[str, Any]]:
         """The agent's latest ``limit`` events, oldest first: {id, at, type, data}."""
-        E = self.m.AgentEvent
+        E = self._m.AgentEvent
         query = E.select().where(E.agent == agent).order_by(E.id.desc()).limit(limit)
         return [{"id": e.id, "at": e.at, "type": e.type, "data": e.data or {}} for e in query][::-1]
 
     @_guarded
     def set_paused(self, agent: str | None, paused: bool) -> None:
         """Pause/resume one agent, or (agent None) the whole scheduler."""
-        Paused = self.m.Paused
+        Paused = self._m.Paused
         name = _PAUSED_ALL if agent is None else agent
         with self._write():
             if paused:
@@ -1238,7 +1241,7 @@ class Store:
     @_guarded
     def paused(self) -> tuple[bool, set[str]]:
         """(scheduler paused, paused agents)."""
-        names = {name for (name,) in self.m.Paused.select(self.m.Paused.name).tuples()}
+        names = {name for (name,) in self._m.Paused.select(self._m.Paused.name).tuples()}
         return _PAUSED_ALL in names, names - {_PAUSED_ALL}
 
     # ------------------------------------------------------------ cron
@@ -1248,7 +1251,7 @@ class Store:
         with self._write():
             try:
                 with self._db.atomic():  # a savepoint, so a duplicate leaves the rest intact
-                    self.m.CronTick.insert(
+                    self._m.CronTick.insert(
                         agent=agent, tick=tick, claimed_at=self._clock()
                     ).execute()
             except pw.IntegrityError:
@@ -1258,7 +1261,7 @@ class Store:
     @_guarded
     def last_tick(self, agent: str) -> float | None:
         """The latest claimed tick of ``agent``."""
-        C = self.m.CronTick
+        C = self._m.CronTick
         return C.select(pw.fn.MAX(C.tick)).where(C.agent == agent).scalar()
 
     # ------------------------------------------------------------ webhooks
@@ -1278,7 +1281,7 @@ class Store:
         with self._write():
             try:
                 with self._db.atomic():
-                    self.m.Delivery.insert(
+                    self._m.Delivery.insert(
                         source=source, delivery_id=delivery_id, at=self._clock(),
                         headers=headers, body=bytes(body), status=status, result=result,
                         matched=list(matched),
@@ -1289,14 +1292,14 @@ class Store:
 
     @_guarded
     def delivery_seen(self, source: str, delivery_id: str) -> bool:
-        D = self.m.Delivery
+        D = self._m.Delivery
         return D.select().where((D.source == source) & (D.delivery_id == delivery_id)).exists()
 
     @_guarded
     def deliveries(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]:
         """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
         result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
-        D = self.m.Delivery
+        D = self._m.Delivery
         query = D.select().order_by(D.id.desc()).limit(limit)
         if dead_letters:
             query = query.where(D.status >= 400)
@@ -1308,19 +1311,19 @@ class Store:
     def heartbeat_host(self, host: str, info: dict[str, Any]) -> None:
         """Record that scheduler ``host`` is alive now."""
         with self._write():
-            self._upsert(self.m.Host, name=host, info=info, heartbeat_at=self._clock())
+            self._upsert(self._m.Host, name=host, info=info, heartbeat_at=self._clock())
 
     @_guarded
     def stale_hosts(self, older_than: float) -> list[str]:
         """Hosts whose last heartbeat is before the time ``older_than`` (a timestamp)."""
-        Host = self.m.Host
+        Host = self._m.Host
         query = Host.select(Host.name).where(Host.heartbeat_at < older_than).order_by(Host.name)
         return [name for (name,) in query.tuples()]
 
     @_guarded
     def hosts(self) -> list[dict[str, Any]]:
         """Every scheduler host that heartbeats: {host, info, heartbeat_at}, by name."""
-        Host = self.m.Host
+        Host = self._m.Host
         return [
             {"host": h.name, "info": h.info, "heartbeat_at": h.heartbeat_at}
             for h in Host.select().order_by(Host.name)
@@ -1330,13 +1333,13 @@ class Store:
     def forget_host(self, host: str) -> None:
         """Drop a host's heartbeat row (after its runs were reconciled)."""
         with self._write():
-            self.m.Host.delete().where(self.m.Host.name == host).execute()
+            self._m.Host.delete().where(self._m.Host.name == host).execute()
 
     @_guarded
     def prune(self, days: float) -> int:
         """Delete finished runs, events, deliveries older than ``days``; return rows removed.
         The latest cron tick of each agent is kept (it is where the schedule resumes)."""
-        m = self.m
+        m = self._m
         with self._write():
             cutoff = self._clock() - days * 86400
             old_runs = m.Run.select(m.Run.id).where(
@@ -1365,7 +1368,7 @@ class Store:
         """Run history: {runs, states, exit_codes, durations {p50, p95, max} (seconds, finished
         runs), tokens {input, output}, agents {name: the same per agent}, calls [{caller,
         target, count}] (the agent-call graph)}."""
-        m = self.m
+        m = self._m
         query = m.Run.select(
             m.Run.agent, m.Run.state, m.Run.exit_code, m.Run.started_at, m.Run.finished_at,
             m.Run.input_tokens, m.Run.output_tokens,

@@ -281,8 +281,9 @@ class Runtime(Protocol):
         """Re-attach to a sandbox recorded before a restart; None when it is gone."""
         ...
 
-    def cleanup_orphans(self, live_run_ids: set[str]) -> int:
-        """Remove sandboxes of ours that no live run owns; return how many."""
+    def cleanup_orphans(self, live_run_ids: set[str], project: Any) -> int:
+        """Remove ``project``'s sandboxes that no live run owns; return how many. Sandboxes of
+        other projects on the same host are never touched."""
         ...
 
 

@@ -25,6 +25,7 @@ import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llamaherd.types import SandboxError
 
@@ -67,9 +68,9 @@ def process_start(pid: int) -> str | None:
     return data.rsplit(")", 1)[1].split()[19]
 
 
-def owner_record() -> dict[str, object]:
+def owner_record(project: str | None) -> dict[str, object]:
     pid = os.getpid()
-    return {"pid": pid, "start": process_start(pid), "host": socket.gethostname()}
+    return {"pid": pid, "start": process_start(pid), "host": socket.gethostname(), "project": project}
 
 
 @dataclass(frozen=True)
@@ -101,18 +102,24 @@ class Layout:
     def owner_file(self) -> Path:
         return self.private / "owner.json"
 
-    def write_owner(self) -> None:
-        """Record this process as the sandbox's owner (start, and attach after a restart)."""
+    def write_owner(self, project: str | None = None) -> None:
+        """Record this process (and the project root, kept from the old record when None) as
+        the sandbox's owner: at start, and on attach after a restart."""
+        project = project or self.owner().get("project")
         fd = os.open(self.owner_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
-            json.dump(owner_record(), fh)
+            json.dump(owner_record(project), fh)
 
-    def owned_by_other_live_process(self) -> bool:
-        """True when another scheduler process that is still running owns this sandbox."""
+    def owner(self) -> dict[str, Any]:
         try:
             owner = json.loads(self.owner_file.read_text())
         except (OSError, ValueError):
-            return False
+            return {}
+        return owner if isinstance(owner, dict) else {}
+
+    def owned_by_other_live_process(self) -> bool:
+        """True when another scheduler process that is still running owns this sandbox."""
+        owner = self.owner()
         pid = owner.get("pid")
         if not isinstance(pid, int) or pid == os.getpid():
             return False

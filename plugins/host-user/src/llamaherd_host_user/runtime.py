@@ -134,12 +134,15 @@ class HostUserRuntime:
         env = build_env(layout, ident, spec)
         return HostUserSandbox(layout, ident, containment, env, bool(handle.get("keep_workdir")))
 
-    def cleanup_orphans(self, live_run_ids: set[str]) -> int:
-        """Remove sandboxes (processes, private area, working dir, cgroup) of runs not live.
+    def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
+        """Remove ``project``'s sandboxes (processes, private area, working dir, cgroup) of runs
+        not live.
 
-        Left alone: live runs, sandboxes another running scheduler process owns, and working
-        dirs kept with ``keepWorkdir`` (their private area is already gone).
+        Left alone: other projects' sandboxes (``/tmp/al-runs`` is shared by every project on
+        the host, and ``live_run_ids`` speaks for one), live runs, sandboxes another running
+        scheduler process owns, and working dirs kept with ``keepWorkdir``.
         """
+        root = str(project.root) if project is not None else None
         base = runs_base()
         removed = 0
         for entry in os.scandir(base):
@@ -147,6 +150,8 @@ class HostUserRuntime:
                 continue
             layout = Layout(base, entry.name[: -len(PRIVATE_SUFFIX)])
             if layout.run_id in live_run_ids or layout.owned_by_other_live_process():
+                continue
+            if root is not None and layout.owner().get("project") != root:
                 continue
             uid = layout.workdir.stat().st_uid if layout.workdir.exists() else -1
             _remove(layout, uid)

@@ -87,7 +87,7 @@ def provision(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> N
 
 def provision_private(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
     _mkdir(layout.private, None, 0o711)
-    layout.write_owner()
+    layout.write_owner(str(spec.project.root) if spec and spec.project is not None else None)
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credentials if spec else {}, layout.credentials, identity)
