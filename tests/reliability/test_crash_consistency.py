@@ -219,6 +219,10 @@ def check_invariants(db: Path, ledger: Ledger, helpers: Any) -> dict[str, int]:
     if unknown or states["running"]:
         problems.append(f"runs in unexpected states after a clean stop: {dict(states)}")
 
+    odd = [(r["id"], r["state"], r["reason"]) for r in runs if r["state"] in FINAL and r["state"] != "done" and r["reason"] != "interrupted"]
+    if odd:
+        problems.append(f"runs ended for another reason than a crash: {odd[:5]}")
+
     done_by_tag = collections.Counter(tag_of(r) for r in runs if r["state"] == "done" and tag_of(r))
     by_tag = collections.defaultdict(list)
     for run in runs:

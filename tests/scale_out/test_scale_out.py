@@ -126,10 +126,14 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
         return store.stats("work")["states"].get("done", 0)
 
     wait_until(lambda: done_count() >= ITEMS // 3, 120, "a third of the items done")
-    stat = schedulers[0].project.al("stat", "--json", check=True)
-    work_row = next(r for r in json.loads(stat.stdout)["agents"] if r["agent"] == "work")
-    assert len(work_row["hosts"]) >= 2, f"al stat should show several hosts: {work_row}"
-    assert set(work_row["hosts"]) <= set(by_host)
+
+    def stat_hosts() -> set[str] | None:
+        """The hosts `al stat` names for the work agent, when it names several."""
+        stat = schedulers[0].project.al("stat", "--json", check=True)
+        row = next(r for r in json.loads(stat.stdout)["agents"] if r["agent"] == "work")
+        return set(row["hosts"]) if len(row["hosts"]) >= 2 else None
+
+    assert wait_until(stat_hosts, 30, "al stat to show several hosts") <= set(by_host)
 
     # Kill the host that runs the most right now; its runs stay `running` until its heartbeat
     # is stale, then the others interrupt and requeue them.
@@ -212,4 +216,38 @@ def test_al_kill_on_one_host_stops_the_run_on_the_host_that_runs_it(tmp_path, pg
     other.project.al("kill", run.id, check=True)
     wait_until(lambda: "ended by another host" in owner.read_log(), 10, "the owner to stop it")
     assert store.get_run(run.id).state == "killed"
+    store.close()
+
+
+# Parks once (the wait times out after a second and resumes it), then finishes.
+WAITER = """
+[[turns]]
+tool_calls = [{name = "wait_for_trigger", arguments = {filter = {type = "agent", from = "nobody"}, timeout = "1s"}}]
+[[turns]]
+text = "done"
+"""
+
+
+def test_a_waiting_run_resumes_on_the_host_that_holds_its_sandbox(tmp_path, pg_url, scheduler):
+    """Both hosts expire waits and claim resumes; only the parking host may continue a run."""
+    from llamaherd.store import Store
+
+    for name in HOSTS[:2]:
+        project = OfflineProject(tmp_path / name, f'database = "{pg_url}"\n')
+        project.add_scripted_agent("waiter", "scale = 8\n", WAITER)
+        scheduler(project, {"AL_HOST_NAME": name})
+    store = Store.open(pg_url)
+    for _ in range(8):
+        store.enqueue("waiter", "manual", {})
+    parked_on: dict[str, str] = {}
+
+    def all_done() -> bool:
+        runs = store.runs("waiter", limit=20)
+        parked_on.update({r.id: r.host for r in runs if r.state == "waiting"})
+        return len(runs) == 8 and all(r.state == "done" for r in runs)
+
+    wait_until(all_done, 60, "every run to wait, resume and finish")
+    finished_on = {r.id: r.host for r in store.runs("waiter", limit=20)}
+    assert len(parked_on) == 8, "every run parked"
+    assert finished_on == parked_on, "each run resumed where its sandbox is"
     store.close()

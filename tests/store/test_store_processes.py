@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,11 +15,18 @@ from llamaherd.store import Store
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 
-def workers(url: str, n: int, *args: str) -> list[list[int]]:
+def workers(url: str, n: int, *args: str, go: Path) -> list[list[int]]:
+    """Run n claim workers that start at the same moment; each one's claimed item ids."""
+    env = {**os.environ, "AL_TEST_GO_FILE": str(go)}
     procs = [
-        subprocess.Popen([sys.executable, WORKER, url, *args], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, WORKER, url, *args], stdout=subprocess.PIPE, text=True, env=env
+        )
         for _ in range(n)
     ]
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n"
+    go.touch()
     out = []
     for proc in procs:
         stdout, _ = proc.communicate(timeout=120)
@@ -27,22 +35,26 @@ def workers(url: str, n: int, *args: str) -> list[list[int]]:
     return out
 
 
-def test_no_item_is_claimed_twice(db_url: str) -> None:
+def test_no_item_is_claimed_twice(db_url: str, tmp_path: Path) -> None:
     store = Store.open(db_url)
     agents = [f"agent{n}" for n in range(4)]
     ids = [store.enqueue(agents[n % 4], "webhook", {"n": n}, limit=1000) for n in range(400)]
-    claimed = [i for got in workers(db_url, 4, "claim", ",".join(agents), "1000", "0") for i in got]
+    claimed = [
+        i
+        for got in workers(db_url, 4, "claim", ",".join(agents), "1000", "0", go=tmp_path / "go")
+        for i in got
+    ]
     assert sorted(claimed) == sorted(ids)
     runs = store.runs(limit=1000)
     assert len(runs) == 400 and {r.state for r in runs} == {"done"}
     assert len({r.host for r in runs}) > 1  # the work really was shared
 
 
-def test_scale_holds_across_processes(db_url: str) -> None:
+def test_scale_holds_across_processes(db_url: str, tmp_path: Path) -> None:
     store = Store.open(db_url)
     for n in range(30):
         store.enqueue("alpha", "webhook", {"n": n})
-    workers(db_url, 4, "claim", "alpha", "2", "0.01")
+    workers(db_url, 4, "claim", "alpha", "2", "0.01", go=tmp_path / "go")
     runs = store.runs(limit=100)
     assert len(runs) == 30
     # Sweep the runs' [started, finished] intervals: at no instant were more than 2 running.

@@ -172,6 +172,7 @@ def test_agent_state_events_and_pause(store: Store) -> None:
     store.set_agent_state("alpha", "hibernate", "owner asked")
     store.add_agent_event("alpha", "note", {"x": 1})
     assert store.agent_state("alpha") == "hibernate"
+    assert store.agent_states() == {"alpha": "hibernate"}
     assert [e["type"] for e in store.agent_events("alpha")] == ["state", "note"]
     assert store.agent_events("alpha", limit=1)[0]["type"] == "note"
     with pytest.raises(ValueError):

@@ -38,6 +38,11 @@ def enqueue(store: Store, agent: str, count: int) -> None:
 def main() -> None:
     url, mode, *rest = sys.argv[1:]
     store = Store.open(url)
+    go = os.environ.get("AL_TEST_GO_FILE")
+    if go:  # start together with the other workers: report ready, wait for the go file
+        print("ready", flush=True)
+        while not os.path.exists(go):
+            time.sleep(0.005)
     if mode == "claim":
         claim(store, rest[0].split(","), int(rest[1]), float(rest[2]))
     else:

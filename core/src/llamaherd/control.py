@@ -13,8 +13,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llamaherd.runner import is_suspended
 from llamaherd.server import json_body, require_read, require_token
-from llamaherd.status import agent_rows, run_dict
+from llamaherd.status import SETTABLE_STATES, agent_rows, run_dict
 from llamaherd.types import LlamaherdError, TriggerEvent
 
 
@@ -31,7 +32,9 @@ async def health(request: Request) -> Response:
 @require_read
 async def stat(request: Request) -> Response:
     engine = _engine(request)
-    rows = await run_in_threadpool(agent_rows, engine.project, engine.store, engine.registry, engine.clock())
+    rows = await run_in_threadpool(
+        agent_rows, engine.project, engine.store, engine.registry, engine.clock()
+    )
     return JSONResponse({"agents": rows})
 
 
@@ -39,11 +42,17 @@ def manual_event(agent: str, payload: dict[str, Any] | None) -> TriggerEvent:
     from llamaherd.prompts import trigger_block
 
     payload = payload or {}
-    return TriggerEvent(agent=agent, kind="manual", payload=payload, prompt=trigger_block("manual", payload))
+    return TriggerEvent(
+        agent=agent, kind="manual", payload=payload, prompt=trigger_block("manual", payload)
+    )
 
 
 def queue_manual(
-    engine: Any, agent: str, payload: dict[str, Any] | None, count: int = 1, cause: str = "manual run"
+    engine: Any,
+    agent: str,
+    payload: dict[str, Any] | None,
+    count: int = 1,
+    cause: str = "manual run",
 ) -> list[dict[str, Any]]:
     """Queue ``count`` manual runs of ``agent``; ``engine.emit``'s result for each.
 
@@ -52,6 +61,130 @@ def queue_manual(
     if engine.store.agent_state(agent) == "error":
         engine.store.set_agent_state(agent, "idle", cause)
     return [engine.emit(manual_event(agent, payload)) for _ in range(count)]
+
+
+# ------------------------------------------------------------------ agent states
+# Queued trigger kinds each quiet state drops (None: every item, resumes of killed runs too).
+DROPPED_KINDS: dict[str, tuple[str, ...] | None] = {"hibernate": ("webhook", "agent"), "off": None}
+
+
+def set_agent_state(
+    engine: Any, agent: str, state: str, cause: str, spare: str | None = None
+) -> dict[str, Any]:
+    """Move ``agent`` to ``state`` (recorded with ``cause``) and apply what the state means.
+
+    ``off`` kills the agent's live runs at once (but ``spare``, the run that switched its own
+    agent off and finishes its turn) and clears its queue; ``hibernate`` drops queued webhook
+    and agent-call items. The drop is recorded as one ``trigger.dropped`` agent event with the
+    count. Returns {"agent", "state", "previous", "killed", "dropped"}.
+    """
+    if state not in SETTABLE_STATES:
+        raise LlamaherdError(f"state: expected one of {', '.join(SETTABLE_STATES)}, got {state!r}")
+    engine.project.agent(agent)  # unknown agent: one line with the known names
+    store = engine.store
+    previous = store.agent_state(agent)
+    store.set_agent_state(agent, state, cause)
+    killed = []
+    if state == "off":
+        live = store.runs(agent=agent, states=("running", "waiting"), limit=10_000)
+        reason = f"agent switched off: {cause}"
+        killed = [r.id for r in live if r.id != spare and engine.kill(r.id, reason=reason)]
+    dropped = 0
+    if state in DROPPED_KINDS:
+        dropped = store.clear_queue(agent, DROPPED_KINDS[state])
+        if dropped:
+            data = {"count": dropped, "state": state, "cause": cause}
+            store.add_agent_event(agent, "trigger.dropped", data)
+    engine.wakeup.set()  # an agent back to idle may claim its held items
+    return {
+        "agent": agent,
+        "state": state,
+        "previous": previous,
+        "killed": killed,
+        "dropped": dropped,
+    }
+
+
+def suspended_run(engine: Any, target: str) -> Any:
+    """The run ``target`` names (id or unique prefix) if it is paused at its turn limit."""
+    run_row = engine.store.find_run(target)
+    if run_row is None:
+        raise LlamaherdError(f"no such run {target!r} (see `al runs`)")
+    if not is_suspended(run_row):
+        raise LlamaherdError(f"run {run_row.id} is not suspended (it is {run_row.state})")
+    return run_row
+
+
+def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> dict[str, Any]:
+    """Approve (resume with a renewed turn budget) or deny (kill; the agent goes ``off``)."""
+    run_row = suspended_run(engine, target)
+    if not approve:
+        engine.kill(run_row.id, reason=f"suspension denied: {cause}")
+        set_agent_state(
+            engine, run_row.agent, "off", f"suspension of run {run_row.id} denied: {cause}"
+        )
+        return {"run": run_row.id, "approved": False}
+    # Idle first: a suspended agent is held, and the resume item must be claimable.
+    engine.store.set_agent_state(
+        run_row.agent, "idle", f"suspension of run {run_row.id} approved: {cause}"
+    )
+    engine.store.resume_waiting(
+        run_row.id, {"result": "approved: your turn budget is renewed", "approved": True}
+    )
+    engine.wakeup.set()
+    return {"run": run_row.id, "approved": True}
+
+
+def state_of(engine: Any, agent: str) -> dict[str, Any]:
+    """The agent's stored state, the derived one (``active``...) and why it was last set."""
+    engine.project.agent(agent)
+    row = next(
+        r
+        for r in agent_rows(engine.project, engine.store, engine.registry, engine.clock())
+        if r["agent"] == agent
+    )
+    changes = [e for e in engine.store.agent_events(agent, limit=200) if e["type"] == "state"]
+    last = changes[-1] if changes else None
+    return {
+        "agent": agent,
+        "state": row["stored_state"],
+        "shown": row["state"],
+        "cause": last["data"].get("cause") if last else None,
+        "since": last["at"] if last else None,
+    }
+
+
+@require_read
+async def agent_state(request: Request) -> Response:
+    engine = _engine(request)
+    return JSONResponse(await run_in_threadpool(state_of, engine, request.path_params["name"]))
+
+
+@require_token
+async def change_agent_state(request: Request) -> Response:
+    """Body {"state": "idle" | "hibernate" | "off", "cause"?: text}."""
+    engine = _engine(request)
+    body = await json_body(request)
+    cause = str(body.get("cause") or "set through the control API")
+    answer = await run_in_threadpool(
+        set_agent_state, engine, request.path_params["name"], str(body.get("state", "")), cause
+    )
+    return JSONResponse(answer)
+
+
+def _answer(approve: bool):
+    @require_token
+    async def endpoint(request: Request) -> Response:
+        engine = _engine(request)
+        body = await json_body(request) if await request.body() else {}
+        cause = str(body.get("cause") or "through the control API")
+        answer = await run_in_threadpool(
+            answer_suspension, engine, request.path_params["run_id"], approve, cause
+        )
+        return JSONResponse(answer)
+
+    endpoint.__name__ = "approve" if approve else "deny"
+    return endpoint
 
 
 @require_token
@@ -86,7 +219,9 @@ async def run_detail(request: Request) -> Response:
     engine = _engine(request)
     found = await run_in_threadpool(engine.store.find_run, request.path_params["run_id"])
     if found is None:
-        return JSONResponse({"error": f"no such run {request.path_params['run_id']!r}"}, status_code=404)
+        return JSONResponse(
+            {"error": f"no such run {request.path_params['run_id']!r}"}, status_code=404
+        )
     return JSONResponse(run_dict(found))
 
 
@@ -101,7 +236,10 @@ async def run_events(request: Request) -> Response:
 def _targets(engine: Any, target: str) -> list[str]:
     """Run ids a kill target names: one run (id or prefix) or every live run of an agent."""
     if target in engine.project.agents:
-        return [r.id for r in engine.store.runs(agent=target, states=("running", "waiting"), limit=10_000)]
+        return [
+            r.id
+            for r in engine.store.runs(agent=target, states=("running", "waiting"), limit=10_000)
+        ]
     found = engine.store.find_run(target)
     if found is None:
         raise LlamaherdError(f"no such run or agent {target!r}")
@@ -114,7 +252,11 @@ async def kill(request: Request) -> Response:
     body = await json_body(request)
 
     def kill_all() -> list[str]:
-        return [run_id for run_id in _targets(engine, str(body.get("target", ""))) if engine.kill(run_id)]
+        return [
+            run_id
+            for run_id in _targets(engine, str(body.get("target", "")))
+            if engine.kill(run_id)
+        ]
 
     return JSONResponse({"killed": await run_in_threadpool(kill_all)})
 
@@ -155,4 +297,9 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/pause", _pause(True), ["POST"]),
     ("/control/resume", _pause(False), ["POST"]),
     ("/control/stop", stop, ["POST"]),
+    ("/control/agents/{name}/state", agent_state, ["GET"]),
+    ("/control/agents/{name}/state", change_agent_state, ["POST"]),
+    ("/agents/{name}/state", change_agent_state, ["POST"]),
+    ("/control/runs/{run_id}/approve", _answer(True), ["POST"]),
+    ("/control/runs/{run_id}/deny", _answer(False), ["POST"]),
 ]

@@ -26,16 +26,23 @@ log = logging.getLogger("llamaherd.engine")
 HELD_STATES = ("off", "error", "suspended")
 
 
+_fake_now: list[float] = []
+
+
 def clock() -> float:
-    """Wall time, or the float in the file named by ``AL_FAKE_CLOCK_FILE`` (tests)."""
+    """Wall time, or the float in the file named by ``AL_FAKE_CLOCK_FILE`` (tests).
+
+    A fake clock never falls back to wall time: a file caught half-written keeps the last value.
+    """
     fake = os.environ.get("AL_FAKE_CLOCK_FILE")
-    if fake:
-        try:
-            with open(fake) as fh:
-                return float(fh.read().strip())
-        except (OSError, ValueError):
-            pass
-    return time.time()
+    if not fake:
+        return time.time()
+    try:
+        with open(fake) as fh:
+            _fake_now[:] = [float(fh.read().strip())]
+    except (OSError, ValueError):
+        pass
+    return _fake_now[0] if _fake_now else time.time()
 
 
 def host_id() -> str:
@@ -124,10 +131,9 @@ class Engine:
             return result
         if any(run_id.startswith(f"{event.agent}-") for run_id in resumed):
             return result
-        refused = self._gate(event)
+        refused = self.gate(event.agent, event.kind)
         if refused:
             result["refused"] = refused
-            self.store.add_agent_event(event.agent, "trigger.refused", {"kind": event.kind, "reason": refused})
             return result
         result["queued"] = self.store.enqueue(
             event.agent,
@@ -155,21 +161,29 @@ class Engine:
             self.wakeup.set()
         return resumed
 
-    def _gate(self, event: TriggerEvent) -> str | None:
-        state = self.store.agent_state(event.agent)
+    def gate(self, agent: str, kind: str, detail: dict[str, Any] | None = None) -> str | None:
+        """Why the agent's state refuses a ``kind`` trigger now (recorded as a
+        ``trigger.refused`` agent event with ``detail``), or None when it may queue."""
+        state = self.store.agent_state(agent)
+        refused = None
         if state == "off":
-            return f"agent {event.agent!r} is off"
-        if state == "hibernate" and event.kind in ("webhook", "agent"):
-            return f"agent {event.agent!r} is hibernating: only its schedule starts runs"
-        return None
+            refused = f"agent {agent!r} is off"
+        elif state == "hibernate" and kind in ("webhook", "agent"):
+            refused = f"agent {agent!r} is hibernating: only its schedule starts runs"
+        if refused:
+            data = {"kind": kind, "reason": refused, **(detail or {})}
+            self.store.add_agent_event(agent, "trigger.refused", data)
+            log.info("%s trigger refused: %s", kind, refused)
+        return refused
 
     # ------------------------------------------------------------------ dispatch
     def scales(self) -> dict[str, int]:
         """Claimable capacity per agent: its ``scale``, or 0 while it is held or paused."""
         paused_all, paused = self.store.paused()
+        states = self.store.agent_states()
         scales = {}
         for name, agent in self.project.agents.items():
-            held = paused_all or name in paused or self.store.agent_state(name) in HELD_STATES
+            held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
             scales[name] = 0 if held else agent.scale
         return scales
 

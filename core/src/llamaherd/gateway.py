@@ -16,6 +16,7 @@ JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}
     POST /gateway/lock   {uri}             rlock            acquire_lock -> ok | holder
     POST /gateway/unlock {uri}             runlock          release_lock
     POST /gateway/lock-heartbeat {uri?}    rlock-heartbeat  heartbeat_lock
+    POST /gateway/state  {state, reason?}  al-state         set_state (hibernate | off)
     POST /gateway/setenv {name, value}     setenv           env for the model's later bash calls
     POST /gateway/wait   {filter, timeout} al-wait          blocks until a matching trigger (408)
 """
@@ -168,6 +169,7 @@ ROUTES = [
     ("/gateway/lock", "acquire_lock", None, "POST"),
     ("/gateway/unlock", "release_lock", None, "POST"),
     ("/gateway/lock-heartbeat", "heartbeat_lock", None, "POST"),
+    ("/gateway/state", "set_state", None, "POST"),
 ]
 
 

@@ -60,13 +60,19 @@ def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
         end = next(i for i, line in enumerate(parts[1:], 1) if line.strip() == "---")
     except StopIteration:
         raise ConfigError(str(path), "", "frontmatter is not closed by a '---' line") from None
+    frontmatter = "\n".join(parts[1:end])
     try:
-        meta = yaml.load("\n".join(parts[1:end]), Loader=_YAML_LOADER) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(str(path), "", f"invalid YAML frontmatter{where}: {problem}") from None
+        meta = yaml.load(frontmatter, Loader=_YAML_LOADER) or {}
+    except yaml.YAMLError:
+        # Re-parse with the pure-Python loader: its marks point at the offending token itself.
+        try:
+            yaml.safe_load(frontmatter)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(str(path), "", f"invalid YAML frontmatter{where}: {problem}") from None
+        raise
     if not isinstance(meta, dict):
         raise ConfigError(str(path), "", "frontmatter must be a YAML mapping (name: ..., description: ...)")
     body = "\n".join(parts[end + 1 :]).strip("\n")

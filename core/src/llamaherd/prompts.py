@@ -266,6 +266,17 @@ def build_prompts(
     return system, user
 
 
+# Without its own ``maxTurns`` an agent is unlimited in principle, but a run still ends as an
+# error after this many model turns: a safety cap against a model looping forever.
+SAFETY_MAX_TURNS = 100
+
+
 def max_turns(agent: Any) -> int:
-    """The agent's ``maxTurns`` (default 100)."""
-    return int(agent.config.get("maxTurns", 100))
+    """The agent's ``maxTurns``, else the safety cap (``SAFETY_MAX_TURNS``)."""
+    return int(agent.config.get("maxTurns", SAFETY_MAX_TURNS))
+
+
+def suspends(agent: Any) -> bool:
+    """Whether reaching the turn limit suspends the run for approval (the agent set
+    ``maxTurns``) rather than ending it as an error (the safety cap)."""
+    return "maxTurns" in agent.config

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.prompts import Environment, build_prompts, max_turns
-from llamaherd.session import ENV_NAME, Outcome, RunContext, Session, truncate
+from llamaherd.prompts import Environment, build_prompts, max_turns, suspends
+from llamaherd.session import ENV_NAME, Deferred, Outcome, RunContext, Session, truncate
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition
 from llamaherd.types import LlamaherdError, SandboxSpec, TriggerEvent
 
@@ -27,6 +27,10 @@ log = logging.getLogger("llamaherd.runner")
 
 BIN_DIR = Path(__file__).parent / "sandbox_bin"
 HOOK_TIMEOUT = 300.0
+CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
+CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
+SUSPEND_TIMEOUT = 1200.0  # seconds a suspended run waits for `al approve` (agent `suspendTimeout`)
+SUSPENSION = "suspension"  # wait-filter type of a run paused at its turn limit (no trigger matches)
 
 
 @dataclass
@@ -102,10 +106,15 @@ class Runner:
             self._run(row)
         except Exception as exc:  # the last line of defence: record, never propagate
             log.exception("run %s crashed", row.id)
-            self._transition(row.id, "error", f"internal error: {type(exc).__name__}: {exc}")
+            reason = f"{CRASH_PREFIX}{type(exc).__name__}: {exc}"
+            self._transition(row.id, "error", reason)
             live = self.live(row.id)
             if live is not None and live.ctx.sandbox is not None:
                 self._discard_sandbox(row, live.ctx.sandbox)
+            if live is None or live.session is None:  # crashed before its session: structural
+                self._hold(row, f"the runner crashed at start: {reason}")
+            elif self._crashing(row.agent):
+                self._hold(row, f"{CRASH_LIMIT} runs in a row crashed; last: {reason}")
         finally:
             with self._lock:
                 live = self._live.pop(row.id, None)
@@ -161,7 +170,17 @@ class Runner:
             live.pending_env[name] = value
 
     def expire_wait(self, row: Any) -> None:
-        """A waiting run passed its deadline: resume it with an error tool result."""
+        """A waiting run passed its deadline: resume it with an error tool result.
+
+        A suspended run (paused at its turn limit) the owner did not answer in time is killed
+        instead, and its agent switched ``off``."""
+        if is_suspended(row):
+            from llamaherd.control import set_agent_state
+
+            why = f"suspension not answered within suspendTimeout ({suspend_timeout(row):g} s)"
+            self.kill(row.id, reason=why)
+            set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")
+            return
         self.store.resume_waiting(
             row.id,
             {
@@ -187,10 +206,11 @@ class Runner:
         try:
             sandbox, prepared = self._sandbox(row, agent, resumed)
         except (LlamaherdError, OSError) as exc:
-            # Structural (the agent-states issue holds the agent on these): no sandbox at all.
             reason = live.ctx.redact(str(exc))
             live.ctx.log("run_error", {"reason": reason, "stage": "sandbox"})
             self._transition(row.id, "error", reason)
+            if not resumed:  # no sandbox for a fresh run (image, user, runtime): structural
+                self._hold(row, reason)
             return
         live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
         left = _time_left(row, agent)
@@ -277,6 +297,8 @@ class Runner:
                 "options": self._options(ctx, row),
                 "time_left": lambda: deadline - self.engine.clock(),
             }
+            if suspends(ctx.agent):  # an agent's own maxTurns pauses for approval
+                session_kw["on_turn_limit"] = _suspend
             if resumed:
                 live.session = Session(ctx, chain, row.transcript, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
@@ -314,12 +336,22 @@ class Runner:
         def key_lookup(type_name: str, instance: str) -> dict[str, str] | None:
             return self.engine.credentials.read(type_name, instance)
 
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "provider_error":  # transient: retried, never the agent's state
+                log.warning(
+                    "run %s: provider error (%s): %s",
+                    ctx.run_id,
+                    data.get("action"),
+                    ctx.redact(str(data.get("message"))),
+                )
+            ctx.log(kind, data)
+
         chain = ModelChain(
             self.engine.project,
             ctx.agent,
             self.engine.registry,
             key_lookup,
-            on_event=ctx.log,
+            on_event=on_event,
             sleep=live.cancel.wait,
         )
         # The model keys never reach the sandbox, but are masked in whatever is stored anyway.
@@ -392,6 +424,17 @@ class Runner:
         with self._lock:
             self._parked[row.id] = (ctx.sandbox, live.prepared)
         ctx.log("wait", {"filter": data["filter"], "timeout": data["timeout"]})
+        if outcome.deferred.kind == SUSPENSION:
+            why = f"run {row.id} reached maxTurns ({data['filter']['max_turns']})"
+            self.store.set_agent_state(row.agent, "suspended", why)
+            log.warning(
+                "%s: suspended; `al approve %s` resumes it, `al deny %s` stops it "
+                "(off after %g s without an answer)",
+                why,
+                row.id,
+                row.id,
+                data["timeout"],
+            )
 
     def _finish(self, row: Any, live: _Live, outcome: Outcome) -> None:
         ctx = live.ctx
@@ -470,6 +513,18 @@ class Runner:
         except Exception as exc:
             log.warning("run %s: sandbox cleanup failed: %s", row.id, exc)
 
+    def _crashing(self, agent: str) -> bool:
+        """Whether the agent's last CRASH_LIMIT runs all crashed the runner."""
+        last = self.store.runs(agent=agent, states=FINAL_STATES, limit=CRASH_LIMIT)
+        crashed = [r for r in last if (r.reason or "").startswith(CRASH_PREFIX)]
+        return len(crashed) == CRASH_LIMIT
+
+    def _hold(self, row: Any, reason: str) -> None:
+        """A structural failure: the agent goes ``error`` and its triggers are held."""
+        cause = f"run {row.id}: {reason}"
+        log.error("agent %s held in error: %s", row.agent, cause)
+        self.store.set_agent_state(row.agent, "error", cause)
+
     def _transition(self, run_id: str, state: str, reason: str | None) -> bool:
         try:
             self.store.transition(run_id, state, reason=reason, exit_code=EXIT_CODES.get(state))
@@ -495,6 +550,28 @@ def _final_state(outcome: Outcome) -> tuple[str, str | None]:
     if outcome.state == "cancelled":
         return "killed", "cancelled"
     return "error", outcome.reason
+
+
+def _suspend(session: Session) -> Outcome:
+    """``on_turn_limit`` of an agent with ``maxTurns``: park the run until the owner answers."""
+    timeout = float(session.ctx.agent.config.get("suspendTimeout", SUSPEND_TIMEOUT))
+    limit = {
+        "type": SUSPENSION,
+        "turns": session.meta["turns"],
+        "max_turns": session.max_turns,
+        "timeout": timeout,
+    }
+    return Outcome("waiting", deferred=Deferred(SUSPENSION, {"filter": limit, "timeout": timeout}))
+
+
+def is_suspended(row: Any) -> bool:
+    """Whether a run is parked at its turn limit (waiting for `al approve` / `al deny`)."""
+    return row.state == "waiting" and (row.wait_filter or {}).get("type") == SUSPENSION
+
+
+def suspend_timeout(row: Any) -> float:
+    """The ``suspendTimeout`` a suspended run was given."""
+    return float((row.wait_filter or {}).get("timeout", SUSPEND_TIMEOUT))
 
 
 def _time_left(row: Any, agent: Any) -> float:

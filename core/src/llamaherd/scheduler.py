@@ -250,11 +250,10 @@ class Scheduler(Engine):
         self.heartbeat()
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
-        dead = self.watch.dead(self.store.hosts())
+        dead = self._dead_hosts()
         running = self.store.runs(states=("running",), limit=10_000)
         self.reconcile(running, startup=False, dead=dead)
-        for host in dead:  # its runs are reconciled: a host that comes back heartbeats anew
-            self.store.forget_host(host)
+        self._forget(dead)
         self._stop_lost_runs({run.id for run in running})
         if now - self._last_prune > PRUNE_EVERY:
             self._last_prune = now
@@ -262,8 +261,9 @@ class Scheduler(Engine):
 
     def recover(self) -> None:
         """Reconcile runs a crash left behind, then remove sandboxes no live run owns."""
-        dead = self.watch.dead(self.store.hosts())
+        dead = self._dead_hosts()
         self.reconcile(self.store.runs(states=("running",), limit=10_000), startup=True, dead=dead)
+        self._forget(dead)
         live = {r.id for r in self.store.runs(states=("running", "waiting"), limit=100_000)}
         for runtime in self.registry.runtimes.values():
             try:
@@ -288,15 +288,25 @@ class Scheduler(Engine):
                 continue
             self.interrupted(run)
 
+    def _dead_hosts(self) -> set[str]:
+        """Hosts presumed dead: a stale heartbeat, or a process of this machine that is gone."""
+        rows = self.store.hosts()
+        stale = self.watch.dead(rows)
+        return {row["host"] for row in rows if self._owner_dead(row["host"], stale, False)}
+
+    def _forget(self, dead: set[str]) -> None:
+        """Drop dead hosts' rows once their runs are reconciled (one that was only slow
+        heartbeats anew and is watched afresh)."""
+        for host in dead:
+            self.store.forget_host(host)
+
     def _owner_dead(self, host: str | None, dead: set[str], startup: bool) -> bool:
         if host == self.host:
             return startup
-        if not host:
+        if not host or host in dead:
             return True
         name, _, pid = host.rpartition(":")
-        if name == machine_name() and pid.isdigit():
-            return not pid_alive(int(pid))
-        return host in dead
+        return name == machine_name() and pid.isdigit() and not pid_alive(int(pid))
 
     @staticmethod
     def _local(host: str | None) -> bool:
@@ -318,6 +328,7 @@ class Scheduler(Engine):
         """Mark a run whose process died as error/interrupted and requeue its trigger once."""
         from llamaherd.store import InvalidTransition
 
+        events = self.store.events(run.id)  # read before the interruption itself is recorded
         try:
             self.store.transition(run.id, "error", reason="interrupted")
         except InvalidTransition:
@@ -328,7 +339,6 @@ class Scheduler(Engine):
         trigger = run.trigger or {}
         if agent is None or agent.get("onInterrupted", "requeue") == "fail" or trigger.get("recovery"):
             return
-        events = self.store.events(run.id)
         now = self.clock()
         last_progress = events[-1]["at"] if events else run.started_at
         recovery = {

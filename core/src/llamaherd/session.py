@@ -194,7 +194,8 @@ class Session:
         self.max_turns = max_turns
         self.options = options or {}
         self.time_left = time_left
-        # Issue 8 (suspension) plugs in here; the default ends the run as an error.
+        # The runner suspends an agent with its own maxTurns here; the default (the safety
+        # cap) ends the run as an error.
         self.on_turn_limit = on_turn_limit or _turn_limit_error
         self.cancel = threading.Event()
         if transcript and transcript[0].get("role") == "meta":
@@ -243,12 +244,15 @@ class Session:
     # -------------------------------------------------------------- loop
 
     def run(self, resume: dict[str, Any] | None = None) -> Outcome:
-        """Continue the conversation; ``resume`` answers a pending deferred tool call."""
+        """Continue the conversation; ``resume`` answers a pending deferred tool call, or
+        (``{"approved": true}``) renews the turn budget of a run suspended at its limit."""
+        if resume and resume.get("approved"):
+            self.meta["turn_limit"] = self.meta["turns"] + self.max_turns
         self._settle_pending(resume)
         while True:
             if self.cancel.is_set():
                 return Outcome("cancelled")
-            if self.meta["turns"] >= self.max_turns:
+            if self.meta["turns"] >= self.meta.get("turn_limit", self.max_turns):
                 return self.on_turn_limit(self)
             try:
                 reply = self._complete()

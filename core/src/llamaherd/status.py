@@ -11,6 +11,8 @@ from dataclasses import asdict
 from typing import Any
 
 FINAL = ("done", "error", "timeout", "killed")
+# Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
+SETTABLE_STATES = ("idle", "hibernate", "off")
 
 
 def next_fire(registry: Any, agent: Any, now: float) -> float | None:
@@ -28,7 +30,9 @@ def next_fire(registry: Any, agent: Any, now: float) -> float | None:
     return None
 
 
-def agent_rows(project: Any, store: Any, registry: Any, now: float | None = None) -> list[dict[str, Any]]:
+def agent_rows(
+    project: Any, store: Any, registry: Any, now: float | None = None
+) -> list[dict[str, Any]]:
     """One row per agent: state, active/scale, queue depth, last run, next fire, hosts."""
     now = time.time() if now is None else now
     depth = store.queue_depth()

@@ -1205,6 +1205,12 @@ class Store:
         return "idle" if row is None else row.state
 
     @_guarded
+    def agent_states(self) -> dict[str, str]:
+        """Every stored agent state in one query (agents absent are ``idle``)."""
+        A = self._m.AgentState
+        return dict(A.select(A.agent, A.state).tuples())
+
+    @_guarded
     def set_agent_state(self, agent: str, state: str, cause: str) -> None:
         """Store the agent's state and record a ``state`` agent event with the cause."""
         if state not in AGENT_STATES:

@@ -199,9 +199,12 @@ class OfflineProject(TmpProject):
         self.config(textwrap.dedent(settings) + OFFLINE_CONFIG)
 
     def add_scripted_agent(self, name: str, config: str = "", script: str | None = None) -> Path:
-        """An agent with ``config`` (top-level keys) and an optional ``script.toml``."""
-        runtime = f'models = ["scripted"]\n\n[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n'
-        path = self.add_agent(name, textwrap.dedent(config) + "\n" + runtime)
+        """An agent with ``config`` (any TOML, tables included) and an optional ``script.toml``."""
+        offline = (
+            'models = ["scripted"]\n'
+            f'runtime = {{ type = "host-user", run_as = "{getpass.getuser()}" }}\n'
+        )
+        path = self.add_agent(name, offline + textwrap.dedent(config))
         if script is not None:
             self.write(f"agents/{name}/script.toml", script)
         return path

@@ -3,15 +3,10 @@ across restarts (fake clock via AL_FAKE_CLOCK_FILE, no sleeping until ticks)."""
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import hmac
 import json
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 import uuid
 from datetime import UTC, datetime
@@ -20,17 +15,6 @@ import pytest
 import requests
 
 SECRET = "process-test-secret"
-PROJECT = """
-[models.scripted]
-provider = "scripted"
-model = "scripted"
-
-[gateway]
-port = 0
-
-[webhooks.github]
-type = "github"
-"""
 
 
 def wait_until(predicate, timeout: float = 30.0):
@@ -43,97 +27,40 @@ def wait_until(predicate, timeout: float = 30.0):
     raise AssertionError("condition not met in time")
 
 
-class Project:
-    def __init__(self, root, credentials):
-        self.root, self.credentials = root, credentials
-        root.mkdir(parents=True)
-        (root / "config.toml").write_text(PROJECT)
-
-    def add_agent(self, name: str, config: str = "", script: str | None = None) -> None:
-        path = self.root / "agents" / name
-        path.mkdir(parents=True)
-        (path / "SKILL.md").write_text(f"---\nname: {name}\ndescription: test agent\n---\nWork.\n")
-        runtime = f'[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n'
-        text = 'models = ["scripted"]\n' + textwrap.dedent(config) + "\n" + runtime
-        (path / "config.toml").write_text(text)
-        if script is not None:
-            (path / "script.toml").write_text(textwrap.dedent(script))
-
-    def store(self):
-        from llamaherd.store import Store
-
-        return Store.open(f"sqlite:///{self.root}/.al/work-queue.db", str(self.root))
-
-    def runs(self, agent=None):
-        store = self.store()
-        try:
-            return store.runs(agent=agent, limit=1000)
-        finally:
-            store.close()
+def runs(project, agent=None):
+    store = project.store()
+    try:
+        return store.runs(agent=agent, limit=1000)
+    finally:
+        store.close()
 
 
-class Scheduler:
-    """`al start` as a subprocess; ``url`` once it is up."""
+@pytest.fixture
+def credentials(tmp_path):
+    from llamaherd.credentials import CredentialStore
 
-    def __init__(self, project: Project, env: dict[str, str]):
-        self.log = project.root / f"scheduler-{time.monotonic_ns()}.log"
-        with self.log.open("w") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "llamaherd",
-                    "--project",
-                    str(project.root),
-                    "start",
-                    "--grace",
-                    "2",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-            )
-        info = project.root / ".al" / "scheduler.json"
-
-        def up():
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                data = json.loads(info.read_text())
-            except (OSError, ValueError):
-                return None
-            return data if data["pid"] == self.proc.pid else None
-
-        self.url = wait_until(up)["url"]
-        # scheduler.json appears before the triggers start; the log line comes after.
-        wait_until(lambda: "listening on" in self.log.read_text())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(20)
+    root = tmp_path / "credentials"
+    CredentialStore(root).write("github_webhook_secret", "default", {"secret": SECRET})
+    return root
 
 
 @pytest.fixture
 def project(tmp_path):
-    from llamaherd.credentials import CredentialStore
+    from llamaherd.testing import OfflineProject
 
-    credentials = tmp_path / "credentials"
-    CredentialStore(credentials).write("github_webhook_secret", "default", {"secret": SECRET})
-    return Project(tmp_path / "proj", credentials)
+    return OfflineProject(tmp_path / "project", '[webhooks.github]\ntype = "github"\n')
 
 
 @pytest.fixture
-def start(project, tmp_path):
-    started = []
+def start(project, scheduler, credentials):
+    """Start `al start` for the project; return once its triggers run (logged after start-up)."""
 
-    def run(**env: str) -> Scheduler:
-        scheduler = Scheduler(project, {"AL_CREDENTIALS_DIR": str(project.credentials), **env})
-        started.append(scheduler)
-        return scheduler
+    def run(**env: str):
+        process = scheduler(project, {"AL_CREDENTIALS_DIR": str(credentials), **env})
+        wait_until(lambda: "listening on" in process.read_log())
+        return process
 
-    yield run
-    for scheduler in started:
-        scheduler.stop()
+    return run
 
 
 def deliver(
@@ -158,19 +85,14 @@ PR_OPENED = {
     "sender": {"login": "alice"},
 }
 REVIEWER = """
-[[webhooks]]
-source = "github"
-events = ["pull_request"]
-actions = ["opened"]
-repos = ["acme/widgets"]
-branches = ["main"]
+webhooks = [{ source = "github", events = ["pull_request"], actions = ["opened"], repos = ["acme/widgets"], branches = ["main"] }]
 """
 
 
 def test_signed_pull_request_runs_the_matching_agent_only(project, start):
-    project.add_agent("reviewer", REVIEWER)
-    project.add_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
-    project.add_agent("elsewhere", REVIEWER.replace("acme/widgets", "acme/other"))
+    project.add_scripted_agent("reviewer", REVIEWER)
+    project.add_scripted_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
+    project.add_scripted_agent("elsewhere", REVIEWER.replace("acme/widgets", "acme/other"))
     scheduler = start()
 
     assert deliver(scheduler.url, PR_OPENED, secret="forged").status_code == 401
@@ -181,14 +103,14 @@ def test_signed_pull_request_runs_the_matching_agent_only(project, start):
     again = deliver(scheduler.url, PR_OPENED, delivery="delivery-1")
     assert again.status_code == 200 and again.json()["duplicate"]
 
-    [run] = wait_until(lambda: [r for r in project.runs("reviewer") if r.state == "done"])
+    [run] = wait_until(lambda: [r for r in runs(project, "reviewer") if r.state == "done"])
     assert run.trigger["kind"] == "webhook" and run.trigger["payload"]["number"] == 7
     time.sleep(0.5)
-    assert [r.agent for r in project.runs()] == ["reviewer"], "no other run, and only one"
+    assert [r.agent for r in runs(project)] == ["reviewer"], "no other run, and only one"
 
 
 def test_waiting_run_resumed_by_a_matching_delivery(project, start):
-    project.add_agent(
+    project.add_scripted_agent(
         "waiter",
         "",
         script="""
@@ -203,15 +125,9 @@ def test_waiting_run_resumed_by_a_matching_delivery(project, start):
     """,
     )
     scheduler = start()
-    token = (project.root / ".al" / "control-token").read_text().strip()
-    queued = requests.post(
-        f"{scheduler.url}/control/run",
-        json={"agent": "waiter"},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=10,
-    )
+    queued = scheduler.post("/control/run", {"agent": "waiter"})
     assert queued.status_code == 202, queued.text
-    [run] = wait_until(lambda: [r for r in project.runs("waiter") if r.state == "waiting"])
+    [run] = wait_until(lambda: [r for r in runs(project, "waiter") if r.state == "waiting"])
 
     other_pr = {
         **PR_OPENED,
@@ -221,7 +137,7 @@ def test_waiting_run_resumed_by_a_matching_delivery(project, start):
     assert deliver(scheduler.url, other_pr).json()["resumed"] == []
     response = deliver(scheduler.url, PR_OPENED)
     assert response.status_code == 202 and response.json()["resumed"] == [run.id]
-    done = wait_until(lambda: [r for r in project.runs("waiter") if r.state == "done"])
+    done = wait_until(lambda: [r for r in runs(project, "waiter") if r.state == "done"])
     assert "pull_request" in json.dumps(done[0].return_value)
 
 
@@ -233,43 +149,36 @@ def test_cron_never_fires_twice_across_restart_and_catches_up_once(project, star
         tmp.write_text(repr(datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second))
         os.replace(tmp, clock)
 
-    project.add_agent("ticker", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\n')
+    project.add_scripted_agent("ticker", 'schedule = "*/5 * * * *"\ntimezone = "UTC"\n')
     set_clock(12, 3)
     first = start(AL_FAKE_CLOCK_FILE=str(clock))
     set_clock(12, 5, 0.2)
-    wait_until(lambda: [r for r in project.runs("ticker") if r.state == "done"])
+    wait_until(lambda: [r for r in runs(project, "ticker") if r.state == "done"])
     first.stop()
 
     second = start(AL_FAKE_CLOCK_FILE=str(clock))  # same time: the 12:05 tick is taken
     time.sleep(1.5)
-    assert len(project.runs("ticker")) == 1
+    assert len(runs(project, "ticker")) == 1
     second.stop()
 
     set_clock(12, 31)  # down for 12:10 ... 12:30
     start(AL_FAKE_CLOCK_FILE=str(clock))
-    wait_until(lambda: len([r for r in project.runs("ticker") if r.state == "done"]) == 2)
+    wait_until(lambda: len([r for r in runs(project, "ticker") if r.state == "done"]) == 2)
     time.sleep(1.5)
-    runs = project.runs("ticker")
-    assert len(runs) == 2, "exactly one catch-up run"
-    ticks = sorted(r.trigger["payload"]["tick"] for r in runs)
+    ticker = runs(project, "ticker")
+    assert len(ticker) == 2, "exactly one catch-up run"
+    ticks = sorted(r.trigger["payload"]["tick"] for r in ticker)
     assert ticks[1] - ticks[0] == 25 * 60, "the catch-up is for the latest missed tick (12:30)"
 
 
-def test_al_webhooks_test_replay_and_ls(project, start, tmp_path):
-    project.add_agent("reviewer", REVIEWER)
-    project.add_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
+def test_al_webhooks_test_replay_and_ls(project, start, credentials, tmp_path):
+    project.add_scripted_agent("reviewer", REVIEWER)
+    project.add_scripted_agent("closer", REVIEWER.replace('"opened"', '"closed"'))
     payload = tmp_path / "pr.json"
     payload.write_text(json.dumps(PR_OPENED))
-    env = {**os.environ, "AL_CREDENTIALS_DIR": str(project.credentials)}
 
     def al(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "llamaherd", "--project", str(project.root), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        return project.al(*args, env={"AL_CREDENTIALS_DIR": str(credentials)})
 
     replay = al("webhooks", "replay", str(payload), "--event", "pull_request")
     assert replay.returncode == 0, replay.stderr
@@ -289,11 +198,11 @@ def test_al_webhooks_test_replay_and_ls(project, start, tmp_path):
     sent = al("webhooks", "test", "reviewer", "--event", "pull_request", "--payload", str(payload))
     assert sent.returncode == 0, sent.stderr
     assert sent.stdout.startswith("HTTP 202") and '"agents":["reviewer"]' in sent.stdout
-    wait_until(lambda: [r for r in project.runs("reviewer") if r.state == "done"])
+    wait_until(lambda: [r for r in runs(project, "reviewer") if r.state == "done"])
 
     queued = al("webhooks", "replay", str(recorded), "--run")
     assert "closer: queued item" in queued.stdout, queued.stdout + queued.stderr
-    wait_until(lambda: [r for r in project.runs("closer") if r.state == "done"])
+    wait_until(lambda: [r for r in runs(project, "closer") if r.state == "done"])
 
     listing = al("webhooks", "ls")
     assert listing.returncode == 0 and "github" in listing.stdout and "reviewer" in listing.stdout

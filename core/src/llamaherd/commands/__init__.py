@@ -5,4 +5,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.scheduler",
     "llamaherd.commands.creds",
     "llamaherd.commands.prompt",
+    "llamaherd.commands.state",
 )

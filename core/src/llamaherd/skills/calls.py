@@ -40,6 +40,11 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if depth > limit:
         chain = " -> ".join([*call_chain(ctx), target])
         return refuse(f"call depth {depth} exceeds maxCallDepth ({limit}): {chain}")
+    # Before the call is recorded: a callee that is off or hibernating refuses it (recorded
+    # on the callee), and no call is left pending for a run that never comes.
+    refused = ctx.engine.gate(target, "agent", {"caller_run": ctx.run_id})
+    if refused:
+        return refuse(f"call to {target!r} refused: {refused}")
     context = ctx.redact(context)
     call_id = ctx.store.create_call(ctx.run_id, target, context, depth)
     payload = {

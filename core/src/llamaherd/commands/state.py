@@ -1,0 +1,117 @@
+"""Agent state commands: ``al state AGENT [idle|hibernate|off]``, ``al approve RUN``, ``al deny RUN``.
+
+Each goes through the running scheduler's control API when there is one (so ``off`` kills runs
+where they run), else acts on the database directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.status import SETTABLE_STATES
+
+
+@contextmanager
+def _local_engine(app: AppContext) -> Iterator[Any]:
+    """An Engine on the project's database, without triggers or a server (no scheduler up)."""
+    from llamaherd.engine import Engine
+
+    engine = Engine(app.project)
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _through(
+    app: AppContext, path: str, body: dict[str, Any] | None, local: Callable[[Any], Any]
+) -> Any:
+    """POST ``body`` to the scheduler's ``path`` (GET when None), else ``local(engine)``."""
+    from llamaherd.client import ControlClient
+
+    client = ControlClient.find(app.project)
+    if client is not None:
+        return client.get(path) if body is None else client.post(path, body)
+    with _local_engine(app) as engine:
+        return local(engine)
+
+
+def _when(at: float | None) -> str:
+    return "-" if at is None else datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@click.command("state")
+@click.argument("agent")
+@click.argument("state", required=False, type=click.Choice(SETTABLE_STATES))
+@click.option("--reason", default="", help="Why (recorded with the change).")
+@pass_app
+def state_command(app: AppContext, agent: str, state: str | None, reason: str) -> None:
+    """Print AGENT's state, or set it: idle (every trigger runs), hibernate (only its schedule),
+    off (nothing fires; its runs are killed and its queue cleared)."""
+    from llamaherd.control import set_agent_state, state_of
+
+    app.project.agent(agent)
+    path = f"/control/agents/{agent}/state"
+    if state is None:
+        info = _through(app, path, None, lambda engine: state_of(engine, agent))
+        shown = (
+            info["state"]
+            if info["shown"] == info["state"]
+            else f"{info['state']} ({info['shown']})"
+        )
+        click.echo(f"{agent}: {shown}")
+        if info["cause"]:
+            click.echo(f"  since {_when(info['since'])}: {info['cause']}")
+        return
+    cause = f"al state: {reason}" if reason else "set with `al state`"
+    answer = _through(
+        app,
+        path,
+        {"state": state, "cause": cause},
+        lambda engine: set_agent_state(engine, agent, state, cause),
+    )
+    line = f"{agent}: {answer['previous']} -> {answer['state']}"
+    if answer["killed"]:
+        line += f"; killed {len(answer['killed'])} run(s): {', '.join(answer['killed'])}"
+    if answer["dropped"]:
+        line += f"; dropped {answer['dropped']} queued trigger(s)"
+    click.echo(line)
+
+
+def _answer_command(approve: bool) -> click.Command:
+    verb = "approve" if approve else "deny"
+
+    @click.command(verb)
+    @click.argument("run")
+    @click.option("--reason", default="", help="Why (recorded with the answer).")
+    @pass_app
+    def command(app: AppContext, run: str, reason: str) -> None:
+        from llamaherd.control import answer_suspension
+
+        cause = f"al {verb}: {reason}" if reason else f"answered with `al {verb}`"
+        answer = _through(
+            app,
+            f"/control/runs/{run}/{verb}",
+            {"cause": cause},
+            lambda engine: answer_suspension(engine, run, approve, cause),
+        )
+        outcome = "resumes with a renewed turn budget" if approve else "killed; its agent is off"
+        click.echo(f"run {answer['run']} {verb}d: {outcome}")
+
+    command.help = (
+        "Resume RUN, suspended at its agent's maxTurns, with a renewed turn budget."
+        if approve
+        else "Refuse to resume RUN, suspended at its maxTurns: it is killed, its agent goes off."
+    )
+    return command
+
+
+def register(cli: click.Group) -> None:
+    for command in (state_command, _answer_command(True), _answer_command(False)):
+        cli.add_command(command)

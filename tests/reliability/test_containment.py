@@ -1,0 +1,146 @@
+"""A runner that misbehaves is contained by its ``timeout``: hangs, floods, forks, ignores TERM.
+
+Each agent's bash tool call records the pids it starts in a file; when the run has ended
+``timeout`` (exit 124) within timeout + a few seconds, none of them may be alive. The flood runs
+under a real scheduler, whose peak memory (VmHWM) must stay bounded and whose stored tool
+output must be truncated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from llamaherd.testing import OfflineProject
+
+TIMEOUT = 2
+SLACK = 6.0  # start-up of the `al` process, sandbox kill and cleanup
+
+# Each snippet appends the pid of everything it starts to $P.
+MISBEHAVIOURS = {
+    "hang": "echo $$ >> $P; sleep 300",
+    "children": (
+        "(sleep 300 & echo $! >> $P; (sleep 300 & echo $! >> $P; wait) & echo $! >> $P; wait) &"
+        " echo $! >> $P; sleep 300"
+    ),
+    "daemon": (
+        # the classic double fork: setsid, fork, parent exits, the grandchild is reparented
+        "setsid sh -c 'sh -c \"echo \\$\\$ >> $P; exec sleep 300\" & exit 0' < /dev/null > /dev/null 2>&1;"
+        " nohup sh -c 'echo $$ >> $P; exec sleep 300' > /dev/null 2>&1 & echo $! >> $P; sleep 300"
+    ),
+    "ignores-term": (
+        "trap '' TERM HUP INT; (trap '' TERM HUP INT; echo $BASHPID >> $P; "
+        "while :; do sleep 0.2; done) & echo $$ >> $P; while :; do sleep 0.2; done"
+    ),
+}
+
+
+def script(command: str) -> str:
+    return (
+        "[[turns]]\n"
+        f"tool_calls = [{{name = \"bash\", arguments = {{command = {json.dumps(command)}}}}}]\n"
+        "[[turns]]\n"
+        'text = "never"\n'
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has ended; only its parent's wait is missing
+
+
+def assert_all_gone(pidfile: Path, expected_at_least: int) -> list[int]:
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert len(pids) >= expected_at_least, pids
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    survivors = [p for p in pids if alive(p)]
+    assert not survivors, f"processes of the run survived: {survivors}"
+    return pids
+
+
+@pytest.mark.parametrize(
+    ("name", "min_pids"), [("hang", 1), ("children", 4), ("daemon", 3), ("ignores-term", 2)]
+)
+def test_timeout_contains_a_misbehaving_runner(offline_project, tmp_path, name, min_pids):
+    pidfile = tmp_path / "pids"
+    pidfile.touch(mode=0o666)
+    command = f"export P={pidfile}; " + MISBEHAVIOURS[name]
+    offline_project.add_scripted_agent("bad", f"timeout = {TIMEOUT}\n", script(command))
+    started = time.monotonic()
+    result = offline_project.al("run", "bad", timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 124, result.stdout + result.stderr
+    assert elapsed < TIMEOUT + SLACK, f"took {elapsed:.1f} s"
+    run = offline_project.store().runs(agent="bad", limit=1)[0]
+    assert (run.state, run.exit_code) == ("timeout", 124)
+    pids = assert_all_gone(pidfile, min_pids)
+    print(f"[reliability] {name}: timeout after {elapsed:.2f} s, {len(pids)} processes killed")
+
+
+def vm_hwm_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+FLOOD_MB = 100
+
+
+@pytest.mark.slow
+def test_output_flood_is_truncated_and_bounded_in_memory(tmp_path, scheduler):
+    """100 MB on stdout, then a normal exit; then an endless flood ended by the timeout."""
+    project = OfflineProject(tmp_path / "proj")
+    flood = f"head -c {FLOOD_MB * 1000 * 1000} /dev/zero | tr '\\\\0' x; echo; echo tail-marker"
+    project.add_scripted_agent("flood", "timeout = 60\n", script(flood).replace("never", "done"))
+    project.add_scripted_agent("endless", f"timeout = {TIMEOUT}\n", script("yes flooding"))
+    sched = scheduler(project)
+    pid = sched.proc.pid
+    before = vm_hwm_kib(pid)
+    store = project.store()
+
+    started = time.monotonic()
+    sched.post("/control/run", {"agent": "flood"})
+    run = wait_for_final(store, "flood", timeout=60)
+    flood_seconds = time.monotonic() - started
+    assert run.state == "done", (run.state, run.reason)
+    tool = next(m for m in run.transcript if m.get("role") == "tool")
+    assert len(tool["content"]) <= 40_000, len(tool["content"])
+    assert "truncated" in tool["content"] and "tail-marker" in tool["content"]
+    marker = re.search(r"\[\.\.\. (\d+) characters truncated", tool["content"])
+    assert marker and int(marker.group(1)) > 1_000_000, "the output really was large"
+    events = store.events(run.id)
+    assert sum(len(json.dumps(e)) for e in events) < 200_000, "stored events are bounded"
+
+    started = time.monotonic()
+    sched.post("/control/run", {"agent": "endless"})
+    run = wait_for_final(store, "endless", timeout=30)
+    endless_seconds = time.monotonic() - started
+    assert (run.state, run.exit_code) == ("timeout", 124)
+    assert endless_seconds < TIMEOUT + SLACK, endless_seconds
+
+    growth_mb = (vm_hwm_kib(pid) - before) / 1024
+    print(
+        f"[reliability] flood: {FLOOD_MB} MB in {flood_seconds:.1f} s; endless flood ended "
+        f"after {endless_seconds:.1f} s; scheduler peak memory grew {growth_mb:.0f} MB"
+    )
+    assert growth_mb < 150, f"scheduler peak memory grew {growth_mb:.0f} MB"
+
+
+def wait_for_final(store, agent: str, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = store.runs(agent=agent, limit=1)
+        if runs and runs[0].state in ("done", "error", "timeout", "killed"):
+            return runs[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no final run of {agent} within {timeout} s")

@@ -1,0 +1,358 @@
+"""Agent lifecycle states through real processes: `al start`, `al state`, `al approve`/`deny`,
+webhooks over HTTP, a fake clock for cron, a fake model server for provider errors, and a
+scheduler killed with SIGKILL."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import subprocess
+import textwrap
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import requests
+
+from llamaherd.testing import OfflineProject
+
+from .conftest import events_of, wait_until
+
+MINUTE = 31_666_667 * 60  # a fake-clock minute boundary (cron ticks are at :00)
+HOOKS = '\n[webhooks.hooks]\ntype = "generic"\nallowUnsigned = true\n'
+
+
+def add_agent(
+    project: OfflineProject,
+    name: str,
+    config: str = "",
+    tables: str = "",
+    script: str | None = None,
+    run_as: str | None = None,
+) -> Path:
+    """An agent on the host-user runtime: top-level ``config`` keys, then ``tables``."""
+    if "models" not in config:
+        config = 'models = ["scripted"]\n' + textwrap.dedent(config)
+    runtime = f'[runtime]\ntype = "host-user"\nrun_as = "{run_as or getpass.getuser()}"\n'
+    path = project.add_agent(name, textwrap.dedent(config) + "\n" + runtime + textwrap.dedent(tables))
+    if script is not None:
+        project.write(f"agents/{name}/script.toml", script)
+    return path
+
+
+def post_webhook(url: str, body: dict) -> requests.Response:
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "X-Delivery-Id": uuid.uuid4().hex}
+    return requests.post(f"{url}/webhooks/hooks", data=data, headers=headers, timeout=10)
+
+
+def runs_of(store, agent: str) -> list:
+    return store.runs(agent=agent, limit=1000)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped is dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_hibernate_refuses_webhooks_and_calls_while_cron_runs(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(
+        project,
+        "sleeper",
+        'schedule = "* * * * *"\n',
+        '[[webhooks]]\nsource = "hooks"\n',
+        '[[turns]]\ntext = "checked"\n',
+    )
+    add_agent(
+        project,
+        "caller",
+        "",
+        "",
+        """
+        [[turns]]
+        tool_calls = [{name = "call_agent", arguments = {agent = "sleeper", context = "wake up"}}]
+        [[turns]]
+        text = "called"
+        """,
+    )
+    clock = tmp_path / "clock"
+    clock.write_text(str(MINUTE + 20.0))
+    sched = scheduler(project, env={"AL_FAKE_CLOCK_FILE": str(clock)})
+    store = project.store()
+
+    result = project.al("state", "sleeper", "hibernate", check=True)
+    assert "idle -> hibernate" in result.stdout
+    assert project.al("state", "sleeper", check=True).stdout.startswith("sleeper: hibernate")
+
+    answer = post_webhook(sched.url, {"event": "push"})
+    assert answer.status_code == 202, answer.text
+    assert "hibernating" in answer.json()["refused"]["sleeper"]
+
+    assert sched.post("/control/run", {"agent": "caller"}).status_code == 202
+    caller = wait_until(lambda: [r for r in runs_of(store, "caller") if r.state == "done"])[0]
+    calls = [e["data"] for e in store.events(caller.id) if e["type"] == "tool_call"]
+    assert calls[0]["tool"] == "call_agent" and calls[0]["is_error"] is True
+    assert "refused" in calls[0]["output"] and "hibernating" in calls[0]["output"]
+
+    refused = events_of(store, "sleeper", "trigger.refused")
+    assert sorted(e["data"]["kind"] for e in refused) == ["agent", "webhook"]
+    assert next(e["data"] for e in refused if e["data"]["kind"] == "agent")["caller_run"] == caller.id
+    assert store.queue_depth("sleeper")["sleeper"] == 0 and not runs_of(store, "sleeper")
+
+    clock.write_text(str(MINUTE + 61.0))  # the next minute: the schedule still fires
+    fired = wait_until(lambda: [r for r in runs_of(store, "sleeper") if r.state == "done"])
+    assert [r.trigger_kind for r in fired] == ["scheduled"]
+    assert store.agent_state("sleeper") == "hibernate"
+
+
+def test_off_kills_the_active_run_at_once_and_clears_the_queue(tmp_path, scheduler):
+    pidfile = tmp_path / "pid"
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(
+        project,
+        "busy",
+        script=f"""
+        [[turns]]
+        tool_calls = [{{name = "bash", arguments = {{command = "sleep 60 & echo $! > {pidfile}; wait"}}}}]
+        [[turns]]
+        text = "never"
+        """,
+    )
+    sched = scheduler(project)
+    store = project.store()
+    for n in range(4):
+        assert sched.post("/control/run", {"agent": "busy", "payload": {"n": n}}).status_code == 202
+    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    active = [r for r in runs_of(store, "busy") if r.state == "running"]
+    assert len(active) == 1 and store.queue_depth("busy")["busy"] == 3
+
+    started = time.monotonic()
+    answer = sched.post("/agents/busy/state", {"state": "off"})
+    assert answer.status_code == 200, answer.text
+    assert store.get_run(active[0].id).state == "killed"
+    wait_until(lambda: not alive(pid), timeout=1, interval=0.01)
+    assert time.monotonic() - started < 1.0
+    assert answer.json()["killed"] == [active[0].id] and answer.json()["dropped"] == 3
+
+    assert store.queue_depth("busy")["busy"] == 0
+    dropped = events_of(store, "busy", "trigger.dropped")
+    assert len(dropped) == 1 and dropped[0]["data"]["count"] == 3
+    assert "agent switched off" in store.get_run(active[0].id).reason
+
+    refused = project.al("run", "busy")
+    assert refused.returncode == 2 and "is off" in refused.stderr
+    stat = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert (stat["state"], stat["queued"], stat["active"]) == ("off", 0, 0)
+    assert requests.post(sched.url + "/agents/busy/state", json={"state": "idle"}, timeout=10).status_code == 401
+    assert "off -> idle" in project.al("state", "busy", "idle", check=True).stdout
+    assert store.agent_state("busy") == "idle"
+
+
+LOOP = """
+[[turns]]
+loop = true
+tool_calls = [{name = "bash", arguments = {command = "echo turn {{ turn }}"}}]
+"""
+
+
+def _suspended(store, agent: str, turns: int):
+    """The agent's run once it is suspended after ``turns`` model turns."""
+
+    def check():
+        runs = [r for r in runs_of(store, agent) if r.state == "waiting"]
+        if not runs or store.agent_state(agent) != "suspended":
+            return None
+        calls = [e for e in store.events(runs[0].id) if e["type"] == "tool_call"]
+        return runs[0] if len(calls) == turns else None
+
+    return wait_until(check)
+
+
+def test_max_turns_suspends_approve_resumes_silence_turns_it_off(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "looper", "maxTurns = 2\nsuspendTimeout = 3\n", script=LOOP)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "looper"}).status_code == 202
+    run = _suspended(store, "looper", 2)
+    assert run.wait_filter["type"] == "suspension"
+    stat = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert stat["state"] == "suspended" and stat["waiting"] == 1
+
+    result = project.al("approve", run.id, check=True)
+    assert f"run {run.id} approved" in result.stdout
+    run = _suspended(store, "looper", 4)  # the same run: two more turns, then suspended again
+    outputs = [e["data"]["output"] for e in store.events(run.id) if e["type"] == "tool_call"]
+    assert outputs == ["turn 1", "turn 2", "turn 3", "turn 4"]
+    suspended_at = [e for e in events_of(store, "looper", "state") if e["data"]["state"] == "suspended"][-1]["at"]
+
+    wait_until(lambda: store.get_run(run.id).state == "killed", timeout=15)
+    final = store.get_run(run.id)
+    assert "suspendTimeout (3 s)" in final.reason
+    assert final.finished_at - suspended_at >= 2.9
+    assert store.agent_state("looper") == "off"
+    last = events_of(store, "looper", "state")[-1]["data"]
+    assert last["state"] == "off" and "not answered" in last["cause"]
+
+
+def test_deny_kills_the_suspended_run_and_turns_the_agent_off(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "looper", "maxTurns = 1\n", script=LOOP)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "looper"}).status_code == 202
+    run = _suspended(store, "looper", 1)
+    assert requests.post(f"{sched.url}/control/runs/{run.id}/deny", timeout=10).status_code == 401
+    result = project.al("deny", run.id[:-2], check=True)  # a unique prefix names the run too
+    assert f"run {run.id} denied" in result.stdout
+    assert store.get_run(run.id).state == "killed"
+    assert store.agent_state("looper") == "off"
+    again = project.al("approve", run.id)
+    assert again.returncode == 2 and "not suspended" in again.stderr
+
+
+def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler, fake_model):
+    error = {"error": {"type": "server_error", "message": "upstream hiccup"}}
+    flaky = fake_model(
+        [
+            (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
+            (500, error),
+            (200, fake_model.reply(tool_calls=[("return_value", {"value": "made it"})])),
+            (200, fake_model.reply("done")),
+        ]
+    )
+    down = fake_model([(500, error)])
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        for name, server in (("flaky", flaky), ("down", down)):
+            fh.write(f'\n[models.{name}]\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.url}"\n')
+    add_agent(project, "patient", 'models = ["flaky"]\n')
+    add_agent(project, "stranded", 'models = ["down"]\n')
+    sched = scheduler(project, env={"AL_RETRY_BASE_DELAY": "0.01"})
+    store = project.store()
+    for agent in ("patient", "stranded"):
+        assert sched.post("/control/run", {"agent": agent}).status_code == 202
+
+    done = wait_until(lambda: [r for r in runs_of(store, "patient") if r.state == "done"])[0]
+    assert done.return_value == "made it"
+    problems = [e["data"] for e in store.events(done.id) if e["type"] == "provider_error"]
+    assert [p["error_class"] for p in problems] == ["RateLimited", "Transient"]
+
+    failed = wait_until(lambda: [r for r in runs_of(store, "stranded") if r.state == "error"])[0]
+    assert len([e for e in store.events(failed.id) if e["type"] == "provider_error"]) >= 5
+    assert not [e for e in store.events(failed.id) if e["type"] == "run_error"]
+    for agent in ("patient", "stranded"):
+        assert store.agent_state(agent) == "idle"
+        assert not events_of(store, agent, "state")
+    assert "provider error (retry)" in sched.read_log()
+
+
+@pytest.mark.root
+def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, scheduler):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create the agent's OS user")
+    user = f"alst{uuid.uuid4().hex[:8]}"
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(project, "builder", "", '[[webhooks]]\nsource = "hooks"\n', '[[turns]]\ntext = "built"\n', run_as=user)
+    sched = scheduler(project)
+    store = project.store()
+    try:
+        assert sched.post("/control/run", {"agent": "builder"}).status_code == 202
+        failed = wait_until(lambda: [r for r in runs_of(store, "builder") if r.state == "error"])[0]
+        assert "does not exist" in failed.reason
+        assert [e["type"] for e in store.events(failed.id)].count("run_error") == 1
+        assert store.agent_state("builder") == "error"
+        assert f"run {failed.id}" in events_of(store, "builder", "state")[-1]["data"]["cause"]
+
+        assert post_webhook(sched.url, {"event": "build"}).json()["queued"] == ["builder"]
+        time.sleep(1.5)  # held, not run: still queued, no new run
+        assert store.queue_depth("builder")["builder"] == 1 and len(runs_of(store, "builder")) == 1
+        assert json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]["state"] == "error"
+
+        subprocess.run(["useradd", "--create-home", user], check=True)
+        result = project.al("run", "builder", timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        wait_until(lambda: len([r for r in runs_of(store, "builder") if r.state == "done"]) == 2)
+        assert store.agent_state("builder") == "idle"
+        assert events_of(store, "builder", "state")[-1]["data"]["cause"] == "manual run"
+    finally:
+        subprocess.run(["userdel", "--remove", user], capture_output=True)
+
+
+def _remove_sandbox(run) -> None:
+    """What a host restart does to a run's sandbox: its processes and files are gone."""
+    from llamaherd.plugins import registry
+
+    sandbox = registry().runtimes["host-user"].attach(run.sandbox, None)
+    sandbox.kill()
+    sandbox.cleanup()
+
+
+def _notice_line(notice: str, label: str) -> str:
+    match = re.search(rf"^{re.escape(label)}: (.+)$", notice, re.MULTILINE)
+    assert match, f"{label!r} missing from:\n{notice}"
+    return match.group(1)
+
+
+def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_path, scheduler):
+    script = """
+    [[turns]]
+    tool_calls = [{name = "bash", arguments = {command = "sleep 4"}}]
+    [[turns]]
+    text = "done"
+    """
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "worker", script=script)
+    add_agent(project, "strict", 'onInterrupted = "fail"\n', script=script)
+    sched = scheduler(project)
+    store = project.store()
+    for agent in ("worker", "strict"):
+        assert sched.post("/control/run", {"agent": agent}).status_code == 202
+
+    def sleeping(agent):
+        runs = [r for r in runs_of(store, agent) if r.state == "running" and r.sandbox]
+        return runs and any(e["type"] == "model_call" for e in store.events(runs[0].id)) and runs[0]
+
+    first, strict = wait_until(lambda: sleeping("worker")), wait_until(lambda: sleeping("strict"))
+    time.sleep(0.5)
+    sched.kill9()
+    killed_at = time.time()
+    last_progress = store.events(first.id)[-1]["at"]
+    for run in (first, strict):
+        _remove_sandbox(store.get_run(run.id))
+    time.sleep(2.0)  # the system is down
+
+    restarted = time.time()
+    scheduler(project)
+    again = wait_until(lambda: [r for r in runs_of(store, "worker") if r.trigger.get("recovery")])[0]
+    wait_until(lambda: store.get_run(again.id).state == "done", timeout=30)
+    assert (store.get_run(first.id).state, store.get_run(first.id).reason) == ("error", "interrupted")
+    assert store.get_run(strict.id).reason == "interrupted"
+    assert len(runs_of(store, "strict")) == 1, "onInterrupted = fail: not requeued"
+
+    user = next(m for m in store.get_run(again.id).transcript if m.get("role") == "user")["content"]
+    notice = user.split("<recovery-notice>")[1].split("</recovery-notice>")[0]
+    assert _notice_line(notice, "Interrupted run") == first.id
+    assert _notice_line(notice, "Interrupted run started") == iso(first.started_at)
+    assert _notice_line(notice, "Its last recorded progress") == iso(last_progress)
+    now = datetime.strptime(_notice_line(notice, "Now"), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert restarted - 1 <= now.timestamp() <= time.time()
+    down = float(_notice_line(notice, "System down for about").removesuffix(" s"))
+    assert abs(down - (now.timestamp() - last_progress)) <= 1.0 and down >= killed_at - last_progress + 1
+    assert user.index("<recovery-notice>") < user.index("triggered manually")
