@@ -139,7 +139,9 @@ def row(key: str, schema: dict[str, Any], required: bool, owner: str = "") -> st
     if required:
         default = "**required**"
     description = schema.get("description", "")
-    examples = schema.get("items", {}).get("examples") if isinstance(schema.get("items"), dict) else None
+    examples = (
+        schema.get("items", {}).get("examples") if isinstance(schema.get("items"), dict) else None
+    )
     if examples:
         description += " Installed types: " + ", ".join(f"`{e}`" for e in examples) + "."
     cells = [f"`{key}`", kind, default, description]
@@ -151,9 +153,7 @@ def row(key: str, schema: dict[str, Any], required: bool, owner: str = "") -> st
 # --------------------------------------------------------------------------- sections
 
 
-def table(
-    rows: list[tuple[str, dict[str, Any], bool, str]], with_owner: bool = False
-) -> list[str]:
+def table(rows: list[tuple[str, dict[str, Any], bool, str]], with_owner: bool = False) -> list[str]:
     """A Markdown table of (key, schema, required, owner) rows."""
     if not rows:
         return ["(no keys)", ""]
@@ -183,14 +183,18 @@ def scalar_rows(
 def _item_table(schema: dict[str, Any]) -> dict[str, Any] | None:
     """The item schema of an array of tables (``[[webhooks]]``), else None."""
     items = schema.get("items")
-    return items if schema.get("type") == "array" and isinstance(items, dict) and is_table(items) else None
+    return (
+        items
+        if schema.get("type") == "array" and isinstance(items, dict) and is_table(items)
+        else None
+    )
 
 
 def variants(schema: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(tag key, tag value, then-schema) of each ``if tag == value then ...`` branch."""
     for branch in schema.get("allOf", []):
         condition = branch["if"]["properties"]
-        (tag, const), = condition.items()
+        ((tag, const),) = condition.items()
         yield tag, const["const"], branch.get("then", {})
 
 
@@ -210,7 +214,7 @@ def section(
     lines += table(rows, with_owner=owners is not None)
     for tag, value, then in variants(schema):
         by = (variant_owner or {}).get(value)
-        heading = f"With `{tag} = \"{value}\"`" + (f" (plugin `{by}`)" if by else "")
+        heading = f'With `{tag} = "{value}"`' + (f" (plugin `{by}`)" if by else "")
         extra = then.get("properties", {})
         lines += [f"{'#' * (level + 1)} {heading}", ""]
         lines += table(scalar_rows(extra, then.get("required", [])))
@@ -227,7 +231,9 @@ def _join(path: str, key: str) -> str:
     return key if path in ("", "top level") else f"{path}.{key}"
 
 
-def named_tables(title: str, schema: dict[str, Any], level: int, owners: dict[str, str]) -> list[str]:
+def named_tables(
+    title: str, schema: dict[str, Any], level: int, owners: dict[str, str]
+) -> list[str]:
     """``[models.<name>]``-style tables: one entry per user-chosen name."""
     entry = {**schema["additionalProperties"], "description": schema.get("description", "")}
     return section(f"`[{title}.<name>]`", entry, level, variant_owner=owners)

@@ -141,20 +141,27 @@ def test_hooks_pre_failure_ends_the_run_with_its_output(engine):
     assert "broken-step" in final.reason
 
 
-def test_max_turns_ends_in_error(engine):
-    add_agent(
-        engine,
-        "looper",
-        """
-        [[turns]]
-        tool_calls = [{name = "bash", arguments = {command = "true"}}]
-        loop = true
-    """,
-        config="maxTurns = 3\n",
-    )
+LOOPER = """
+    [[turns]]
+    tool_calls = [{name = "bash", arguments = {command = "true"}}]
+    loop = true
+"""
+
+
+def test_safety_cap_ends_in_error(engine, monkeypatch):
+    monkeypatch.setattr("llamaherd.prompts.SAFETY_MAX_TURNS", 3)  # no maxTurns of its own
+    add_agent(engine, "looper", LOOPER)
     final = run(engine, "looper")
     assert final.state == "error"
     assert "maxTurns (3)" in final.reason
+
+
+def test_own_max_turns_suspends_the_run(engine):
+    add_agent(engine, "looper", LOOPER, config="maxTurns = 3\n")
+    final = run(engine, "looper")
+    assert (final.state, final.wait_filter["type"]) == ("waiting", "suspension")
+    assert engine.store.agent_state("looper") == "suspended"
+    engine.runner.kill(final.id)
 
 
 def test_tool_output_auth_failures_abort(engine):

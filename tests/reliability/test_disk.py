@@ -207,3 +207,53 @@ def test_database_made_read_only_under_a_running_scheduler(tmp_path, scheduler):
         assert sched.get("/control/health").status_code == 200
     assert sched.stop() == 0, sched.read_log()[-2000:]
     assert queued_numbers(project) == list(range(20))
+
+
+SLOW_TURNS = """
+[[turns]]
+repeat = 12
+tool_calls = [{name = "bash", arguments = {command = "head -c 20000 /dev/zero | tr '\\\\0' y; sleep 0.3"}}]
+[[turns]]
+text = "done"
+"""
+
+
+def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, scheduler):
+    """Checkpoints fail while the disk is full: the run must still end (in any final state)
+    once space is back, not stay ``running`` with no thread behind it; the scheduler goes on."""
+    with tiny_filesystem(tmp_path / "tiny") as tiny:
+        project = project_on(tmp_path, tiny / "work-queue.db", webhooks=False)
+        project.add_scripted_agent("chatty", "timeout = 60\n", SLOW_TURNS)
+        sched = scheduler(project)
+        store = project.store()
+        assert sched.post("/control/run", {"agent": "chatty"}).status_code == 202
+        wait_for(lambda: store.runs(agent="chatty", states=("running",), limit=1), 30)
+        fill(tiny)
+        import time
+
+        time.sleep(2.5)  # several checkpoints fail meanwhile
+        (tiny / "filler").unlink()
+        run = wait_for(
+            lambda: next(
+                (r for r in store.runs(agent="chatty", limit=1) if r.state != "running"), None
+            ),
+            30,
+        )
+        print(f"[reliability] run after a full disk: {run.state} ({run.reason})")
+        assert sched.post("/control/run", {"agent": "quick"}).status_code == 202
+        wait_for(lambda: [r for r in store.runs(agent="quick", limit=1) if r.state == "done"], 30)
+
+
+def wait_for(predicate, timeout: float):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except Exception:  # the store may fail while the disk is full
+            value = None
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met within {timeout} s")

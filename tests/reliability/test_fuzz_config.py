@@ -66,8 +66,10 @@ def toml_of(keys: list[str]) -> st.SearchStrategy[bytes]:
     """TOML that parses (structured, so the schema is reached) or arbitrary text. (Bytes that
     are not UTF-8 have their own test below.)"""
     structured = st.dictionaries(st.sampled_from(keys), values, max_size=6).map(_dump_toml)
-    mangled = structured.flatmap(
-        lambda raw: st.integers(0, max(len(raw) - 1, 0)).map(lambda cut: raw[:cut])
+    mangled = structured.flatmap(  # cut short at a character (not byte) boundary
+        lambda raw: st.integers(0, max(len(raw) - 1, 0)).map(
+            lambda cut: raw.decode("utf-8", "replace")[:cut].encode()
+        )
     )
     return st.one_of(structured, mangled, st.text(max_size=300).map(str.encode))
 

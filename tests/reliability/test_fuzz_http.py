@@ -220,3 +220,29 @@ def test_gateway_with_bad_credentials_never_5xx(target, endpoint, run_id, token,
 @given(method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]), path=path_text, body=bodies)
 def test_unknown_paths_and_methods_never_5xx(target, method, path, body):
     target.request(method, "/" + path.lstrip("/"), data=body)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/control/runs?limit=", None),
+        ("GET", "/control/runs?limit=many", None),
+        ("GET", "/control/runs/x/events?after=later", None),
+        ("POST", "/control/run", {"agent": "target", "count": "two"}),
+        ("POST", "/control/run", {"agent": "target", "count": None}),
+        ("POST", "/control/run", {"agent": "target", "payload": [1, 2]}),
+        ("POST", "/control/run", {"agent": "target", "payload": "text"}),
+        ("POST", "/control/run", {"agent": ["target"]}),
+        ("POST", "/control/kill", {"target": None}),
+        ("POST", "/control/pause", {"agent": [None]}),
+        ("POST", "/control/resume", {"agent": {"a": 1}}),
+    ],
+)
+def test_control_api_bad_input_is_a_4xx(target, method, path, body):
+    """Found by the fuzz above: each of these must be a clear 4xx, not a 500."""
+    sent = {"Authorization": f"Bearer {target.sched.token}"}
+    before = target.depth()
+    response = target.http.request(method, target.url + path, json=body, headers=sent, timeout=30)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:200])
+    assert "error" in response.json()
+    assert target.depth() == before

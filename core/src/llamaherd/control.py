@@ -118,11 +118,9 @@ def suspended_run(engine: Any, target: str) -> Any:
 def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> dict[str, Any]:
     """Approve (resume with a renewed turn budget) or deny (kill; the agent goes ``off``)."""
     run_row = suspended_run(engine, target)
-    if not approve:
-        engine.kill(run_row.id, reason=f"suspension denied: {cause}")
-        set_agent_state(
-            engine, run_row.agent, "off", f"suspension of run {run_row.id} denied: {cause}"
-        )
+    if not approve:  # switching the agent off kills the run
+        why = f"suspension of run {run_row.id} denied: {cause}"
+        set_agent_state(engine, run_row.agent, "off", why)
         return {"run": run_row.id, "approved": False}
     # Idle first: a suspended agent is held, and the resume item must be claimable.
     engine.store.set_agent_state(

@@ -169,7 +169,7 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
         lines.append(f"Its last recorded progress: {_iso(float(progress))}")
     lines.append(f"Now: {_iso(now)}")
     if down is not None:
-        lines.append(f"System down for about {float(down):.0f} s")
+        lines.append(f"System down for: about {float(down):.0f} s")
     return _block("recovery-notice", "\n".join(lines))
 
 

@@ -178,8 +178,7 @@ class Runner:
             from llamaherd.control import set_agent_state
 
             why = f"suspension not answered within suspendTimeout ({suspend_timeout(row):g} s)"
-            self.kill(row.id, reason=why)
-            set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")
+            set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")  # kills it
             return
         self.store.resume_waiting(
             row.id,

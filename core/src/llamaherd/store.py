@@ -25,6 +25,7 @@ import contextlib
 import functools
 import json
 import logging
+import operator
 import os
 import secrets
 import sqlite3
@@ -132,6 +133,9 @@ class RunRow:
 
 _ITEM_COLUMNS = tuple(f.name for f in fields(WorkItemRow))
 _RUN_COLUMNS = tuple(f.name for f in fields(RunRow))
+_run_values = operator.attrgetter(*_RUN_COLUMNS)
+_CALL_COLUMNS = ("id", "caller_run", "target", "context", "depth", "state", "return_value",
+                 "error", "run_id", "created_at", "finished_at")  # fmt: skip
 # Columns update_run may set; state goes through transition(), identity never changes.
 _PLAIN_RUN_COLUMNS = frozenset(_RUN_COLUMNS) - {"id", "agent", "state", "created_at"}
 
@@ -440,6 +444,28 @@ def _sqlite_writer(path: str) -> threading.RLock:
         return _SQLITE_WRITERS.setdefault(os.path.realpath(path), threading.RLock())
 
 
+def _columns(names: tuple[str, ...] | list[str]) -> str:
+    """Quoted column names for SQL (some are keywords: trigger, at, type, key, value)."""
+    return ", ".join(f'"{name}"' for name in names)
+
+
+def _marks(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join("?" for _ in names)
+
+
+def _assignments(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f'"{name}" = ?' for name in names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_data(before: str | None, state: str, reason: str | None, exit_code: int | None) -> str:
+    """The JSON of a ``state`` run event (cached: most transitions repeat a few reasons)."""
+    data: dict[str, Any] = {"from": before, "to": state, "reason": reason}
+    if exit_code is not None:
+        data["exit_code"] = exit_code
+    return _dumps(data)
+
+
 def _new_run_id(agent: str) -> str:
     return f"{agent}-{secrets.token_hex(4)}"
 
@@ -468,9 +494,16 @@ class Store:
         self._m = _define_models(db)
         self._sql = self._prepare_sql()
         run_fields = [self._m.Run._meta.fields[name] for name in _RUN_COLUMNS]
-        self._run_reads = [field.python_value for field in run_fields]
+        # Only JSON and boolean columns need converting; the rest come back as stored.
+        self._run_reads = [
+            (index, field.python_value)
+            for index, field in enumerate(run_fields)
+            if isinstance(field, JSONText | pw.BooleanField)
+        ]
+        self._run_json = [i for i, field in enumerate(run_fields) if isinstance(field, JSONText)]
         self._run_writes = {field.name: field.db_value for field in run_fields}
-        self._run_updates: dict[tuple[str, ...], str] = {}
+        # Statements built from column names at run time, written once each.
+        self._built: dict[tuple[Any, ...], str] = {}
 
     @classmethod
     def open(
@@ -517,12 +550,33 @@ class Store:
     def _exec(self, sql: str, params: tuple | list = ()) -> Any:
         return self._db.execute_sql(sql, params)
 
-    @staticmethod
-    def _upsert(model: type[pw.Model], **values: Any) -> None:
+    def _value(self, sql: str, params: tuple | list = ()) -> Any:
+        """The first column of the first row, or None when there is no row."""
+        row = self._db.execute_sql(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def _statement(self, key: tuple[Any, ...], build: Callable[[], str]) -> str:
+        """A statement that depends on column names, built once per ``key``."""
+        sql = self._built.get(key)
+        if sql is None:
+            sql = self._built[key] = " ".join(build().split()).replace("?", self._db.param)
+        return sql
+
+    def _upsert(self, model: type[pw.Model], **values: Any) -> None:
         """Insert or overwrite by primary key (portable, unlike REPLACE)."""
-        key = model._meta.primary_key
-        others = [model._meta.fields[name] for name in values if name != key.name]
-        model.insert(**values).on_conflict(conflict_target=[key], preserve=others).execute()
+        meta = model._meta
+        names = tuple(values)
+
+        def build() -> str:
+            key = meta.primary_key.name
+            sets = ", ".join(f'"{name}" = excluded."{name}"' for name in names if name != key)
+            return (
+                f"INSERT INTO {meta.table_name} ({_columns(names)}) VALUES ({_marks(names)}) "
+                f'ON CONFLICT ("{key}") DO UPDATE SET {sets}'
+            )
+
+        sql = self._statement(("upsert", meta.table_name, names), build)
+        self._exec(sql, [meta.fields[name].db_value(values[name]) for name in names])
 
     def _pg_lock(self, kind: int, key: str | None = None) -> None:
         """Serialise with other PostgreSQL sessions until this transaction ends."""
@@ -533,14 +587,16 @@ class Store:
                 self._exec("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, key))
 
     def _prepare_sql(self) -> SimpleNamespace:
-        """Hot-path statements, written once with this backend's placeholder."""
+        """Every hot-path statement, written once with this backend's placeholder: peewee's
+        query builder costs more than the query itself on SQLite."""
 
         def q(sql: str) -> str:
             return " ".join(sql.split()).replace("?", self._db.param)
 
-        item_cols = ", ".join(_ITEM_COLUMNS)
-        run_cols = ", ".join(_RUN_COLUMNS)
+        item_cols = _columns(_ITEM_COLUMNS)
+        runs = f"SELECT {_columns(_RUN_COLUMNS)} FROM runs"
         lock = " FOR UPDATE SKIP LOCKED" if self._pg else ""
+        queued = "FROM work_items WHERE state = 'queued' AND agent = ?"
         return SimpleNamespace(
             running="SELECT agent, COUNT(*) FROM runs WHERE state = 'running' GROUP BY agent",
             running_one=q("SELECT COUNT(*) FROM runs WHERE state = 'running' AND agent = ?"),
@@ -550,15 +606,12 @@ class Store:
                 f"SELECT {item_cols} FROM work_items WHERE id IN (SELECT MIN(id) FROM work_items "
                 "WHERE state = 'queued' GROUP BY agent)"
             ),
-            take=q(
-                f"SELECT {item_cols} FROM work_items WHERE state = 'queued' AND agent = ? "
-                f"ORDER BY id LIMIT 1{lock}"
-            ),
-            run_exists=q("SELECT 1 FROM runs WHERE id = ?"),
-            get_run=q(f"SELECT {run_cols} FROM runs WHERE id = ?"),
-            lock_run=q(
-                f"SELECT {run_cols} FROM runs WHERE id = ?{' FOR UPDATE' if self._pg else ''}"
-            ),
+            take=q(f"SELECT {item_cols} {queued} ORDER BY id LIMIT 1{lock}"),
+            get_run=q(f"{runs} WHERE id = ?"),
+            lock_run=q(f"{runs} WHERE id = ?{' FOR UPDATE' if self._pg else ''}"),
+            runs_prefix=q(f"{runs} WHERE SUBSTR(id, 1, ?) = ? LIMIT 2"),
+            waiting=f"{runs} WHERE state = 'waiting' ORDER BY created_at",
+            expired=q(f"{runs} WHERE state = 'waiting' AND wait_deadline <= ?"),
             drop_locks=q("DELETE FROM locks WHERE run_id = ?"),
             drop_waits=q("DELETE FROM lock_waits WHERE run_id = ?"),
             # SKIP LOCKED: a resume item being claimed right now is left to that claim, which
@@ -573,29 +626,75 @@ class Store:
             ),
             call_of=q("SELECT caller_run, depth FROM calls WHERE id = ?"),
             call_run=q("UPDATE calls SET run_id = ?, state = 'pending' WHERE id = ?"),
+            # A clash of random run ids inserts nothing (rowcount 0) and the claim draws again.
             insert_run=q(
-                f"INSERT INTO runs ({run_cols}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
+                f"INSERT INTO runs ({_columns(_RUN_COLUMNS)}) VALUES ({_marks(_RUN_COLUMNS)}) "
+                "ON CONFLICT DO NOTHING"
             ),
             item_state=q("UPDATE work_items SET state = ? WHERE id = ?"),
-            event=q("INSERT INTO run_events (run_id, at, type, data) VALUES (?, ?, ?, ?)"),
+            event=q('INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)'),
+            status=q('INSERT INTO status_messages (run_id, "at", "text") VALUES (?, ?, ?)'),
             dedupe=q("SELECT 1 FROM work_items WHERE dedupe_key = ?"),
-            coalesce=q(
-                "SELECT 1 FROM work_items WHERE state = 'queued' AND agent = ? AND kind = ? LIMIT 1"
-            ),
-            depth=q(
-                "SELECT COUNT(*) FROM work_items WHERE state = 'queued' AND agent = ? "
-                "AND kind <> 'resume'"
-            ),
+            coalesce=q(f"SELECT 1 {queued} AND kind = ? LIMIT 1"),
+            # Counted on the queued-items index alone; resume items (never counted against the
+            # limit, and rare) are subtracted only when the queue looks full.
+            depth_all=q(f"SELECT COUNT(*) {queued}"),
+            depth=q(f"SELECT COUNT(*) {queued} AND kind <> 'resume'"),
             oldest=q(
-                "SELECT id, kind, created_at FROM work_items WHERE state = 'queued' AND agent = ? "
-                "AND kind <> 'resume' ORDER BY id LIMIT ?"
+                f"SELECT id, kind, created_at {queued} AND kind <> 'resume' ORDER BY id LIMIT ?"
             ),
+            pending_resume=q(
+                "SELECT 1 FROM work_items WHERE run_id = ? AND kind = 'resume' "
+                "AND state = 'queued' LIMIT 1"
+            ),
+            # DO NOTHING: a dedupe key a concurrent host committed since the check gives no row.
             insert_item=q(
                 "INSERT INTO work_items (agent, kind, payload, prompt, source, run_id, call_id, "
                 "recovery, rerun_count, created_at, dedupe_key, state) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued') RETURNING id"
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued') "
+                "ON CONFLICT DO NOTHING RETURNING id"
             ),
-            agent_event=q("INSERT INTO agent_events (agent, at, type, data) VALUES (?, ?, ?, ?)"),
+            agent_event=q(
+                'INSERT INTO agent_events (agent, "at", "type", data) VALUES (?, ?, ?, ?)'
+            ),
+            agent_state=q("SELECT state FROM agent_states WHERE agent = ?"),
+            agent_states="SELECT agent, state FROM agent_states",
+            paused='SELECT "name" FROM paused',
+            delivery_seen=q(
+                "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
+            ),
+            insert_delivery=q(
+                'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, '
+                "result, matched) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+            ),
+            insert_tick=q(
+                "INSERT INTO cron_ticks (agent, tick, claimed_at) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING"
+            ),
+            last_tick=q("SELECT MAX(tick) FROM cron_ticks WHERE agent = ?"),
+            lock_row=q(
+                f"SELECT run_id, acquired_at, expires_at FROM locks WHERE uri = ?"
+                f"{' FOR UPDATE' if self._pg else ''}"
+            ),
+            expire_locks=q("DELETE FROM locks WHERE expires_at <= ?"),
+            lock_wait=q("SELECT uri FROM lock_waits WHERE run_id = ?"),
+            stop_waiting=q("DELETE FROM lock_waits WHERE run_id = ? AND uri = ?"),
+            release_lock=q("DELETE FROM locks WHERE uri = ? AND run_id = ?"),
+            extend_locks=q("UPDATE locks SET expires_at = ? WHERE run_id = ?"),
+            extend_lock=q("UPDATE locks SET expires_at = ? WHERE run_id = ? AND uri = ?"),
+            unpause=q('DELETE FROM paused WHERE "name" = ?'),
+            insert_call=q(
+                'INSERT INTO calls (caller_run, target, context, depth, "state", created_at) '
+                "VALUES (?, ?, ?, ?, 'pending', ?) RETURNING id"
+            ),
+            get_call=q(f"SELECT {_columns(_CALL_COLUMNS)} FROM calls WHERE id = ?"),
+            events=q(
+                'SELECT id, "at", "type", data FROM run_events WHERE run_id = ? AND id > ? '
+                "ORDER BY id"
+            ),
+            status_messages=q(
+                'SELECT id, "at", "text" FROM status_messages WHERE run_id = ? ORDER BY id'
+            ),
         )
 
     def _schema_version(self) -> int:
@@ -670,16 +769,12 @@ class Store:
                 None if recovery is None else _dumps(recovery), rerun_count, self._clock(),
                 dedupe_key,
             )  # fmt: skip
-            if dedupe_key is None:
-                return self._exec(sql.insert_item, params).fetchone()[0]
-            try:  # a concurrent host may have committed the same key since the check
-                with self._db.atomic():
-                    return self._exec(sql.insert_item, params).fetchone()[0]
-            except pw.IntegrityError:
-                return None
+            return self._value(sql.insert_item, params)
 
     def _drop_overflow(self, agent: str, limit: int) -> None:
-        depth = self._exec(self._sql.depth, (agent,)).fetchone()[0]
+        if self._value(self._sql.depth_all, (agent,)) < limit:
+            return
+        depth = self._value(self._sql.depth, (agent,))
         if depth < limit:
             return
         now = self._clock()
@@ -710,19 +805,25 @@ class Store:
 
         Fairness: among agents with room, the one with the fewest running runs goes first, ties
         to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped."""
+        skip = paused or set()
+        wanted = {
+            agent: scale for agent, scale in scales.items() if scale > 0 and agent not in skip
+        }
+        if not wanted or (global_scale is not None and global_scale <= 0):
+            return None  # decided without a transaction: a paused scheduler takes no write lock
         with self._write():
             if global_scale is not None:
                 self._pg_lock(_PG_GLOBAL)
             running = dict(self._exec(self._sql.running).fetchall())
             if global_scale is not None and sum(running.values()) >= global_scale:
                 return None
-            skip = paused or set()
-            for _ in range(10):  # a stale resume item is retired and the search runs again
+            room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
+            for _ in range(10 if room else 0):  # a stale resume item is retired, search again
                 # Queue heads of agents with room: fewest running first, then oldest item.
                 heads = sorted(
                     (running.get(row[1], 0), row[0], row)  # (id, agent, ...) as in _ITEM_COLUMNS
                     for row in self._exec(self._sql.heads).fetchall()
-                    if row[1] not in skip and running.get(row[1], 0) < scales.get(row[1], 0)
+                    if row[1] in room
                 )
                 for _, _, head in heads:
                     item = self._lock_head(head, scales[head[1]])
@@ -744,13 +845,15 @@ class Store:
             return self._item(head)
         agent = head[1]
         self._pg_lock(_PG_CLAIM, agent)
-        if self._exec(self._sql.running_one, (agent,)).fetchone()[0] >= scale:
+        if self._value(self._sql.running_one, (agent,)) >= scale:
             return None
         row = self._exec(self._sql.take, (agent,)).fetchone()
         return None if row is None else self._item(row)
 
     def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
         now = self._clock()
+        if item.kind == "resume":
+            return self._take_resume(item, host, now)
         trigger = {
             "kind": item.kind,
             "payload": item.payload,
@@ -758,8 +861,6 @@ class Store:
             "source": item.source,
             "recovery": item.recovery,
         }
-        if item.kind == "resume":
-            return self._take_resume(item, host, now)
         caller_run, depth = None, 0
         if item.call_id is not None:
             found = self._exec(self._sql.call_of, (item.call_id,)).fetchone()
@@ -788,74 +889,69 @@ class Store:
         self._exec(self._sql.item_state, ("claimed", item.id))
         return item, run
 
+    @staticmethod
     def _blank_run(
-        self, agent: str, kind: str, host: str | None, now: float, trigger: dict[str, Any]
+        agent: str, kind: str, host: str | None, now: float, trigger: dict[str, Any]
     ) -> RunRow:
-        run_id = _new_run_id(agent)
-        while self._exec(self._sql.run_exists, (run_id,)).fetchone():
-            run_id = _new_run_id(agent)
         return RunRow(
-            id=run_id, agent=agent, state="running", trigger_kind=kind, item_id=None, host=host,
-            created_at=now, started_at=now, finished_at=None, exit_code=None, reason=None,
-            status=None, return_value=None, call_depth=0, caller_run=None, call_id=None,
-            rerun_count=0, rerun_requested=False, sandbox=None, transcript=None, wait_filter=None,
-            wait_deadline=None, deadline=None, input_tokens=0, output_tokens=0, token_hash=None,
-            trigger=trigger,
+            id=_new_run_id(agent), agent=agent, state="running", trigger_kind=kind, item_id=None,
+            host=host, created_at=now, started_at=now, finished_at=None, exit_code=None,
+            reason=None, status=None, return_value=None, call_depth=0, caller_run=None,
+            call_id=None, rerun_count=0, rerun_requested=False, sandbox=None, transcript=None,
+            wait_filter=None, wait_deadline=None, deadline=None, input_tokens=0, output_tokens=0,
+            token_hash=None, trigger=trigger,
         )  # fmt: skip
 
     def _insert_run(self, run: RunRow, reason: str) -> None:
-        writes = self._run_writes
-        self._exec(
-            self._sql.insert_run, [writes[name](getattr(run, name)) for name in _RUN_COLUMNS]
-        )
-        data = {"from": None, "to": "running", "reason": reason}
-        self._exec(self._sql.event, (run.id, run.created_at, "state", _dumps(data)))
+        """Insert ``run`` and its first state event; should its random id be taken already,
+        it draws another."""
+        values = list(_run_values(run))
+        for index in self._run_json:
+            if values[index] is not None:
+                values[index] = _dumps(values[index])
+        while self._exec(self._sql.insert_run, values).rowcount == 0:
+            run.id = values[0] = _new_run_id(run.agent)
+        event = _state_data(None, "running", reason, None)
+        self._exec(self._sql.event, (run.id, run.created_at, "state", event))
 
     @staticmethod
     def _item(row: tuple) -> WorkItemRow:
-        values = dict(zip(_ITEM_COLUMNS, row, strict=True))
-        values["payload"] = json.loads(values["payload"])
-        if values["recovery"] is not None:
-            values["recovery"] = json.loads(values["recovery"])
-        return WorkItemRow(**values)
+        item = WorkItemRow(*row)  # the columns are selected in field order (_ITEM_COLUMNS)
+        item.payload = json.loads(item.payload)
+        if item.recovery is not None:
+            item.recovery = json.loads(item.recovery)
+        return item
 
-    @staticmethod
-    def _run(model: pw.Model) -> RunRow:
-        return RunRow(**{name: getattr(model, name) for name in _RUN_COLUMNS})
+    def _run_row(self, row: tuple) -> RunRow:
+        """A RunRow from a row of ``_RUN_COLUMNS`` (JSON and boolean columns decoded)."""
+        values = list(row)
+        for index, read in self._run_reads:
+            values[index] = read(values[index])
+        return RunRow(*values)
+
+    def _run_rows(self, sql: str, params: tuple | list = ()) -> list[RunRow]:
+        return [self._run_row(row) for row in self._exec(sql, params).fetchall()]
 
     def _fetch_run(self, run_id: str, lock: bool = False) -> RunRow | None:
-        """One run by id, read with plain SQL (the hot path); ``lock``: FOR UPDATE on PG."""
+        """One run by id; ``lock``: FOR UPDATE on PostgreSQL."""
         row = self._exec(self._sql.lock_run if lock else self._sql.get_run, (run_id,)).fetchone()
-        if row is None:
-            return None
-        return RunRow(*(read(value) for read, value in zip(self._run_reads, row, strict=True)))
+        return None if row is None else self._run_row(row)
 
     def _update_run(self, run_id: str, changes: dict[str, Any]) -> None:
         names = tuple(changes)
-        sql = self._run_updates.get(names)
-        if sql is None:
-            assignments = ", ".join(f"{name} = {self._db.param}" for name in names)
-            sql = self._run_updates[names] = (
-                f"UPDATE runs SET {assignments} WHERE id = {self._db.param}"
-            )
+        sql = self._statement(
+            ("update_run", names), lambda: f"UPDATE runs SET {_assignments(names)} WHERE id = ?"
+        )
         writes = self._run_writes
         self._exec(sql, [*(writes[name](changes[name]) for name in names), run_id])
 
     @_guarded
     def queue_depth(self, agent: str | None = None) -> dict[str, int]:
         """Queued items per agent (agents with none are absent unless asked for by name)."""
-        WorkItem = self._m.WorkItem
-        query = (
-            WorkItem.select(WorkItem.agent, pw.fn.COUNT(WorkItem.id))
-            .where(WorkItem.state == "queued")
-            .group_by(WorkItem.agent)
-        )
         if agent is not None:
-            query = query.where(WorkItem.agent == agent)
-        depth = dict(query.tuples())
-        if agent is not None:
-            depth.setdefault(agent, 0)
-        return depth
+            return {agent: self._value(self._sql.depth_all, (agent,))}
+        sql = "SELECT agent, COUNT(*) FROM work_items WHERE state = 'queued' GROUP BY agent"
+        return dict(self._exec(sql).fetchall())
 
     @_guarded
     def clear_queue(self, agent: str, kinds: tuple[str, ...] | None = None) -> int:
@@ -894,27 +990,34 @@ class Store:
     @_guarded
     def find_run(self, prefix: str) -> RunRow | None:
         """A run by full id or unique prefix (None when unknown or ambiguous)."""
-        Run = self._m.Run
-        row = Run.get_or_none(Run.id == prefix)
-        if row is None and prefix:
-            found = list(
-                Run.select().where(pw.fn.SUBSTR(Run.id, 1, len(prefix)) == prefix).limit(2)
-            )
-            row = found[0] if len(found) == 1 else None
-        return None if row is None else self._run(row)
+        run = self._fetch_run(prefix)
+        if run is None and prefix:
+            found = self._run_rows(self._sql.runs_prefix, (len(prefix), prefix))
+            run = found[0] if len(found) == 1 else None
+        return run
 
     @_guarded
     def runs(
         self, agent: str | None = None, states: tuple[str, ...] | None = None, limit: int = 50
     ) -> list[RunRow]:
         """Runs, newest first."""
-        Run = self._m.Run
-        query = Run.select().order_by(Run.created_at.desc(), Run.id.desc()).limit(limit)
+        where = ["1 = 1"]
+        params: list[Any] = []
         if agent is not None:
-            query = query.where(Run.agent == agent)
+            where.append("agent = ?")
+            params.append(agent)
         if states is not None:
-            query = query.where(Run.state.in_(list(states)))
-        return [self._run(row) for row in query]
+            where.append(f"state IN ({_marks(states) or 'NULL'})")
+            params.extend(states)
+
+        def build() -> str:
+            return (
+                f"SELECT {_columns(_RUN_COLUMNS)} FROM runs WHERE {' AND '.join(where)} "
+                "ORDER BY created_at DESC, id DESC LIMIT ?"
+            )
+
+        key = ("runs", agent is None, None if states is None else len(states))
+        return self._run_rows(self._statement(key, build), [*params, limit])
 
     @_guarded
     def transition(
@@ -961,10 +1064,8 @@ class Store:
         for name, value in changes.items():
             setattr(run, name, value)
         self._update_run(run.id, changes)
-        data = {"from": before, "to": state, "reason": reason}
-        if "exit_code" in changes:
-            data["exit_code"] = changes["exit_code"]
-        self._exec(self._sql.event, (run.id, now, "state", _dumps(data)))
+        data = _state_data(before, state, reason, changes.get("exit_code"))
+        self._exec(self._sql.event, (run.id, now, "state", data))
         if state in FINAL_STATES:
             self._finish(run, now)
 
@@ -991,11 +1092,8 @@ class Store:
             raise TypeError(f"update_run: cannot set {', '.join(sorted(unknown))}")
         if not fields:
             return
-        Run = self._m.Run
         with self._write():
-            Run.update({getattr(Run, k): v for k, v in fields.items()}).where(
-                Run.id == run_id
-            ).execute()
+            self._update_run(run_id, fields)
 
     @_guarded
     def checkpoint(self, run_id: str, transcript: list[dict[str, Any]]) -> None:
@@ -1005,16 +1103,15 @@ class Store:
     @_guarded
     def set_status(self, run_id: str, text: str) -> None:
         """Record a status message (kept as history) and make it the run's current status."""
-        m = self._m
         with self._write():
-            m.StatusMessage.insert(run_id=run_id, at=self._clock(), text=text).execute()
-            m.Run.update(status=text).where(m.Run.id == run_id).execute()
+            self._exec(self._sql.status, (run_id, self._clock(), text))
+            self._update_run(run_id, {"status": text})
 
     @_guarded
     def set_return(self, run_id: str, value: Any) -> None:
         """Set the run's return value (its caller gets it when the run ends done)."""
         with self._write():
-            self._m.Run.update(return_value=value).where(self._m.Run.id == run_id).execute()
+            self._update_run(run_id, {"return_value": value})
             self._exec(self._sql.event, (run_id, self._clock(), "return", _dumps({"value": value})))
 
     @_guarded
@@ -1026,23 +1123,25 @@ class Store:
     @_guarded
     def events(self, run_id: str, after_id: int = 0) -> list[dict[str, Any]]:
         """Run events with id > after_id, oldest first: {id, at, type, data}."""
-        E = self._m.RunEvent
-        query = E.select().where((E.run_id == run_id) & (E.id > after_id)).order_by(E.id)
-        return [{"id": e.id, "at": e.at, "type": e.type, "data": e.data or {}} for e in query]
+        sql = self._sql.events
+        rows = self._exec(sql, (run_id, after_id)).fetchall()
+        return [
+            {"id": id, "at": at, "type": type, "data": json.loads(data) if data else {}}
+            for id, at, type, data in rows
+        ]
 
     @_guarded
     def status_messages(self, run_id: str) -> list[dict[str, Any]]:
         """The run's status history, oldest first: {id, at, text}."""
-        S = self._m.StatusMessage
-        query = S.select().where(S.run_id == run_id).order_by(S.id)
-        return [{"id": s.id, "at": s.at, "text": s.text} for s in query]
+        rows = self._exec(self._sql.status_messages, (run_id,)).fetchall()
+        return [{"id": id, "at": at, "text": text} for id, at, text in rows]
 
     @_guarded
     def active_count(self, agent: str | None = None) -> int:
         """Runs in ``running`` (the ones that count against scale; waiting runs do not)."""
         if agent is None:
             return sum(count for _, count in self._exec(self._sql.running).fetchall())
-        return self._exec(self._sql.running_one, (agent,)).fetchone()[0]
+        return self._value(self._sql.running_one, (agent,))
 
     # ------------------------------------------------------------ waits
     @_guarded
@@ -1060,23 +1159,15 @@ class Store:
     @_guarded
     def waiting_runs(self) -> list[RunRow]:
         """Every run in ``waiting``, oldest first."""
-        Run = self._m.Run
-        query = Run.select().where(Run.state == "waiting").order_by(Run.created_at)
-        return [self._run(row) for row in query]
+        return self._run_rows(self._sql.waiting)
 
     @_guarded
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
         """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
         run is not waiting). The dispatcher's claim then moves the run back to running."""
-        m = self._m
         with self._write():
             run = self._locked_run(run_id)
-            pending = m.WorkItem.select().where(
-                (m.WorkItem.run_id == run_id)
-                & (m.WorkItem.kind == "resume")
-                & (m.WorkItem.state == "queued")
-            )
-            if run.state != "waiting" or pending.exists():
+            if run.state != "waiting" or self._value(self._sql.pending_resume, (run_id,)):
                 return False
             self.enqueue(run.agent, "resume", payload, run_id=run_id, source="resume")
             return True
@@ -1084,29 +1175,26 @@ class Store:
     @_guarded
     def expired_waits(self, now: float) -> list[RunRow]:
         """Waiting runs whose wait deadline is at or before ``now``."""
-        Run = self._m.Run
-        query = Run.select().where((Run.state == "waiting") & (Run.wait_deadline <= now))
-        return [self._run(row) for row in query]
+        return self._run_rows(self._sql.expired, (now,))
 
     # ------------------------------------------------------------ calls
     @_guarded
     def create_call(self, caller_run: str, target: str, context: str, depth: int) -> int:
         """Record an agent call (pending until the run that serves it ends)."""
         with self._write():
-            return self._m.Call.insert(
-                caller_run=caller_run, target=target, context=context, depth=depth,
-                created_at=self._clock(),
-            ).execute()  # fmt: skip
+            return self._value(
+                self._sql.insert_call, (caller_run, target, context, depth, self._clock())
+            )
 
     @_guarded
     def get_call(self, call_id: int) -> dict[str, Any] | None:
         """{id, caller_run, target, state: pending|done|error, return_value, error, run_id}."""
-        call = self._m.Call.get_or_none(self._m.Call.id == call_id)
-        if call is None:
+        row = self._exec(self._sql.get_call, (call_id,)).fetchone()
+        if row is None:
             return None
-        names = ("id", "caller_run", "target", "context", "depth", "state", "return_value")
-        names += ("error", "run_id", "created_at", "finished_at")
-        return {name: getattr(call, name) for name in names}
+        call = dict(zip(_CALL_COLUMNS, row, strict=True))
+        call["return_value"] = self._m.Call.return_value.python_value(call["return_value"])
+        return call
 
     # ------------------------------------------------------------ locks
     @_guarded
@@ -1117,74 +1205,61 @@ class Store:
 
         A refused run is recorded as waiting for ``uri`` until it takes it, releases it or
         ends; a longer cycle of waits (a -> b -> c -> a) is refused too, naming every run."""
-        m = self._m
+        sql = self._sql
         with self._write():
             now = self._clock()
-            m.Lock.delete().where(m.Lock.expires_at <= now).execute()
-            lock = self._lock_row(uri)
-            if lock is None or lock.run_id == run_id:
+            self._exec(sql.expire_locks, (now,))
+            lock = self._exec(sql.lock_row, (uri,)).fetchone()  # (holder, acquired, expires)
+            if lock is None or lock[0] == run_id:
                 self._upsert(
-                    m.Lock, uri=uri, run_id=run_id, expires_at=now + ttl,
-                    acquired_at=lock.acquired_at if lock else now,
+                    self._m.Lock, uri=uri, run_id=run_id, expires_at=now + ttl,
+                    acquired_at=lock[1] if lock else now,
                 )  # fmt: skip
-                m.LockWait.delete().where(m.LockWait.run_id == run_id).execute()
+                self._exec(sql.drop_waits, (run_id,))
                 return {"ok": True, "uri": uri, "expires_at": now + ttl}
-            refused = {"ok": False, "holder": lock.run_id, "expires_at": lock.expires_at}
-            cycle = self._wait_cycle(run_id, lock.run_id)
+            refused = {"ok": False, "holder": lock[0], "expires_at": lock[2]}
+            cycle = self._wait_cycle(run_id, lock[0])
             if cycle:
                 names = " -> ".join([*cycle, run_id])
                 return {**refused, "deadlock": cycle, "message": f"deadlock: {names}"}
-            self._upsert(m.LockWait, run_id=run_id, uri=uri, since=now)
+            self._upsert(self._m.LockWait, run_id=run_id, uri=uri, since=now)
             return refused
-
-    def _lock_row(self, uri: str) -> pw.Model | None:
-        Lock = self._m.Lock
-        query = Lock.select().where(Lock.uri == uri)
-        return (query.for_update() if self._pg else query).get_or_none()
 
     def _wait_cycle(self, run_id: str, holder: str) -> list[str]:
         """[run_id, holder, ...] if following holder's waits leads back to run_id, else []."""
-        m = self._m
         chain = [run_id, holder]
         while len(chain) <= 64:
-            waits = m.LockWait.get_or_none(m.LockWait.run_id == chain[-1])
-            lock = self._lock_row(waits.uri) if waits else None
-            if lock is None or lock.run_id in chain[1:]:
+            uri = self._value(self._sql.lock_wait, (chain[-1],))
+            next_holder = None if uri is None else self._value(self._sql.lock_row, (uri,))
+            if next_holder is None or next_holder in chain[1:]:
                 return []
-            if lock.run_id == run_id:
+            if next_holder == run_id:
                 return chain
-            chain.append(lock.run_id)
+            chain.append(next_holder)
         return []
 
     @_guarded
     def release_lock(self, run_id: str, uri: str) -> bool:
         """Release ``uri`` if ``run_id`` holds it (and stop waiting for it); True if held."""
-        m = self._m
         with self._write():
-            m.LockWait.delete().where(
-                (m.LockWait.run_id == run_id) & (m.LockWait.uri == uri)
-            ).execute()
-            return bool(
-                m.Lock.delete().where((m.Lock.uri == uri) & (m.Lock.run_id == run_id)).execute()
-            )
+            self._exec(self._sql.stop_waiting, (run_id, uri))
+            return bool(self._exec(self._sql.release_lock, (uri, run_id)).rowcount)
 
     @_guarded
     def heartbeat_lock(self, run_id: str, uri: str | None, ttl: float) -> int:
         """Extend one (or, with uri None, all) of the run's locks; return how many."""
-        Lock = self._m.Lock
         with self._write():
-            query = Lock.update(expires_at=self._clock() + ttl).where(Lock.run_id == run_id)
-            if uri is not None:
-                query = query.where(Lock.uri == uri)
-            return query.execute()
+            expires = self._clock() + ttl
+            if uri is None:
+                return self._exec(self._sql.extend_locks, (expires, run_id)).rowcount
+            return self._exec(self._sql.extend_lock, (expires, run_id, uri)).rowcount
 
     @_guarded
     def release_all_locks(self, run_id: str) -> int:
         """Release every lock of ``run_id``; return how many."""
-        m = self._m
         with self._write():
-            m.LockWait.delete().where(m.LockWait.run_id == run_id).execute()
-            return m.Lock.delete().where(m.Lock.run_id == run_id).execute()
+            self._exec(self._sql.drop_waits, (run_id,))
+            return self._exec(self._sql.drop_locks, (run_id,)).rowcount
 
     @_guarded
     def locks(self) -> list[dict[str, Any]]:
@@ -1201,14 +1276,12 @@ class Store:
     @_guarded
     def agent_state(self, agent: str) -> str:
         """Stored state: idle (default), hibernate, suspended, error, off."""
-        row = self._m.AgentState.get_or_none(self._m.AgentState.agent == agent)
-        return "idle" if row is None else row.state
+        return self._value(self._sql.agent_state, (agent,)) or "idle"
 
     @_guarded
     def agent_states(self) -> dict[str, str]:
         """Every stored agent state in one query (agents absent are ``idle``)."""
-        A = self._m.AgentState
-        return dict(A.select(A.agent, A.state).tuples())
+        return dict(self._exec(self._sql.agent_states).fetchall())
 
     @_guarded
     def set_agent_state(self, agent: str, state: str, cause: str) -> None:
@@ -1236,18 +1309,17 @@ class Store:
     @_guarded
     def set_paused(self, agent: str | None, paused: bool) -> None:
         """Pause/resume one agent, or (agent None) the whole scheduler."""
-        Paused = self._m.Paused
         name = _PAUSED_ALL if agent is None else agent
         with self._write():
             if paused:
-                self._upsert(Paused, name=name, at=self._clock())
+                self._upsert(self._m.Paused, name=name, at=self._clock())
             else:
-                Paused.delete().where(Paused.name == name).execute()
+                self._exec(self._sql.unpause, (name,))
 
     @_guarded
     def paused(self) -> tuple[bool, set[str]]:
         """(scheduler paused, paused agents)."""
-        names = {name for (name,) in self._m.Paused.select(self._m.Paused.name).tuples()}
+        names = {name for (name,) in self._exec(self._sql.paused).fetchall()}
         return _PAUSED_ALL in names, names - {_PAUSED_ALL}
 
     # ------------------------------------------------------------ cron
@@ -1255,20 +1327,12 @@ class Store:
     def claim_tick(self, agent: str, tick: float) -> bool:
         """True exactly once per (agent, tick), across processes and hosts."""
         with self._write():
-            try:
-                with self._db.atomic():  # a savepoint, so a duplicate leaves the rest intact
-                    self._m.CronTick.insert(
-                        agent=agent, tick=tick, claimed_at=self._clock()
-                    ).execute()
-            except pw.IntegrityError:
-                return False
-            return True
+            return self._exec(self._sql.insert_tick, (agent, tick, self._clock())).rowcount == 1
 
     @_guarded
     def last_tick(self, agent: str) -> float | None:
         """The latest claimed tick of ``agent``."""
-        C = self._m.CronTick
-        return C.select(pw.fn.MAX(C.tick)).where(C.agent == agent).scalar()
+        return self._value(self._sql.last_tick, (agent,))
 
     # ------------------------------------------------------------ webhooks
     @_guarded
@@ -1284,22 +1348,16 @@ class Store:
     ) -> bool:
         """Keep a receipt; False when (source, delivery_id) was already recorded. A delivery
         answered with status >= 400 is a dead letter."""
+        params = (
+            source, delivery_id, self._clock(), _dumps(headers),
+            self._m.Delivery.body.db_value(bytes(body)), status, result, _dumps(list(matched)),
+        )  # fmt: skip
         with self._write():
-            try:
-                with self._db.atomic():
-                    self._m.Delivery.insert(
-                        source=source, delivery_id=delivery_id, at=self._clock(),
-                        headers=headers, body=bytes(body), status=status, result=result,
-                        matched=list(matched),
-                    ).execute()  # fmt: skip
-            except pw.IntegrityError:
-                return False
-            return True
+            return self._exec(self._sql.insert_delivery, params).rowcount == 1
 
     @_guarded
     def delivery_seen(self, source: str, delivery_id: str) -> bool:
-        D = self._m.Delivery
-        return D.select().where((D.source == source) & (D.delivery_id == delivery_id)).exists()
+        return self._value(self._sql.delivery_seen, (source, delivery_id)) is not None
 
     @_guarded
     def deliveries(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]:

@@ -249,6 +249,11 @@ def test_webhook_secret_exports_nothing():
 def test_github_skill():
     skill = GitHubSkill()
     assert (skill.name, skill.category, skill.tools) == ("github", "credentials", [])
-    text = skill.preamble(SimpleNamespace(credentials={"github_token/default": {"token": "t"}}))
+
+    def run_of(*credentials: str) -> SimpleNamespace:
+        return SimpleNamespace(agent=SimpleNamespace(credentials=list(credentials)))
+
+    text = skill.preamble(run_of("github_token:work"))
     assert "`gh`" in text and "`git`" in text and "GITHUB_TOKEN" in text
-    assert skill.preamble(SimpleNamespace(credentials={"git_ssh/default": {}})) == ""
+    assert skill.preamble(run_of("git_ssh")) == ""
+    assert skill.preamble(run_of()) == "", "agents without a github_token are not told about gh"

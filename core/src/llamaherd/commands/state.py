@@ -101,8 +101,10 @@ def _answer_command(approve: bool) -> click.Command:
             {"cause": cause},
             lambda engine: answer_suspension(engine, run, approve, cause),
         )
-        outcome = "resumes with a renewed turn budget" if approve else "killed; its agent is off"
-        click.echo(f"run {answer['run']} {verb}d: {outcome}")
+        if approve:
+            click.echo(f"run {answer['run']} approved: it resumes with a renewed turn budget")
+        else:
+            click.echo(f"run {answer['run']} denied: killed, and its agent is off")
 
     command.help = (
         "Resume RUN, suspended at its agent's maxTurns, with a renewed turn budget."

@@ -149,8 +149,10 @@ class GitHubSkill:
     tools: list[Tool] = []
 
     def preamble(self, run: Any) -> str:
-        staged = getattr(run, "credentials", None)
-        # Runs expose their staged credentials as "type/instance" keys (SandboxSpec.credentials).
-        if staged is not None and not any(key.split("/", 1)[0] == "github_token" for key in staged):
+        from llamaherd.credentials import parse_ref
+
+        agent = getattr(run, "agent", None)
+        declared = agent.credentials if agent is not None else []
+        if not any(parse_ref(ref)[0] == "github_token" for ref in declared):
             return ""
         return PREAMBLE

@@ -150,9 +150,10 @@ class WebhookSecret:
     name = "webhook_secret"
     description = "Shared secret that signs deliveries of a generic webhook source."
     fields = [CredentialField("secret", secret=True, description="HMAC-SHA256 key")]
+    sandbox = False  # only the scheduler checks signatures: never staged into a run
 
     def env(self, values: dict[str, str], path: Path) -> dict[str, str]:
-        return {}  # only the scheduler checks signatures; an agent has no use for it
+        return {}
 
     def context(self, values: dict[str, str]) -> str:
         return ""
