@@ -6,7 +6,7 @@ takes a lock. After several kill/restart cycles a last scheduler drains the queu
 cleanly, and the database must show:
 
 - no acknowledged item lost: each 202'd run request and each 202'd (or 200 duplicate) webhook
-  has exactly one ``done`` run, or was failed by policy (interrupted twice: a recovered run is
+  has exactly one ``done`` run for each agent it routes to (a signed delivery matches two), or was failed by policy (interrupted twice: a recovered run is
   not requeued again) with that recorded; nothing is left queued after the drain;
 - no item, tag, tick or call completed twice;
 - no lock held by a run in a final state; every run in a known state, none left ``running``;
@@ -77,6 +77,13 @@ tool_calls = [{name = "bash", arguments = {command = "true"}}]
 text = "ticked"
 """
 FINAL = ("done", "error", "timeout", "killed")
+# Which agents each kind of acknowledged request must run (a signed delivery matches two).
+ROUTES = {
+    "manual": ("worker",),
+    "open": ("worker",),
+    "signed": ("worker", "auditor"),
+    "caller": ("caller",),
+}
 LIVE = ("running", "waiting")
 
 
@@ -162,6 +169,9 @@ def make_project(tmp_path: Path) -> tuple[OfflineProject, dict[str, str]]:
         config.write('\n[[webhooks]]\nsource = "signed"\n\n[[webhooks]]\nsource = "open"\n')
     project.add_scripted_agent("caller", "scale = 2\n", CALLER)
     project.add_scripted_agent("callee", "scale = 2\n", CALLEE)
+    project.add_scripted_agent("auditor", "scale = 2\n", TICKER)
+    with open(project.root / "agents" / "auditor" / "config.toml", "a") as config:
+        config.write('\n[[webhooks]]\nsource = "signed"\n')
     project.add_scripted_agent("ticker", 'every = "60s"\n', TICKER)
     clock = tmp_path / "clock"
     clock.write_text(repr(EPOCH))
@@ -210,6 +220,29 @@ def drained(db: Path, helpers: Any) -> bool:
     return queued == 0 and running == 0 and pending == 0
 
 
+def transition_problems(db: Path, runs: list[dict[str, Any]], helpers: Any) -> list[str]:
+    """Every run's recorded state events form an allowed path ending in its current state."""
+    from llamaherd.store import TRANSITIONS
+
+    paths = collections.defaultdict(list)
+    for run_id, data in helpers.read_db(
+        db, "SELECT run_id, data FROM run_events WHERE type = 'state' ORDER BY id"
+    ):
+        event = json.loads(data)
+        paths[run_id].append((event["from"], event["to"]))
+    problems = []
+    for run in runs:
+        path = paths.get(run["id"], [])
+        steps_ok = all(
+            (before is None and index == 0) or (after in TRANSITIONS.get(before, ()))
+            for index, (before, after) in enumerate(path)
+        )
+        chained = all(path[i][1] == path[i + 1][0] for i in range(len(path) - 1))
+        if not path or not steps_ok or not chained or path[-1][1] != run["state"]:
+            problems.append(f"run {run['id']} ({run['state']}): recorded transitions {path}")
+    return problems[:10]
+
+
 def check_invariants(db: Path, ledger: Ledger, helpers: Any) -> dict[str, int]:
     """Assert the invariants listed in the module docstring; return counts for the report."""
     runs = run_rows(db, helpers)
@@ -219,27 +252,35 @@ def check_invariants(db: Path, ledger: Ledger, helpers: Any) -> dict[str, int]:
     if unknown or states["running"]:
         problems.append(f"runs in unexpected states after a clean stop: {dict(states)}")
 
-    odd = [(r["id"], r["state"], r["reason"]) for r in runs if r["state"] in FINAL and r["state"] != "done" and r["reason"] != "interrupted"]
+    odd = [
+        (r["id"], r["state"], r["reason"])
+        for r in runs
+        if r["state"] in FINAL and r["state"] != "done" and r["reason"] != "interrupted"
+    ]
     if odd:
         problems.append(f"runs ended for another reason than a crash: {odd[:5]}")
 
-    done_by_tag = collections.Counter(tag_of(r) for r in runs if r["state"] == "done" and tag_of(r))
-    by_tag = collections.defaultdict(list)
+    done = collections.Counter((r["agent"], tag_of(r)) for r in runs if r["state"] == "done")
+    ended = collections.defaultdict(list)
     for run in runs:
-        if tag_of(run) and run["agent"] in ("worker", "caller"):
-            by_tag[tag_of(run)].append(run)
+        ended[run["agent"], tag_of(run)].append(run)
     failed_by_policy = 0
     for tag, kind in sorted(ledger.acked.items()):
-        if done_by_tag[tag] == 1:
-            continue
-        ended = by_tag.get(tag, [])
-        twice = [r for r in ended if r["reason"] == "interrupted" and r["trigger"].get("recovery")]
-        if done_by_tag[tag] == 0 and twice:
-            failed_by_policy += 1  # requeued once already: failed and recorded, not lost
-            continue
-        summary = [(r["id"], r["state"], r["reason"]) for r in ended]
-        problems.append(f"acknowledged {kind} {tag}: {done_by_tag[tag]} done runs {summary}")
-    twice_done = {t: n for t, n in done_by_tag.items() if n > 1}
+        for agent in ROUTES[kind]:
+            if done[agent, tag] == 1:
+                continue
+            tried = ended.get((agent, tag), [])
+            recovered = [
+                r for r in tried if r["reason"] == "interrupted" and r["trigger"].get("recovery")
+            ]
+            if done[agent, tag] == 0 and recovered:
+                failed_by_policy += 1  # requeued once already: failed and recorded, not lost
+                continue
+            summary = [(r["id"], r["state"], r["reason"]) for r in tried]
+            problems.append(
+                f"acknowledged {kind} {tag} for {agent}: {done[agent, tag]} done runs {summary}"
+            )
+    twice_done = {key: n for key, n in done.items() if key[1] and n > 1}
     if twice_done:
         problems.append(f"tags completed more than once: {twice_done}")
 
@@ -254,8 +295,12 @@ def check_invariants(db: Path, ledger: Ledger, helpers: Any) -> dict[str, int]:
     if any(n > 1 for n in done_ticks.values()):
         problems.append(f"cron ticks completed twice: {done_ticks.most_common(3)}")
 
+    problems += transition_problems(db, runs, helpers)
+
     final_ids = {r["id"] for r in runs if r["state"] in FINAL}
-    leaked = [row for row in helpers.read_db(db, "SELECT uri, run_id FROM locks") if row[1] in final_ids]
+    leaked = [
+        row for row in helpers.read_db(db, "SELECT uri, run_id FROM locks") if row[1] in final_ids
+    ]
     if leaked:
         problems.append(f"locks held by ended runs: {leaked}")
 

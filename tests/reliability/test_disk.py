@@ -102,7 +102,9 @@ def queued_numbers(project: OfflineProject) -> list[int]:
 def post(sched, n: int):
     """A manual run (odd n) or a signed webhook (even n), padded so the disk fills sooner."""
     if n % 2:
-        return sched.post("/control/run", {"agent": "quick", "payload": {"n": n, "pad": "x" * 1500}})
+        return sched.post(
+            "/control/run", {"agent": "quick", "payload": {"n": n, "pad": "x" * 1500}}
+        )
     return signed(sched, n)
 
 
@@ -178,7 +180,9 @@ def test_read_only_database_gives_a_clear_error_and_loses_nothing(tmp_path, sche
     sched = scheduler(project)
     project.al("pause", check=True)
     for n in range(20):
-        assert sched.post("/control/run", {"agent": "quick", "payload": {"n": n}}).status_code == 202
+        assert (
+            sched.post("/control/run", {"agent": "quick", "payload": {"n": n}}).status_code == 202
+        )
     assert sched.stop() == 0
     db = project.root / ".al" / "work-queue.db"
     wal, shm = (db.with_name(db.name + suffix) for suffix in ("-wal", "-shm"))
@@ -197,7 +201,9 @@ def test_database_made_read_only_under_a_running_scheduler(tmp_path, scheduler):
     sched = scheduler(project)
     project.al("pause", check=True)
     for n in range(20):
-        assert sched.post("/control/run", {"agent": "quick", "payload": {"n": n}}).status_code == 202
+        assert (
+            sched.post("/control/run", {"agent": "quick", "payload": {"n": n}}).status_code == 202
+        )
     db = project.root / ".al" / "work-queue.db"
     wal, shm = (db.with_name(db.name + suffix) for suffix in ("-wal", "-shm"))
     with immutable(db, wal, shm, db.parent):

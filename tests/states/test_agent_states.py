@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import textwrap
 import time
 import uuid
@@ -38,7 +39,9 @@ def add_agent(
     if "models" not in config:
         config = 'models = ["scripted"]\n' + textwrap.dedent(config)
     runtime = f'[runtime]\ntype = "host-user"\nrun_as = "{run_as or getpass.getuser()}"\n'
-    path = project.add_agent(name, textwrap.dedent(config) + "\n" + runtime + textwrap.dedent(tables))
+    path = project.add_agent(
+        name, textwrap.dedent(config) + "\n" + runtime + textwrap.dedent(tables)
+    )
     if script is not None:
         project.write(f"agents/{name}/script.toml", script)
     return path
@@ -110,7 +113,9 @@ def test_hibernate_refuses_webhooks_and_calls_while_cron_runs(tmp_path, schedule
 
     refused = events_of(store, "sleeper", "trigger.refused")
     assert sorted(e["data"]["kind"] for e in refused) == ["agent", "webhook"]
-    assert next(e["data"] for e in refused if e["data"]["kind"] == "agent")["caller_run"] == caller.id
+    assert (
+        next(e["data"] for e in refused if e["data"]["kind"] == "agent")["caller_run"] == caller.id
+    )
     assert store.queue_depth("sleeper")["sleeper"] == 0 and not runs_of(store, "sleeper")
 
     clock.write_text(str(MINUTE + 61.0))  # the next minute: the schedule still fires
@@ -157,7 +162,12 @@ def test_off_kills_the_active_run_at_once_and_clears_the_queue(tmp_path, schedul
     assert refused.returncode == 2 and "is off" in refused.stderr
     stat = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
     assert (stat["state"], stat["queued"], stat["active"]) == ("off", 0, 0)
-    assert requests.post(sched.url + "/agents/busy/state", json={"state": "idle"}, timeout=10).status_code == 401
+    assert (
+        requests.post(
+            sched.url + "/agents/busy/state", json={"state": "idle"}, timeout=10
+        ).status_code
+        == 401
+    )
     assert "off -> idle" in project.al("state", "busy", "idle", check=True).stdout
     assert store.agent_state("busy") == "idle"
 
@@ -198,7 +208,9 @@ def test_max_turns_suspends_approve_resumes_silence_turns_it_off(tmp_path, sched
     run = _suspended(store, "looper", 4)  # the same run: two more turns, then suspended again
     outputs = [e["data"]["output"] for e in store.events(run.id) if e["type"] == "tool_call"]
     assert outputs == ["turn 1", "turn 2", "turn 3", "turn 4"]
-    suspended_at = [e for e in events_of(store, "looper", "state") if e["data"]["state"] == "suspended"][-1]["at"]
+    suspended_at = [
+        e for e in events_of(store, "looper", "state") if e["data"]["state"] == "suspended"
+    ][-1]["at"]
 
     wait_until(lambda: store.get_run(run.id).state == "killed", timeout=15)
     final = store.get_run(run.id)
@@ -207,6 +219,27 @@ def test_max_turns_suspends_approve_resumes_silence_turns_it_off(tmp_path, sched
     assert store.agent_state("looper") == "off"
     last = events_of(store, "looper", "state")[-1]["data"]
     assert last["state"] == "off" and "not answered" in last["cause"]
+
+
+def test_dashboard_approves_a_suspended_run(tmp_path, scheduler):
+    pytest.importorskip("llamaherd_dashboard")
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "looper", "maxTurns = 1\n", script=LOOP)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "looper"}).status_code == 202
+    run = _suspended(store, "looper", 1)
+    browser = requests.Session()  # a browser on this machine: session cookie and CSRF token
+    page = browser.get(f"{sched.url}/runs/{run.id}", timeout=10).text
+    assert f"/api/runs/{run.id}/approve" in page and "Deny" in page
+    csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page).group(1)
+    url = f"{sched.url}/api/runs/{run.id}/approve"
+    assert browser.post(url, data={"csrf": "wrong"}, timeout=10).status_code == 403
+    answer = browser.post(url, data={"csrf": csrf}, allow_redirects=False, timeout=10)
+    assert answer.status_code == 303 and answer.headers["location"] == f"/runs/{run.id}"
+    _suspended(store, "looper", 2)
+    cause = [e for e in events_of(store, "looper", "state") if e["data"]["state"] == "idle"][-1]
+    assert "approve from the dashboard" in cause["data"]["cause"]
 
 
 def test_deny_kills_the_suspended_run_and_turns_the_agent_off(tmp_path, scheduler):
@@ -239,7 +272,9 @@ def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler,
     project = OfflineProject(tmp_path / "proj")
     with (project.root / "config.toml").open("a") as fh:
         for name, server in (("flaky", flaky), ("down", down)):
-            fh.write(f'\n[models.{name}]\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.url}"\n')
+            fh.write(
+                f'\n[models.{name}]\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.url}"\n'
+            )
     add_agent(project, "patient", 'models = ["flaky"]\n')
     add_agent(project, "stranded", 'models = ["down"]\n')
     sched = scheduler(project, env={"AL_RETRY_BASE_DELAY": "0.01"})
@@ -261,6 +296,84 @@ def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler,
     assert "provider error (retry)" in sched.read_log()
 
 
+def test_an_agent_hibernates_or_switches_itself_off(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(
+        project,
+        "napper",
+        tables='[[webhooks]]\nsource = "hooks"\n',
+        script="""
+        [[turns]]
+        tool_calls = [{name = "bash", arguments = {command = "al-state hibernate nothing left today"}}]
+        [[turns]]
+        text = "resting"
+        """,
+    )
+    add_agent(
+        project,
+        "quitter",
+        script="""
+        [[turns]]
+        tool_calls = [{name = "set_state", arguments = {state = "off", reason = "project finished"}}]
+        [[turns]]
+        tool_calls = [{name = "bash", arguments = {command = "echo still here"}}]
+        [[turns]]
+        text = "bye"
+        """,
+    )
+    sched = scheduler(project)
+    store = project.store()
+    project.al("pause", "napper", check=True)
+    post_webhook(sched.url, {"event": "one"})
+    assert sched.post("/control/run", {"agent": "napper"}).status_code == 202
+    project.al("resume", "napper", check=True)
+    first = wait_until(lambda: [r for r in runs_of(store, "napper") if r.state == "done"])[0]
+    assert json.loads(first.transcript[-2]["content"])["ok"] is True  # al-state's answer
+    assert store.agent_state("napper") == "hibernate"
+    assert "nothing left today" in events_of(store, "napper", "state")[-1]["data"]["cause"]
+    wait_until(lambda: len([r for r in runs_of(store, "napper") if r.state == "done"]) == 2)
+    assert sorted(r.trigger_kind for r in runs_of(store, "napper")) == ["manual", "webhook"]
+
+    project.al("pause", "quitter", check=True)
+    for _ in range(3):
+        assert sched.post("/control/run", {"agent": "quitter"}).status_code == 202
+    project.al("resume", "quitter", check=True)
+    own = wait_until(
+        lambda: [r for r in runs_of(store, "quitter") if r.state in ("done", "killed")]
+    )[0]
+    assert own.state == "done", "the run that switched its agent off finishes"
+    assert store.agent_state("quitter") == "off" and len(runs_of(store, "quitter")) == 1
+    dropped = events_of(store, "quitter", "trigger.dropped")
+    assert [e["data"]["count"] for e in dropped] == [2]
+
+
+def test_hibernating_drops_queued_webhooks_but_keeps_the_rest(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(project, "idler", "", '[[webhooks]]\nsource = "hooks"\n', '[[turns]]\ntext = "ok"\n')
+    sched = scheduler(project)
+    store = project.store()
+    project.al("pause", "idler", check=True)
+    for n in range(3):
+        assert post_webhook(sched.url, {"event": "e", "n": n}).json()["queued"] == ["idler"]
+    assert sched.post("/control/run", {"agent": "idler"}).status_code == 202
+    result = project.al("state", "idler", "hibernate", "--reason", "quiet week", check=True)
+    assert "dropped 3 queued trigger(s)" in result.stdout
+    assert [e["data"]["count"] for e in events_of(store, "idler", "trigger.dropped")] == [3]
+    assert "quiet week" in events_of(store, "idler", "state")[-1]["data"]["cause"]
+    project.al("resume", "idler", check=True)
+    ran = wait_until(lambda: [r for r in runs_of(store, "idler") if r.state == "done"])
+    time.sleep(0.5)
+    assert (
+        [r.trigger_kind for r in runs_of(store, "idler")]
+        == ["manual"]
+        == [r.trigger_kind for r in ran]
+    )
+
+
 @pytest.mark.root
 def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, scheduler):
     if os.geteuid() != 0:
@@ -269,7 +382,14 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
     project = OfflineProject(tmp_path / "proj")
     with (project.root / "config.toml").open("a") as fh:
         fh.write(HOOKS)
-    add_agent(project, "builder", "", '[[webhooks]]\nsource = "hooks"\n', '[[turns]]\ntext = "built"\n', run_as=user)
+    add_agent(
+        project,
+        "builder",
+        "",
+        '[[webhooks]]\nsource = "hooks"\n',
+        '[[turns]]\ntext = "built"\n',
+        run_as=user,
+    )
     sched = scheduler(project)
     store = project.store()
     try:
@@ -283,7 +403,10 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
         assert post_webhook(sched.url, {"event": "build"}).json()["queued"] == ["builder"]
         time.sleep(1.5)  # held, not run: still queued, no new run
         assert store.queue_depth("builder")["builder"] == 1 and len(runs_of(store, "builder")) == 1
-        assert json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]["state"] == "error"
+        assert (
+            json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]["state"]
+            == "error"
+        )
 
         subprocess.run(["useradd", "--create-home", user], check=True)
         result = project.al("run", "builder", timeout=60)
@@ -340,9 +463,14 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
 
     restarted = time.time()
     scheduler(project)
-    again = wait_until(lambda: [r for r in runs_of(store, "worker") if r.trigger.get("recovery")])[0]
+    again = wait_until(lambda: [r for r in runs_of(store, "worker") if r.trigger.get("recovery")])[
+        0
+    ]
     wait_until(lambda: store.get_run(again.id).state == "done", timeout=30)
-    assert (store.get_run(first.id).state, store.get_run(first.id).reason) == ("error", "interrupted")
+    assert (store.get_run(first.id).state, store.get_run(first.id).reason) == (
+        "error",
+        "interrupted",
+    )
     assert store.get_run(strict.id).reason == "interrupted"
     assert len(runs_of(store, "strict")) == 1, "onInterrupted = fail: not requeued"
 
@@ -354,5 +482,29 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
     now = datetime.strptime(_notice_line(notice, "Now"), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert restarted - 1 <= now.timestamp() <= time.time()
     down = float(_notice_line(notice, "System down for").removeprefix("about ").removesuffix(" s"))
-    assert abs(down - (now.timestamp() - last_progress)) <= 1.0 and down >= killed_at - last_progress + 1
+    assert (
+        abs(down - (now.timestamp() - last_progress)) <= 1.0
+        and down >= killed_at - last_progress + 1
+    )
     assert user.index("<recovery-notice>") < user.index("triggered manually")
+
+
+def test_foreground_run_is_answered_without_a_scheduler(tmp_path):
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "looper", "maxTurns = 1\n", script=LOOP)
+    command = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "run", "looper"]
+    foreground = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        store = project.store()
+        run = _suspended(store, "looper", 1)
+        assert "approved" in project.al("approve", run.id, check=True).stdout
+        _suspended(store, "looper", 2)
+        assert "denied" in project.al("deny", run.id, check=True).stdout
+        output, _ = foreground.communicate(timeout=30)
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+    assert foreground.returncode == 137, output
+    assert store.get_run(run.id).state == "killed" and store.agent_state("looper") == "off"

@@ -19,6 +19,29 @@ from llamaherd.status import SETTABLE_STATES, agent_rows, run_dict
 from llamaherd.types import LlamaherdError, TriggerEvent
 
 
+def _field(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """``body[key]`` checked against ``kind``; ``default`` when the key is absent."""
+    if key not in body:
+        return default
+    value = body[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise LlamaherdError(f"{key}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _query_int(request: Request, key: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LlamaherdError(f"{key}: expected an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise LlamaherdError(f"{key}: expected {low} to {high}, got {value}")
+    return value
+
+
 def _engine(request: Request) -> Any:
     return request.app.state.engine
 
@@ -122,10 +145,11 @@ def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> di
         why = f"suspension of run {run_row.id} denied: {cause}"
         set_agent_state(engine, run_row.agent, "off", why)
         return {"run": run_row.id, "approved": False}
-    # Idle first: a suspended agent is held, and the resume item must be claimable.
-    engine.store.set_agent_state(
-        run_row.agent, "idle", f"suspension of run {run_row.id} approved: {cause}"
-    )
+    # Idle first: a suspended agent is held, and the resume item must be claimable. A state
+    # the owner set since the suspension (hibernate) stands.
+    if engine.store.agent_state(run_row.agent) == "suspended":
+        why = f"suspension of run {run_row.id} approved: {cause}"
+        engine.store.set_agent_state(run_row.agent, "idle", why)
     engine.store.resume_waiting(
         run_row.id, {"result": "approved: your turn budget is renewed", "approved": True}
     )
@@ -190,13 +214,14 @@ async def run(request: Request) -> Response:
     """Queue ``count`` manual runs of ``agent`` (default 1); answer with the item ids."""
     engine = _engine(request)
     body = await json_body(request)
-    agent = str(body.get("agent", ""))
+    agent = _field(body, "agent", str, "")
     engine.project.agent(agent)  # unknown agent -> 400 with the known names
-    count = int(body.get("count", 1))
+    count = _field(body, "count", int, 1)
     if not 1 <= count <= 10_000:
         raise LlamaherdError("count: expected 1 to 10000")
 
-    results = await run_in_threadpool(queue_manual, engine, agent, body.get("payload"), count)
+    payload = _field(body, "payload", dict, {})
+    results = await run_in_threadpool(queue_manual, engine, agent, payload, count)
     refused = next((r["refused"] for r in results if r["refused"]), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
@@ -207,7 +232,7 @@ async def run(request: Request) -> Response:
 async def runs(request: Request) -> Response:
     engine = _engine(request)
     agent = request.query_params.get("agent") or None
-    limit = int(request.query_params.get("limit", 50))
+    limit = _query_int(request, "limit", 50, 1, 10_000)
     rows = await run_in_threadpool(engine.store.runs, agent, None, limit)
     return JSONResponse({"runs": [run_dict(r) for r in rows]})
 
@@ -226,7 +251,7 @@ async def run_detail(request: Request) -> Response:
 @require_read
 async def run_events(request: Request) -> Response:
     engine = _engine(request)
-    after = int(request.query_params.get("after", 0))
+    after = _query_int(request, "after", 0, 0, 2**62)
     events = await run_in_threadpool(engine.store.events, request.path_params["run_id"], after)
     return JSONResponse({"events": events})
 
@@ -252,7 +277,7 @@ async def kill(request: Request) -> Response:
     def kill_all() -> list[str]:
         return [
             run_id
-            for run_id in _targets(engine, str(body.get("target", "")))
+            for run_id in _targets(engine, _field(body, "target", str, ""))
             if engine.kill(run_id)
         ]
 
@@ -264,7 +289,7 @@ def _pause(paused: bool):
     async def endpoint(request: Request) -> Response:
         engine = _engine(request)
         body = await json_body(request)
-        agent = body.get("agent") or None
+        agent = _field(body, "agent", str, "") or None
         if agent:
             engine.project.agent(agent)
         await run_in_threadpool(engine.store.set_paused, agent, paused)

@@ -23,24 +23,24 @@ JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-from typing import Any
-
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from typing import TYPE_CHECKING, Any
 
 from llamaherd import hookimpl
 from llamaherd.types import LlamaherdError
+
+if TYPE_CHECKING:  # starlette and asyncio load only with the server, not on every `al` call
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
 
 ACTIVE_STATES = ("running", "waiting")
 WAIT_POLL = 0.1  # seconds between checks of a blocked al-wait
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    from starlette.responses import JSONResponse
+
     return JSONResponse({"ok": False, "error": message, **extra}, status_code=status)
 
 
@@ -83,6 +83,9 @@ def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
     """An endpoint that authenticates, then calls the language-skill tool ``tool_name``."""
 
     async def endpoint(request: Request) -> Response:
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import Response
+
         engine = request.app.state.engine
         try:
             args = await _body(request)
@@ -107,6 +110,8 @@ def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
 
 
 def _answer(result: Any) -> JSONResponse:
+    from starlette.responses import JSONResponse
+
     if isinstance(result, dict) and result.get("ok") is False:
         status = 403 if result.pop("forbidden", False) else 409
         return JSONResponse(result, status_code=status)
@@ -115,6 +120,9 @@ def _answer(result: Any) -> JSONResponse:
 
 async def setenv(request: Request) -> Response:
     """``setenv NAME VALUE`` from a hook or script: applies to the model's later bash calls."""
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import JSONResponse, Response
+
     engine = request.app.state.engine
     ctx = await run_in_threadpool(authenticate, engine, request)
     if isinstance(ctx, Response):
@@ -135,6 +143,11 @@ async def wait(request: Request) -> Response:
     Unlike the model's ``wait_for_trigger`` the run keeps running (a script is blocked in it),
     so the wait is held in memory for the life of this request.
     """
+    import asyncio
+
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import JSONResponse, Response
+
     from llamaherd.skills.wait import check_filter, wait_timeout
     from llamaherd.waits import SCRIPT_WAITS
 
@@ -175,6 +188,8 @@ ROUTES = [
 
 @hookimpl
 def register_routes(app):
+    from starlette.routing import Route
+
     routes = [
         Route(path, skill_endpoint(tool, param), methods=[method])
         for path, tool, param, method in ROUTES

@@ -62,6 +62,7 @@ class Environment:
     timeout: float = 900
     max_turns: int = 100
     bash_timeout: float = 300
+    turn_limit_pauses: bool = False  # the agent set maxTurns: the run is suspended there
 
 
 def _json(value: Any) -> str:
@@ -139,13 +140,16 @@ def _placeholder_values(ctype: Any) -> dict[str, str]:
     return {f.name: "" for f in getattr(ctype, "fields", [])}
 
 
+PAUSE_NOTE = " (then the run pauses until your owner approves more)"
+
+
 def environment_block(env: Environment) -> str:
     return (
         f"Working directory: {env.cwd}\n"
         f"Writable paths: {', '.join(env.writable)}\n"
         f"Limits: the whole run times out after {env.timeout:g} s; at most {env.max_turns} "
-        f"model turns; each bash call times out after {env.bash_timeout:g} s unless you pass "
-        "a shorter timeout."
+        f"model turns{PAUSE_NOTE if env.turn_limit_pauses else ''}; each bash call times out "
+        f"after {env.bash_timeout:g} s unless you pass a shorter timeout."
     )
 
 
@@ -260,7 +264,9 @@ def build_prompts(
     now: float | None = None,
 ) -> tuple[str, str]:
     """(system, user) for a run of ``agent`` started by ``trigger`` (kind/payload/prompt/...)."""
-    env = environment or Environment(timeout=agent.timeout, max_turns=max_turns(agent))
+    env = environment or Environment(
+        timeout=agent.timeout, max_turns=max_turns(agent), turn_limit_pauses=suspends(agent)
+    )
     system = system_prompt(agent, registry, run)
     user = user_prompt(agent, registry, trigger, env, credential_store=credential_store, now=now)
     return system, user

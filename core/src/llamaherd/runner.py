@@ -178,7 +178,10 @@ class Runner:
             from llamaherd.control import set_agent_state
 
             why = f"suspension not answered within suspendTimeout ({suspend_timeout(row):g} s)"
-            set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")  # kills it
+            if self.store.agent_state(row.agent) == "suspended":
+                set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")  # kills it
+            else:  # the owner has set the agent's state since: it stands
+                self.kill(row.id, reason=why)
             return
         self.store.resume_waiting(
             row.id,
@@ -312,6 +315,7 @@ class Runner:
                     cwd=ctx.sandbox.workdir,
                     timeout=ctx.agent.timeout,
                     max_turns=max_turns(ctx.agent),
+                    turn_limit_pauses=suspends(ctx.agent),
                 ),
                 credential_store=self.engine.credentials,
             )
@@ -422,18 +426,17 @@ class Runner:
         ctx.sandbox.pause()
         with self._lock:
             self._parked[row.id] = (ctx.sandbox, live.prepared)
-        ctx.log("wait", {"filter": data["filter"], "timeout": data["timeout"]})
-        if outcome.deferred.kind == SUSPENSION:
-            why = f"run {row.id} reached maxTurns ({data['filter']['max_turns']})"
-            self.store.set_agent_state(row.agent, "suspended", why)
-            log.warning(
-                "%s: suspended; `al approve %s` resumes it, `al deny %s` stops it "
-                "(off after %g s without an answer)",
-                why,
-                row.id,
-                row.id,
-                data["timeout"],
-            )
+        if outcome.deferred.kind != SUSPENSION:
+            ctx.log("wait", {"filter": data["filter"], "timeout": data["timeout"]})
+            return
+        why = f"run {row.id} reached maxTurns ({data['filter']['max_turns']})"
+        ask = (
+            f"`al approve {row.id}` resumes it, `al deny {row.id}` stops it; without an "
+            f"answer within {data['timeout']:g} s it is killed and its agent switched off"
+        )
+        ctx.log("suspended", {"reason": f"{why}; {ask}"})
+        self.store.set_agent_state(row.agent, "suspended", why)
+        log.warning("%s: suspended; %s", why, ask)
 
     def _finish(self, row: Any, live: _Live, outcome: Outcome) -> None:
         ctx = live.ctx

@@ -232,8 +232,19 @@ class Scheduler(Engine):
             (self.project.state_dir / "scheduler.json").unlink()
         except FileNotFoundError:
             pass
+        self._leave()
         self.close()
         self.lock.release()
+
+    def _leave(self) -> None:
+        """Drop our heartbeat row on a clean stop: the other hosts need not wait for it to go
+        stale."""
+        from llamaherd.store import StoreError
+
+        try:
+            self.store.forget_host(self.host)
+        except StoreError as exc:
+            log.warning("could not remove this host's heartbeat row: %s", exc)
 
     # ------------------------------------------------------------------ upkeep
     def heartbeat(self) -> None:

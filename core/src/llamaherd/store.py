@@ -72,6 +72,9 @@ SQLITE_PRAGMAS = {
     "cache_size": -16000,
     "temp_store": "memory",
 }
+_SEEK_AGENTS = (
+    16  # claim: up to this many agents with room, their queue heads are sought one by one
+)
 _PAUSED_ALL = "*"  # the paused-table row that pauses the whole scheduler
 # PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)).
 _PG_SCHEMA, _PG_CLAIM, _PG_QUEUE, _PG_GLOBAL = 7401, 7402, 7403, 7404
@@ -500,7 +503,7 @@ class Store:
             for index, field in enumerate(run_fields)
             if isinstance(field, JSONText | pw.BooleanField)
         ]
-        self._run_json = [i for i, field in enumerate(run_fields) if isinstance(field, JSONText)]
+        self._run_json = [field.name for field in run_fields if isinstance(field, JSONText)]
         self._run_writes = {field.name: field.db_value for field in run_fields}
         # Statements built from column names at run time, written once each.
         self._built: dict[tuple[Any, ...], str] = {}
@@ -536,9 +539,26 @@ class Store:
         """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL.
 
         On SQLite the threads of one process also queue on a mutex first: SQLite's busy handler
-        polls in steps of milliseconds, a mutex hands over at once."""
-        with self._writer, self._db.atomic():
-            yield
+        polls in steps of milliseconds, a mutex hands over at once. The SQLite transaction is
+        driven on the connection itself (peewee's transaction objects cost more than a commit
+        of a queue item); a nested call joins the open transaction."""
+        if self._pg:
+            with self._db.atomic():
+                yield
+            return
+        with self._writer:
+            conn = self._db.connection()
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
 
     def _drop_broken_connection(self) -> None:
         """After a failure, close this thread's connection if it is dead (a restarted
@@ -548,12 +568,25 @@ class Store:
                 self._db.close()
 
     def _exec(self, sql: str, params: tuple | list = ()) -> Any:
-        return self._db.execute_sql(sql, params)
+        """Run one statement on this thread's connection; return the cursor."""
+        if self._pg:
+            return self._db.execute_sql(sql, params)
+        return self._db.connection().execute(sql, params)
 
     def _value(self, sql: str, params: tuple | list = ()) -> Any:
         """The first column of the first row, or None when there is no row."""
-        row = self._db.execute_sql(sql, params).fetchone()
+        row = self._exec(sql, params).fetchone()
         return None if row is None else row[0]
+
+    def _insert(self, table: str, values: dict[str, Any], suffix: str = "") -> Any:
+        """INSERT ``values`` into ``table`` (with ``suffix``: ON CONFLICT, RETURNING); columns
+        whose value is None are left out, to their NULL default (binding None costs more)."""
+        names = tuple(name for name, value in values.items() if value is not None)
+        sql = self._statement(
+            ("insert", table, names, suffix),
+            lambda: f"INSERT INTO {table} ({_columns(names)}) VALUES ({_marks(names)}) {suffix}",
+        )
+        return self._exec(sql, [values[name] for name in names])
 
     def _statement(self, key: tuple[Any, ...], build: Callable[[], str]) -> str:
         """A statement that depends on column names, built once per ``key``."""
@@ -626,11 +659,6 @@ class Store:
             ),
             call_of=q("SELECT caller_run, depth FROM calls WHERE id = ?"),
             call_run=q("UPDATE calls SET run_id = ?, state = 'pending' WHERE id = ?"),
-            # A clash of random run ids inserts nothing (rowcount 0) and the claim draws again.
-            insert_run=q(
-                f"INSERT INTO runs ({_columns(_RUN_COLUMNS)}) VALUES ({_marks(_RUN_COLUMNS)}) "
-                "ON CONFLICT DO NOTHING"
-            ),
             item_state=q("UPDATE work_items SET state = ? WHERE id = ?"),
             event=q('INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)'),
             status=q('INSERT INTO status_messages (run_id, "at", "text") VALUES (?, ?, ?)'),
@@ -646,13 +674,6 @@ class Store:
             pending_resume=q(
                 "SELECT 1 FROM work_items WHERE run_id = ? AND kind = 'resume' "
                 "AND state = 'queued' LIMIT 1"
-            ),
-            # DO NOTHING: a dedupe key a concurrent host committed since the check gives no row.
-            insert_item=q(
-                "INSERT INTO work_items (agent, kind, payload, prompt, source, run_id, call_id, "
-                "recovery, rerun_count, created_at, dedupe_key, state) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued') "
-                "ON CONFLICT DO NOTHING RETURNING id"
             ),
             agent_event=q(
                 'INSERT INTO agent_events (agent, "at", "type", data) VALUES (?, ?, ?, ?)'
@@ -764,12 +785,17 @@ class Store:
                 self._drop_overflow(agent, max(limit, 1))
             if call_id is not None:
                 self._exec(sql.call_run, (None, call_id))
-            params = (
-                agent, kind, _dumps(payload), prompt or "", source, run_id, call_id,
-                None if recovery is None else _dumps(recovery), rerun_count, self._clock(),
-                dedupe_key,
-            )  # fmt: skip
-            return self._value(sql.insert_item, params)
+            item = {
+                "agent": agent, "kind": kind, "payload": _dumps(payload), "prompt": prompt or "",
+                "source": source, "run_id": run_id, "call_id": call_id,
+                "recovery": None if recovery is None else _dumps(recovery),
+                "rerun_count": rerun_count, "created_at": self._clock(), "dedupe_key": dedupe_key,
+                "state": "queued",
+            }  # fmt: skip
+            # DO NOTHING: a dedupe key a concurrent host committed since the check gives no row.
+            inserted = self._insert("work_items", item, "ON CONFLICT DO NOTHING RETURNING id")
+            row = inserted.fetchone()
+            return None if row is None else row[0]
 
     def _drop_overflow(self, agent: str, limit: int) -> None:
         if self._value(self._sql.depth_all, (agent,)) < limit:
@@ -822,8 +848,7 @@ class Store:
                 # Queue heads of agents with room: fewest running first, then oldest item.
                 heads = sorted(
                     (running.get(row[1], 0), row[0], row)  # (id, agent, ...) as in _ITEM_COLUMNS
-                    for row in self._exec(self._sql.heads).fetchall()
-                    if row[1] in room
+                    for row in self._heads(room)
                 )
                 for _, _, head in heads:
                     item = self._lock_head(head, scales[head[1]])
@@ -836,6 +861,23 @@ class Store:
                 else:
                     return None
         return None
+
+    def _heads(self, room: set[str]) -> list[tuple]:
+        """The oldest queued item of each agent in ``room``. Few agents: one index seek each,
+        so the cost does not grow with the queue; many: one pass over the queued items."""
+        if len(room) > _SEEK_AGENTS:
+            return [row for row in self._exec(self._sql.heads).fetchall() if row[1] in room]
+        agents = sorted(room)
+
+        def build() -> str:
+            values = ", ".join("(?)" for _ in agents)
+            return (
+                f"WITH room(agent) AS (VALUES {values}) SELECT {_columns(_ITEM_COLUMNS)} "
+                "FROM work_items WHERE id IN (SELECT (SELECT MIN(w.id) FROM work_items w "
+                "WHERE w.state = 'queued' AND w.agent = room.agent) FROM room)"
+            )
+
+        return self._exec(self._statement(("heads", len(agents)), build), agents).fetchall()
 
     def _lock_head(self, head: tuple, scale: int) -> WorkItemRow | None:
         """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
@@ -905,12 +947,12 @@ class Store:
     def _insert_run(self, run: RunRow, reason: str) -> None:
         """Insert ``run`` and its first state event; should its random id be taken already,
         it draws another."""
-        values = list(_run_values(run))
-        for index in self._run_json:
-            if values[index] is not None:
-                values[index] = _dumps(values[index])
-        while self._exec(self._sql.insert_run, values).rowcount == 0:
-            run.id = values[0] = _new_run_id(run.agent)
+        values = dict(zip(_RUN_COLUMNS, _run_values(run), strict=True))
+        for name in self._run_json:
+            if values[name] is not None:
+                values[name] = _dumps(values[name])
+        while self._insert("runs", values, "ON CONFLICT DO NOTHING").rowcount == 0:
+            run.id = values["id"] = _new_run_id(run.agent)
         event = _state_data(None, "running", reason, None)
         self._exec(self._sql.event, (run.id, run.created_at, "state", event))
 

@@ -308,7 +308,9 @@ async def run_agent(request: Request) -> Response:
         return failed(request, 404, f"no agent named {name!r}")
     from llamaherd.control import queue_manual
 
-    results = await run_in_threadpool(queue_manual, engine, name, {}, 1, "manual run from the dashboard")
+    results = await run_in_threadpool(
+        queue_manual, engine, name, {}, 1, "manual run from the dashboard"
+    )
     result = results[0]
     if result["refused"]:
         return failed(request, 409, result["refused"])
@@ -330,6 +332,32 @@ async def kill_run(request: Request) -> Response:
     return JSONResponse({"run": found.id, "killed": killed})
 
 
+def _suspension_answer(approve: bool) -> Handler:
+    """Approve or deny a run suspended at its agent's maxTurns (see ``al approve``)."""
+
+    @mutation
+    async def endpoint(request: Request) -> Response:
+        from llamaherd.control import answer_suspension
+        from llamaherd.types import LlamaherdError
+
+        found = await _find_run(request)
+        if found is None:
+            return failed(request, 404, _no_run(request))
+        verb = "approve" if approve else "deny"
+        try:
+            answer = await run_in_threadpool(
+                answer_suspension, _engine(request), found.id, approve, f"{verb} from the dashboard"
+            )
+        except LlamaherdError as exc:
+            return failed(request, 409, str(exc))
+        if _wants_form_reply(request):
+            return RedirectResponse(f"/runs/{quote(found.id)}", status_code=303)
+        return JSONResponse(answer)
+
+    endpoint.__name__ = f"{'approve' if approve else 'deny'}_run"
+    return endpoint
+
+
 ROUTES = [
     Route("/", agents_page, methods=["GET"]),
     Route("/agents/{name}", agent_page, methods=["GET"]),
@@ -343,6 +371,8 @@ ROUTES = [
     Route("/api/runs/{run_id}/events", api_events, methods=["GET"]),
     Route("/api/runs/{run_id}/stream", api_stream, methods=["GET"]),
     Route("/api/runs/{run_id}/kill", kill_run, methods=["POST"]),
+    Route("/api/runs/{run_id}/approve", _suspension_answer(True), methods=["POST"]),
+    Route("/api/runs/{run_id}/deny", _suspension_answer(False), methods=["POST"]),
 ]
 
 
