@@ -218,7 +218,7 @@ def test_database_made_read_only_under_a_running_scheduler(tmp_path, scheduler):
 SLOW_TURNS = """
 [[turns]]
 repeat = 12
-tool_calls = [{name = "bash", arguments = {command = "head -c 20000 /dev/zero | tr '\\\\0' y; sleep 0.3"}}]
+tool_calls = [{name = "bash", arguments = {command = "head -c 2000 /dev/zero | tr '\\\\0' y; sleep 0.3"}}]
 [[turns]]
 text = "done"
 """

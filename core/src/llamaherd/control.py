@@ -107,17 +107,17 @@ def set_agent_state(
     store = engine.store
     previous = store.agent_state(agent)
     store.set_agent_state(agent, state, cause)
-    killed = []
-    if state == "off":
-        live = store.runs(agent=agent, states=("running", "waiting"), limit=10_000)
-        reason = f"agent switched off: {cause}"
-        killed = [r.id for r in live if r.id != spare and engine.kill(r.id, reason=reason)]
     dropped = 0
     if state in DROPPED_KINDS:
         dropped = store.clear_queue(agent, DROPPED_KINDS[state])
         if dropped:
             data = {"count": dropped, "state": state, "cause": cause}
             store.add_agent_event(agent, "trigger.dropped", data)
+    killed = []
+    if state == "off":  # after the queue is cleared, so a run claimed meanwhile is listed too
+        live = store.runs(agent=agent, states=("running", "waiting"), limit=10_000)
+        reason = f"agent switched off: {cause}"
+        killed = [r.id for r in live if r.id != spare and engine.kill(r.id, reason=reason)]
     engine.wakeup.set()  # an agent back to idle may claim its held items
     return {
         "agent": agent,

@@ -171,6 +171,8 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
         lines.append(f"Interrupted run started: {_iso(float(started))}")
     if progress is not None:
         lines.append(f"Its last recorded progress: {_iso(float(progress))}")
+    if recovery.get("down_since") is not None:
+        lines.append(f"System down since: {_iso(float(recovery['down_since']))}")
     lines.append(f"Now: {_iso(now)}")
     if down is not None:
         lines.append(f"System down for: about {float(down):.0f} s")

@@ -352,12 +352,17 @@ class Scheduler(Engine):
             return
         now = self.clock()
         last_progress = events[-1]["at"] if events else run.started_at
+        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
+        # last event: a run may be quiet for long in a tool call.
+        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
+        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
         recovery = {
             "interrupted_run": run.id,
             "started_at": run.started_at,
             "last_progress": last_progress,
+            "down_since": down_since,
             "now": now,
-            "down_seconds": max(0.0, now - (last_progress or now)),
+            "down_seconds": max(0.0, now - down_since),
         }
         self.emit(
             TriggerEvent(

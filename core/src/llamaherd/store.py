@@ -72,9 +72,8 @@ SQLITE_PRAGMAS = {
     "cache_size": -16000,
     "temp_store": "memory",
 }
-_SEEK_AGENTS = (
-    16  # claim: up to this many agents with room, their queue heads are sought one by one
-)
+# claim(): with up to this many agents having room, each queue head is found by an index seek.
+_SEEK_AGENTS = 16
 _PAUSED_ALL = "*"  # the paused-table row that pauses the whole scheduler
 # PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)).
 _PG_SCHEMA, _PG_CLAIM, _PG_QUEUE, _PG_GLOBAL = 7401, 7402, 7403, 7404
@@ -556,8 +555,11 @@ class Store:
                 yield
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
+                try:
+                    if conn.in_transaction:
+                        conn.rollback()
+                except sqlite3.Error:
+                    self._db.close()  # never join a transaction that could not be rolled back
                 raise
 
     def _drop_broken_connection(self) -> None:

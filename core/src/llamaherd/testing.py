@@ -9,7 +9,11 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
 - ``offline_project``: a project whose agents run offline (scripted provider, host-user runtime
   as the current user), with ``al(...)`` and ``store()`` helpers;
 - ``scheduler``: ``scheduler(project)`` starts ``al start`` as a real subprocess and stops it at
-  teardown.
+  teardown;
+- ``model_server``: a model API stand-in on 127.0.0.1 (real HTTP) answering queued replies and
+  recording every request, for provider plugins' wire-format tests;
+- ``chain_env``: builds a :class:`llamaherd.models.ModelChain` for a throwaway agent over the
+  real plugin registry, with a controllable circuit-breaker clock and recorded events.
 
 And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
 distribution into the running environment for a test.
@@ -25,11 +29,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -209,7 +216,13 @@ class OfflineProject(TmpProject):
             self.write(f"agents/{name}/script.toml", script)
         return path
 
-    def al(self, *args: str, timeout: float = 120, check: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def al(
+        self,
+        *args: str,
+        timeout: float = 120,
+        check: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [sys.executable, "-m", "llamaherd", "--project", str(self.root), *args],
             capture_output=True,
@@ -218,7 +231,9 @@ class OfflineProject(TmpProject):
             env={**os.environ, **(env or {})},
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"al {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"al {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
     def store(self) -> Any:
@@ -238,7 +253,16 @@ class SchedulerProcess:
         self.log_path = project.root / f"scheduler-{time.monotonic_ns()}.log"
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", "5"],
+                [
+                    sys.executable,
+                    "-m",
+                    "llamaherd",
+                    "--project",
+                    str(project.root),
+                    "start",
+                    "--grace",
+                    "5",
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(env or {})},
@@ -307,3 +331,94 @@ def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
     finally:
         for process in started:
             process.stop()
+
+
+class ModelServer(ThreadingHTTPServer):
+    """Answers POSTs from ``replies`` (status, body, headers, delay) and records each request
+    as {path, headers, body}. With nothing queued it answers 500."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.replies: list[tuple[int, Any, dict[str, str], float]] = []
+        self.requests: list[dict[str, Any]] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up (timeout tests) is not an error here
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def reply(
+        self, status: int, body: Any, headers: dict[str, str] | None = None, delay: float = 0.0
+    ) -> None:
+        self.replies.append((status, body, headers or {}, delay))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ModelServer
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.server.requests.append(
+            {
+                "path": self.path,
+                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "body": json.loads(raw),
+            }
+        )
+        status, body, headers, delay = (
+            self.server.replies.pop(0)
+            if self.server.replies
+            else (500, {"error": "none queued"}, {}, 0)
+        )
+        time.sleep(delay)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def model_server():
+    server = ModelServer()
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def chain_env(tmp_project, monkeypatch):
+    """Build a ModelChain for an agent over the real plugin registry, recording events."""
+    from llamaherd.models import CircuitBreaker, ModelChain
+    from llamaherd.plugins import registry
+
+    monkeypatch.setenv("AL_RETRY_BASE_DELAY", "0.01")
+    events: list[tuple[str, dict[str, Any]]] = []
+    clock = SimpleNamespace(now=0.0)
+
+    def make(config: str, models: list[str], keys: dict[tuple[str, str], dict[str, str]]):
+        tmp_project.config(config)
+        tmp_project.add_agent("bot", f"models = {json.dumps(models)}\n")
+        project = tmp_project.load()
+        return ModelChain(
+            project,
+            project.agent("bot"),
+            registry(),
+            lambda t, i: keys.get((t, i)),
+            lambda kind, data: events.append((kind, data)),
+            breaker=CircuitBreaker(60, lambda: clock.now),
+        )
+
+    return SimpleNamespace(make=make, events=events, clock=clock)
