@@ -12,6 +12,7 @@ import hmac
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,7 +228,7 @@ text = "done"
 def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, scheduler):
     """Checkpoints fail while the disk is full: the run must still end (in any final state)
     once space is back, not stay ``running`` with no thread behind it; the scheduler goes on."""
-    with tiny_filesystem(tmp_path / "tiny") as tiny:
+    with tiny_filesystem(tmp_path / "tiny", size="8m") as tiny:  # room for a WAL checkpoint after
         project = project_on(tmp_path, tiny / "work-queue.db", webhooks=False)
         project.add_scripted_agent("chatty", "timeout = 60\n", SLOW_TURNS)
         sched = scheduler(project)
@@ -235,8 +236,6 @@ def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, sc
         assert sched.post("/control/run", {"agent": "chatty"}).status_code == 202
         wait_for(lambda: store.runs(agent="chatty", states=("running",), limit=1), 30)
         fill(tiny)
-        import time
-
         time.sleep(2.5)  # several checkpoints fail meanwhile
         (tiny / "filler").unlink()
         run = wait_for(
@@ -251,8 +250,6 @@ def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, sc
 
 
 def wait_for(predicate, timeout: float):
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

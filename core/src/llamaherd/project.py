@@ -43,6 +43,8 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", f"invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from llamaherd.prompts import Environment, build_prompts, max_turns, suspends
 from llamaherd.session import ENV_NAME, Deferred, Outcome, RunContext, Session, truncate
-from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition
+from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import LlamaherdError, SandboxSpec, TriggerEvent
 
 log = logging.getLogger("llamaherd.runner")
@@ -107,20 +107,28 @@ class Runner:
         except Exception as exc:  # the last line of defence: record, never propagate
             log.exception("run %s crashed", row.id)
             reason = f"{CRASH_PREFIX}{type(exc).__name__}: {exc}"
-            self._transition(row.id, "error", reason)
             live = self.live(row.id)
+            # The sandbox first: its processes must end even when the store cannot record
+            # anything (a full disk); the scheduler then ends the run as interrupted.
             if live is not None and live.ctx.sandbox is not None:
                 self._discard_sandbox(row, live.ctx.sandbox)
-            if live is None or live.session is None:  # crashed before its session: structural
-                self._hold(row, f"the runner crashed at start: {reason}")
-            elif self._crashing(row.agent):
-                self._hold(row, f"{CRASH_LIMIT} runs in a row crashed; last: {reason}")
+            try:
+                self._transition(row.id, "error", reason)
+                if live is None or live.session is None:  # crashed before its session
+                    self._hold(row, f"the runner crashed at start: {reason}")
+                elif self._crashing(row.agent):
+                    self._hold(row, f"{CRASH_LIMIT} runs in a row crashed; last: {reason}")
+            except StoreError as store_exc:
+                log.error("run %s: cannot record its end: %s", row.id, store_exc)
         finally:
             with self._lock:
                 live = self._live.pop(row.id, None)
             if live and live.timer:
                 live.timer.cancel()
-        return self.store.get_run(row.id)
+        try:
+            return self.store.get_run(row.id)
+        except StoreError:
+            return None
 
     def kill(self, run_id: str, reason: str = "killed by user", state: str = "killed") -> bool:
         """End a queued, active or waiting run now; True if it was live."""
@@ -442,6 +450,11 @@ class Runner:
         ctx = live.ctx
         if live.timer:
             live.timer.cancel()
+        # A tool call cut to the time left ends just as the deadline passes, and the session
+        # may finish before the timer fires: past its deadline a run has timed out.
+        deadline = self.store.get_run(row.id).deadline
+        if live.stopped is None and deadline is not None and self.engine.clock() >= deadline:
+            self._force_stop(live, "timeout", f"run timed out after {ctx.agent.timeout:g} s")
         if live.stopped is None:  # a killed or timed-out sandbox is gone: no post hooks
             try:
                 self._hooks(live, "post")

@@ -290,7 +290,11 @@ class Scheduler(Engine):
         died: a process of this machine that is gone, a host in ``dead``, or (at startup) an
         earlier process with our own host id (a container's pid is often the same)."""
         for run in runs:
-            if run.id in self.threads or not self._owner_dead(run.host, dead, startup):
+            if run.id in self.threads:
+                continue
+            # Ours, but its thread ended without recording an end (the store failed then).
+            orphan = not startup and run.host == self.host
+            if not orphan and not self._owner_dead(run.host, dead, startup):
                 continue
             if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)

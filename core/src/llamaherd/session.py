@@ -129,7 +129,9 @@ def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     """Keep the head and the tail of long output, with a marker saying how much was cut."""
     if len(text) <= limit:
         return text
-    half = limit // 2
+    # Room for the marker: the result fits in ``limit``, so truncating it again (the bash
+    # tool truncates, then the session truncates every tool result) keeps the first count.
+    half = max(0, limit - 48) // 2
     cut = len(text) - 2 * half
     return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
 
@@ -424,12 +426,12 @@ class Session:
         if cwd:
             self.meta["cwd"] = cwd
         self.env.update(env)
-        output = truncate(output.rstrip("\n"))
+        output = output.rstrip("\n")
         if result.timed_out:
             output += f"\n[timed out after {timeout:g} s; the command was killed]"
         elif result.exit_code != 0:
             output += f"\n[exit code {result.exit_code}]"
-        return output or "(no output)", result.exit_code
+        return truncate(output) or "(no output)", result.exit_code
 
     def read_file(self, args: dict[str, Any]) -> tuple[str, int]:
         data = self.ctx.sandbox.get_file(self._path(args["path"]))

@@ -40,7 +40,6 @@ from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import peewee as pw
-from playhouse import db_url
 
 from llamaherd import migrations
 from llamaherd.types import LlamaherdError
@@ -421,6 +420,8 @@ def _connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             str(path), pragmas=SQLITE_PRAGMAS, timeout=timeout, lock_type="IMMEDIATE"
         )
         return db, str(path), timeout
+    from playhouse import db_url  # late: it loads the PostgreSQL driver, which SQLite never needs
+
     try:
         db = db_url.connect(
             parts._replace(query=urlencode(query)).geturl(),
