@@ -179,6 +179,25 @@ def test_a_plugin_whose_import_raises_is_one_warning(al, tmp_path, tmp_project):
     assert "failed to load: RuntimeError: boom" in table
 
 
+def test_a_plugin_implementing_an_unknown_hook_is_dropped_with_one_warning(al, tmp_path):
+    site = tmp_path / "site"
+    code = """
+    from llamaherd import hookimpl
+
+    @hookimpl
+    def register_trigger_type(register):  # a typo: the hook is register_trigger_types
+        pass
+    """
+    fake_distribution(site, "llamaherd-typo", "typo", "llamaherd_typo", code)
+    result = al("plugins", "--json", env={"PYTHONPATH": str(site)})
+    no_traceback(result)
+    assert result.returncode == 0, result.stderr
+    assert "plugin 'typo' ignored: unknown hook 'register_trigger_type'" in result.stderr
+    listed = {row["name"]: row for row in json.loads(result.stdout)}
+    assert "register_trigger_type" in listed["typo"]["error"]
+    assert listed["cron"]["error"] is None
+
+
 # --------------------------------------------------------------------------- al add
 
 SKILL = "---\nname: triage\ndescription: Triage new issues.\n---\nLabel issues.\n"

@@ -71,8 +71,23 @@ class PluginManager:
             self.register(importlib.import_module(module_name), module_name, builtin=True)
         if load_entrypoints:
             self._load_entrypoints()
-        self.pm.check_pending()
         self._registry: Registry | None = None
+        self._check_pending()
+
+    def _check_pending(self) -> None:
+        """pluggy's ``check_pending`` (an implementation of an unknown hook: a typo), except
+        that a third-party plugin failing it is dropped with one warning, not a crash."""
+        while True:
+            try:
+                self.pm.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                name = self.pm.get_name(exc.plugin)
+                if name is None or self.info.get(name, PluginInfo(name)).builtin:
+                    raise
+                self.failed[name] = str(exc)
+                _warn(f"plugin {name!r} ignored: {exc}")
+                self.unregister(name)
 
     @property
     def hook(self) -> Any:

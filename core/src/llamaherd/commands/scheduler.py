@@ -135,7 +135,7 @@ def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bo
     if client is not None:
         item = client.post("/control/run", {"agent": agent, "payload": data})["items"][0]
         if no_follow:
-            click.echo(json.dumps({"queued": item}))
+            click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
             return
         store = _store(app)
         run_id = _wait_for_item(store, agent, item)
