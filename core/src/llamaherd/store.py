@@ -647,6 +647,9 @@ class Store:
             lock_run=q(f"{runs} WHERE id = ?{' FOR UPDATE' if self._pg else ''}"),
             runs_prefix=q(f"{runs} WHERE SUBSTR(id, 1, ?) = ? LIMIT 2"),
             waiting=f"{runs} WHERE state = 'waiting' ORDER BY created_at",
+            wait_filters=(
+                "SELECT id, agent, wait_filter FROM runs WHERE state = 'waiting' ORDER BY created_at"
+            ),
             expired=q(f"{runs} WHERE state = 'waiting' AND wait_deadline <= ?"),
             drop_locks=q("DELETE FROM locks WHERE run_id = ?"),
             drop_waits=q("DELETE FROM lock_waits WHERE run_id = ?"),
@@ -1205,6 +1208,13 @@ class Store:
     def waiting_runs(self) -> list[RunRow]:
         """Every run in ``waiting``, oldest first."""
         return self._run_rows(self._sql.waiting)
+
+    @_guarded
+    def wait_filters(self) -> list[tuple[str, str, dict[str, Any] | None]]:
+        """(run id, agent, filter) of every waiting run, oldest first: what matching an event
+        needs, without loading transcripts (emit calls this for every trigger)."""
+        rows = self._exec(self._sql.wait_filters).fetchall()
+        return [(run_id, agent, json.loads(raw) if raw else None) for run_id, agent, raw in rows]
 
     @_guarded
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:

@@ -161,13 +161,13 @@ def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
     ``al-wait`` commands of running runs get it too.
     """
     resumed = SCRIPT_WAITS.offer(engine.registry, event)
-    for run in engine.store.waiting_runs():
-        if event.agent and run.agent != event.agent:
+    for run_id, agent, wait_filter in engine.store.wait_filters():
+        if event.agent and agent != event.agent:
             continue
         if (
-            run.wait_filter
-            and filter_matches(engine.registry, run.wait_filter, event)
-            and engine.store.resume_waiting(run.id, resume_payload(event))
+            wait_filter
+            and filter_matches(engine.registry, wait_filter, event)
+            and engine.store.resume_waiting(run_id, resume_payload(event))
         ):
-            resumed.append(run.id)
+            resumed.append(run_id)
     return resumed
