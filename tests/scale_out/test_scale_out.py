@@ -230,7 +230,6 @@ text = "done"
 # Until store.claim leaves a resume item to the live host that parked its run (change proposed
 # to the store's owner), another host may take it: then it fails on separate machines ("the
 # run's sandbox is gone"), and here, on one machine, it lands on the wrong host now and then.
-@pytest.mark.xfail(reason="needs resume affinity in store.claim", strict=False)
 def test_a_waiting_run_resumes_on_the_host_that_holds_its_sandbox(tmp_path, pg_url, scheduler):
     """Both hosts expire waits and claim resumes; only the parking host may continue a run."""
     from llamaherd.store import Store

@@ -45,8 +45,16 @@ def clock() -> float:
     return _fake_now[0] if _fake_now else time.time()
 
 
+def machine_name() -> str:
+    """This machine's name in host ids: $AL_HOST_NAME, else the hostname.
+
+    Set AL_HOST_NAME when schedulers that do not share a process table share a hostname
+    (containers with the host's UTS namespace): a host on the same machine is judged by its pid."""
+    return os.environ.get("AL_HOST_NAME") or socket.gethostname()
+
+
 def host_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{machine_name()}:{os.getpid()}"
 
 
 class Engine:

@@ -17,13 +17,12 @@ import json
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from llamaherd.engine import Engine
+from llamaherd.engine import Engine, machine_name
 from llamaherd.types import LlamaherdError, TriggerEvent
 
 log = logging.getLogger("llamaherd.scheduler")
@@ -49,14 +48,6 @@ def host_stale_after() -> float:
             f"(the heartbeat period), got {value!r}"
         )
     return seconds
-
-
-def machine_name() -> str:
-    """This machine's name in host ids: $AL_HOST_NAME, else the hostname.
-
-    Set AL_HOST_NAME when schedulers that do not share a process table share a hostname
-    (containers with the host's UTS namespace): a host on the same machine is judged by its pid."""
-    return os.environ.get("AL_HOST_NAME") or socket.gethostname()
 
 
 def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
@@ -130,7 +121,7 @@ class Scheduler(Engine):
         stale_after = host_stale_after()
         self.lock = SchedulerLock(project.state_dir)
         try:
-            super().__init__(project, host=f"{machine_name()}:{os.getpid()}")
+            super().__init__(project)
         except BaseException:
             self.lock.release()
             raise
@@ -145,13 +136,14 @@ class Scheduler(Engine):
     def run(self) -> int:
         from llamaherd.store import StoreError  # late: `al` imports this module for scheduler_info
 
+        self.check_config()
         gateway = self.project.gateway
         self.serve(gateway["bind"], int(gateway["port"]))
-        self._write_info()
         self.heartbeat()
         self.recover()
         self._start_triggers()
         self._install_signals()
+        self._write_info()  # last: its presence tells clients the scheduler is fully up
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
         try:
             while not self.stopping.is_set():

@@ -76,6 +76,12 @@ _SEEK_AGENTS = 16
 _PAUSED_ALL = "*"  # the paused-table row that pauses the whole scheduler
 # PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)).
 _PG_SCHEMA, _PG_CLAIM, _PG_QUEUE, _PG_GLOBAL = 7401, 7402, 7403, 7404
+# Which queued items the claiming host (the one parameter) may take: a resume item is left to
+# the live host that parked its run, where its sandbox is (a host that died has lost its row).
+_RESUME_HERE = (
+    "NOT (kind = 'resume' AND run_id IN (SELECT runs.id FROM runs JOIN hosts "
+    "ON hosts.name = runs.host WHERE runs.state = 'waiting' AND runs.host <> ?))"
+)
 
 
 class StoreError(LlamaherdError):
@@ -638,11 +644,11 @@ class Store:
             running_one=q("SELECT COUNT(*) FROM runs WHERE state = 'running' AND agent = ?"),
             # Each agent's oldest queued item: one pass over the queued-items partial index,
             # so bounded by the queues' limits.
-            heads=(
+            heads=q(
                 f"SELECT {item_cols} FROM work_items WHERE id IN (SELECT MIN(id) FROM work_items "
-                "WHERE state = 'queued' GROUP BY agent)"
+                f"WHERE state = 'queued' AND {_RESUME_HERE} GROUP BY agent)"
             ),
-            take=q(f"SELECT {item_cols} {queued} ORDER BY id LIMIT 1{lock}"),
+            take=q(f"SELECT {item_cols} {queued} AND {_RESUME_HERE} ORDER BY id LIMIT 1{lock}"),
             get_run=q(f"{runs} WHERE id = ?"),
             lock_run=q(f"{runs} WHERE id = ?{' FOR UPDATE' if self._pg else ''}"),
             runs_prefix=q(f"{runs} WHERE SUBSTR(id, 1, ?) = ? LIMIT 2"),
@@ -854,10 +860,10 @@ class Store:
                 # Queue heads of agents with room: fewest running first, then oldest item.
                 heads = sorted(
                     (running.get(row[1], 0), row[0], row)  # (id, agent, ...) as in _ITEM_COLUMNS
-                    for row in self._heads(room)
+                    for row in self._heads(room, host)
                 )
                 for _, _, head in heads:
-                    item = self._lock_head(head, scales[head[1]])
+                    item = self._lock_head(head, scales[head[1]], host)
                     if item is None:
                         continue
                     claimed = self._take(item, host)
@@ -868,11 +874,13 @@ class Store:
                     return None
         return None
 
-    def _heads(self, room: set[str]) -> list[tuple]:
-        """The oldest queued item of each agent in ``room``. Few agents: one index seek each,
-        so the cost does not grow with the queue; many: one pass over the queued items."""
+    def _heads(self, room: set[str], host: str) -> list[tuple]:
+        """The oldest item ``host`` may claim of each agent in ``room``. Few agents: one index
+        seek each, so the cost does not grow with the queue; many: one pass over the queued
+        items."""
         if len(room) > _SEEK_AGENTS:
-            return [row for row in self._exec(self._sql.heads).fetchall() if row[1] in room]
+            rows = self._exec(self._sql.heads, (host,)).fetchall()
+            return [row for row in rows if row[1] in room]
         agents = sorted(room)
 
         def build() -> str:
@@ -880,12 +888,13 @@ class Store:
             return (
                 f"WITH room(agent) AS (VALUES {values}) SELECT {_columns(_ITEM_COLUMNS)} "
                 "FROM work_items WHERE id IN (SELECT (SELECT MIN(w.id) FROM work_items w "
-                "WHERE w.state = 'queued' AND w.agent = room.agent) FROM room)"
+                f"WHERE w.state = 'queued' AND w.agent = room.agent AND {_RESUME_HERE}) FROM room)"
             )
 
-        return self._exec(self._statement(("heads", len(agents)), build), agents).fetchall()
+        statement = self._statement(("heads", len(agents)), build)
+        return self._exec(statement, [*agents, host]).fetchall()
 
-    def _lock_head(self, head: tuple, scale: int) -> WorkItemRow | None:
+    def _lock_head(self, head: tuple, scale: int, host: str) -> WorkItemRow | None:
         """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
         other writer). PostgreSQL: take the agent's claim lock, recount its running runs, and
         lock its oldest item no other scheduler holds (SKIP LOCKED)."""
@@ -895,7 +904,7 @@ class Store:
         self._pg_lock(_PG_CLAIM, agent)
         if self._value(self._sql.running_one, (agent,)) >= scale:
             return None
-        row = self._exec(self._sql.take, (agent,)).fetchone()
+        row = self._exec(self._sql.take, (agent, host)).fetchone()
         return None if row is None else self._item(row)
 
     def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:

@@ -122,7 +122,8 @@ def stop_command(app: AppContext) -> None:
 @click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
 @pass_app
 def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bool) -> None:
-    """Run AGENT now: through the running scheduler, else in the foreground.
+    """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
+    else in the foreground.
 
     Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
     """
@@ -134,13 +135,40 @@ def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bo
     client = ControlClient.find(project)
     if client is not None:
         item = client.post("/control/run", {"agent": agent, "payload": data})["items"][0]
-        if no_follow:
-            click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
-            return
-        store = _store(app)
-        run_id = _wait_for_item(store, agent, item)
-        sys.exit(follow(store, run_id))
-    sys.exit(_run_foreground(project, agent, data))
+    elif _live_hosts(app):
+        item = _queue_on_shared_database(project, agent, data)
+    else:
+        sys.exit(_run_foreground(project, agent, data))
+    if no_follow:
+        click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
+        return
+    store = _store(app)
+    sys.exit(follow(store, _wait_for_item(store, agent, item)))
+
+
+def _live_hosts(app: AppContext) -> list[str]:
+    """Schedulers on other machines heartbeating into a shared (non-SQLite) database."""
+    from llamaherd.scheduler import host_stale_after
+
+    if app.project.database_url.startswith("sqlite"):
+        return []
+    now = time.time()
+    return [h["host"] for h in _store(app).hosts() if now - h["heartbeat_at"] < host_stale_after()]
+
+
+def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any]) -> int:
+    """Queue a manual run for the schedulers sharing the database to pick up."""
+    from llamaherd.control import queue_manual
+    from llamaherd.engine import Engine
+
+    engine = Engine(project)
+    try:
+        result = queue_manual(engine, agent, payload)[0]
+    finally:
+        engine.close()
+    if result["refused"]:
+        raise LlamaherdError(result["refused"])
+    return result["queued"]
 
 
 def _wait_for_item(store: Any, agent: str, item: int) -> str:
