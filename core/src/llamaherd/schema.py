@@ -233,7 +233,8 @@ AGENT_KEYS: dict[str, Any] = {
             "pre": _strings("Shell commands run in the sandbox before the session, in order."),
             "post": _strings("Shell commands run in the sandbox after the session, in order."),
         },
-        "Shell commands (`/bin/sh -c`, 5 min each; a non-zero exit aborts the run).",
+        "Shell commands (`/bin/sh -c`, 5 min each): a failing `pre` command ends the run as an "
+        "error with its output; a failing `post` command is logged.",
     ),
     "params": {"type": "object", "description": "Free-form parameters given to the agent."},
     "scale": _int("Concurrent runs of this agent (0 disables it).", default=1),
@@ -244,8 +245,17 @@ AGENT_KEYS: dict[str, Any] = {
         f"`wait_for_trigger` timeout (default `defaultWaitTimeout`, then {WAIT_TIMEOUT})."
     ),
     "runtime": {"type": "object", "description": "Where the agent's tool calls execute."},
-    "maxTurns": _int("Upper bound on model turns per run.", 1),
-    "suspendTimeout": _seconds("Seconds a paused sandbox may stay suspended before it is removed."),
+    "maxTurns": _int(
+        "Model turns after which a run is suspended and the owner asked to approve more "
+        "(`al approve RUN` / `al deny RUN`). Unset: a safety cap of 100 turns ends the run as "
+        "an error instead.",
+        1,
+    ),
+    "suspendTimeout": _seconds(
+        "Seconds a suspended run waits for `al approve`; after that (or on `al deny`) the run "
+        "is killed and the agent turned `off`.",
+        1200,
+    ),
     "onInterrupted": {
         "enum": ["requeue", "fail"],
         "default": "requeue",

@@ -16,7 +16,7 @@ from typing import Any
 from llamaherd.types import TriggerEvent
 
 log = logging.getLogger("llamaherd.waits")
-_MISSING = object()
+MISSING = object()  # what lookup returns for a path that is not there
 # Filter "type" values that name an event kind rather than a trigger type.
 KIND_ALIASES = {
     "webhook": "webhook",
@@ -29,19 +29,23 @@ KIND_ALIASES = {
 }
 
 
-def field_value(event: TriggerEvent, path: str) -> Any:
-    """An event field: ``kind``/``source``/``agent`` or a dotted path into the payload."""
-    if path in ("kind", "source", "agent"):
-        return getattr(event, path)
-    data: Any = event.payload
+def lookup(data: Any, path: str) -> Any:
+    """The value at a dotted path (``pull_request.base.ref``, ``labels.0.name``), or MISSING."""
     for part in path.split("."):
         if isinstance(data, dict) and part in data:
             data = data[part]
         elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
             data = data[int(part)]
         else:
-            return _MISSING
+            return MISSING
     return data
+
+
+def field_value(event: TriggerEvent, path: str) -> Any:
+    """An event field: ``kind``/``source``/``agent`` or a dotted path into the payload."""
+    if path in ("kind", "source", "agent"):
+        return getattr(event, path)
+    return lookup(event.payload, path)
 
 
 def generic_matches(wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
@@ -50,7 +54,7 @@ def generic_matches(wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         if key == "type":
             continue
         value = field_value(event, key)
-        if value is _MISSING:
+        if value is MISSING:
             return False
         options = expected if isinstance(expected, list) else [expected]
         if value not in options:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
+from llamaherd.waits import MISSING, lookup
+
 # filter key -> (field of the event, compare with glob patterns, case-insensitive)
 FILTERS: dict[str, tuple[str, bool, bool]] = {
     "actions": ("action", False, False),
@@ -33,24 +35,11 @@ ALIASES = {
 }
 # Every key a [[webhooks]] entry may hold.
 ENTRY_KEYS = frozenset({"source", "events", "match", *FILTERS})
-_MISSING = object()
 
 
 def as_list(value: Any) -> list[Any]:
     """A filter value as a list: scalars become one-item lists."""
     return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def lookup(data: Any, path: str) -> Any:
-    """Value at a dotted path (``pull_request.base.ref``, ``labels.0.name``), or _MISSING."""
-    for part in path.split("."):
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
-            data = data[int(part)]
-        else:
-            return _MISSING
-    return data
 
 
 def _one_matches(pattern: Any, value: Any, glob: bool, fold: bool) -> bool:
@@ -63,7 +52,7 @@ def _one_matches(pattern: Any, value: Any, glob: bool, fold: bool) -> bool:
 
 def _any_matches(patterns: Any, value: Any, glob: bool = False, fold: bool = False) -> bool:
     """True when some pattern equals the value (or any of the values, for list fields)."""
-    if value is None or value is _MISSING:
+    if value is None or value is MISSING:
         return False
     values = value if isinstance(value, list) else [value]
     return any(_one_matches(p, v, glob, fold) for p in as_list(patterns) for v in values)
