@@ -9,9 +9,9 @@ def openai_model(project, url: str) -> None:
 
 
 def test_manual_run_bash_cd_status_return(project):
-    project.add_agent(
+    project.add_scripted_agent(
         "worker",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "mkdir -p deep/er && cd deep/er"}}]
         [[turns]]
@@ -32,9 +32,9 @@ def test_manual_run_bash_cd_status_return(project):
 
 
 def test_hooks_pre_failure_ends_with_the_command_output(project):
-    project.add_agent(
+    project.add_scripted_agent(
         "hooked",
-        '[[turns]]\ntext = "unreached"\n',
+        script='[[turns]]\ntext = "unreached"\n',
         config="""
         [hooks]
         pre = ["echo fine", "echo 'no such repo: acme/x' >&2; exit 4"]
@@ -55,8 +55,8 @@ def test_rate_limited_twice_then_success(project, fake_model, chat_reply):
             (200, chat_reply("done")),
         ]
     )
-    openai_model(project, model.url)
-    project.add_agent("patient", None, config='models = ["fake"]\n')
+    openai_model(project, model.url + "/v1")
+    project.add_scripted_agent("patient", config='models = ["fake"]\n')
     result = project.al("run", "patient")
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'return value: "made it"' in result.stdout
@@ -66,8 +66,8 @@ def test_rate_limited_twice_then_success(project, fake_model, chat_reply):
 
 def test_three_auth_failures_abort_with_exit_1(project, fake_model, chat_reply):
     model = fake_model([(401, {"error": {"type": "invalid_api_key", "message": "bad key"}})])
-    openai_model(project, model.url)
-    project.add_agent("locked-out", None, config='models = ["fake"]\n')
+    openai_model(project, model.url + "/v1")
+    project.add_scripted_agent("locked-out", config='models = ["fake"]\n')
     result = project.al("run", "locked-out")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "3 authentication/permission failures" in result.stdout

@@ -25,9 +25,9 @@ def one(runs, agent, state=None):
 
 
 def test_call_agent_and_check_call(project, scheduler):
-    project.add_agent(
+    project.add_scripted_agent(
         "caller",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "call_agent", arguments = {agent = "adder", context = "2+3"}}]
         [[turns]]
@@ -40,16 +40,16 @@ def test_call_agent_and_check_call(project, scheduler):
         text = "done"
     """,
     )
-    project.add_agent(
+    project.add_scripted_agent(
         "adder",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "return_value", arguments = {value = "5 for {{ payload.context }}"}}]
         [[turns]]
         text = "done"
     """,
     )
-    scheduler()
+    scheduler(project)
     result = project.al("run", "caller")
     assert result.returncode == 0, result.stdout + result.stderr
     value = json.loads(json.loads(result.stdout.split("return value: ")[1].splitlines()[0]))
@@ -57,9 +57,9 @@ def test_call_agent_and_check_call(project, scheduler):
 
 
 def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, scheduler):
-    project.add_agent(
+    project.add_scripted_agent(
         "holder",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "sleep 4"}}]
         [[turns]]
@@ -67,9 +67,9 @@ def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, sc
     """,
         config='[hooks]\npre = ["rlock res://shared"]\n',
     )
-    project.add_agent(
+    project.add_scripted_agent(
         "other",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "acquire_lock", arguments = {uri = "res://shared"}}]
         [[turns]]
@@ -80,7 +80,7 @@ def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, sc
         text = "done"
     """,
     )
-    scheduler()
+    scheduler(project)
     assert project.al("run", "holder", "--no-follow").returncode == 0
     store = project.store()
     try:
@@ -98,10 +98,10 @@ def test_locks_contend_between_hook_and_model_and_tokens_are_per_run(project, sc
 
 
 def test_wait_resumed_by_agent_trigger_and_kill_while_waiting(project, scheduler):
-    project.add_agent("waiter", WAITER % "60s")
-    project.add_agent("pinger", PINGER)
-    project.add_agent("sleeper", WAITER % "60s", config="scale = 1\n")
-    scheduler()
+    project.add_scripted_agent("waiter", script=WAITER % "60s")
+    project.add_scripted_agent("pinger", script=PINGER)
+    project.add_scripted_agent("sleeper", script=WAITER % "60s", config="scale = 1\n")
+    scheduler(project)
     assert project.al("run", "waiter", "--no-follow").returncode == 0
     assert project.al("run", "sleeper", "--no-follow").returncode == 0
     waiting = project.wait_run(lambda runs: one(runs, "waiter", "waiting"))
@@ -117,21 +117,21 @@ def test_wait_resumed_by_agent_trigger_and_kill_while_waiting(project, scheduler
 
 
 def test_wait_times_out(project, scheduler):
-    project.add_agent("waiter", WAITER % "1s")
-    scheduler()
+    project.add_scripted_agent("waiter", script=WAITER % "1s")
+    scheduler(project)
     result = project.al("run", "waiter", timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "timed out" in result.stdout.split("return value: ")[1]
 
 
 def test_wait_resumed_after_scheduler_restart(project, scheduler):
-    project.add_agent("waiter", WAITER % "120s")
-    project.add_agent("pinger", PINGER)
-    first = scheduler()
+    project.add_scripted_agent("waiter", script=WAITER % "120s")
+    project.add_scripted_agent("pinger", script=PINGER)
+    first = scheduler(project)
     assert project.al("run", "waiter", "--no-follow").returncode == 0
     waiting = project.wait_run(lambda runs: one(runs, "waiter", "waiting"))
     first.stop()
-    scheduler()
+    scheduler(project)
     assert project.al("run", "pinger").returncode == 0
     done = project.wait_run(lambda runs: one(runs, "waiter", "done"))
     assert done.id == waiting.id
@@ -139,9 +139,9 @@ def test_wait_resumed_after_scheduler_restart(project, scheduler):
 
 
 def test_run_adopted_after_scheduler_kill9_continues_from_its_checkpoint(project, scheduler):
-    project.add_agent(
+    project.add_scripted_agent(
         "steady",
-        """
+        script="""
         [[turns]]
         tool_calls = [{name = "set_status", arguments = {text = "step one"}}]
         [[turns]]
@@ -152,11 +152,11 @@ def test_run_adopted_after_scheduler_kill9_continues_from_its_checkpoint(project
         text = "done"
     """,
     )
-    first = scheduler()
+    first = scheduler(project)
     assert project.al("run", "steady", "--no-follow").returncode == 0
     project.wait_run(lambda runs: (r := one(runs, "steady")) and r.status == "step one" and r)
     first.proc.kill()  # kill -9 while the bash call runs
     first.proc.wait(10)
-    scheduler()
+    scheduler(project)
     done = project.wait_run(lambda runs: one(runs, "steady", "done"), timeout=60)
     assert "interrupted before a result was recorded" in done.return_value

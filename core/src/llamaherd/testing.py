@@ -16,7 +16,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   real plugin registry, with a controllable circuit-breaker clock and recorded events.
 
 And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
-distribution into the running environment for a test.
+distribution into the running environment for a test; ``wait_until(predicate, ...)``, bounded
+polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import fcntl
 import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
@@ -76,6 +78,29 @@ def pip_installed(path: Path, distribution: str) -> Iterator[None]:
             yield
         finally:
             _pip("uninstall", "-y", distribution)
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 30,
+    interval: float = 0.05,
+    *,
+    what: str = "condition",
+    ignore: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """Poll ``predicate`` every ``interval`` seconds until it returns something truthy; return
+    that. AssertionError naming ``what`` after ``timeout`` seconds. Exceptions of the types in
+    ``ignore`` count as a falsy result (e.g. a store failing while the disk is full)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except ignore:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not met within {timeout:g} s")
 
 
 class TmpProject:
@@ -198,20 +223,47 @@ port = 0
 
 class OfflineProject(TmpProject):
     """A project whose agents use the scripted provider and the host-user runtime as the
-    current user: real runs with no network, no API key and no Docker."""
+    current user: real runs with no network, no API key and no Docker.
 
-    def __init__(self, root: Path, settings: str = ""):
+    ``env`` is added to the environment of ``al(...)`` and of a :class:`SchedulerProcess` of
+    this project; ``creds`` (need not exist) isolates the credential store there
+    (``AL_CREDENTIALS_DIR``); ``timeout`` is the default of ``al(...)``.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        settings: str = "",
+        *,
+        env: dict[str, str] | None = None,
+        creds: Path | None = None,
+        timeout: float = 120,
+    ):
         super().__init__(root)
         # Top-level settings must come before the first [table].
         self.config(textwrap.dedent(settings) + OFFLINE_CONFIG)
+        self.env = dict(env or {})
+        self.creds = creds
+        if creds is not None:
+            self.env["AL_CREDENTIALS_DIR"] = str(creds)
+        self.timeout = timeout
 
-    def add_scripted_agent(self, name: str, config: str = "", script: str | None = None) -> Path:
-        """An agent with ``config`` (any TOML, tables included) and an optional ``script.toml``."""
-        offline = (
-            'models = ["scripted"]\n'
-            f'runtime = {{ type = "host-user", run_as = "{getpass.getuser()}" }}\n'
-        )
-        path = self.add_agent(name, offline + textwrap.dedent(config))
+    def add_scripted_agent(
+        self,
+        name: str,
+        config: str = "",
+        script: str | None = None,
+        *,
+        run_as: str | None = None,
+    ) -> Path:
+        """An agent with ``config`` (any TOML, tables included) and an optional ``script.toml``,
+        run by the host-user runtime as ``run_as`` (default: the current user). Its models are
+        ``["scripted"]`` unless ``config`` sets ``models``."""
+        config = textwrap.dedent(config)
+        offline = f'runtime = {{ type = "host-user", run_as = "{run_as or getpass.getuser()}" }}\n'
+        if not re.search(r"^models\s*=", config, re.MULTILINE):
+            offline = 'models = ["scripted"]\n' + offline
+        path = self.add_agent(name, offline + config)
         if script is not None:
             self.write(f"agents/{name}/script.toml", script)
         return path
@@ -219,7 +271,7 @@ class OfflineProject(TmpProject):
     def al(
         self,
         *args: str,
-        timeout: float = 120,
+        timeout: float | None = None,
         check: bool = False,
         env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
@@ -227,8 +279,8 @@ class OfflineProject(TmpProject):
             [sys.executable, "-m", "llamaherd", "--project", str(self.root), *args],
             capture_output=True,
             text=True,
-            timeout=timeout,
-            env={**os.environ, **(env or {})},
+            timeout=self.timeout if timeout is None else timeout,
+            env={**os.environ, **self.env, **(env or {})},
         )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -240,6 +292,16 @@ class OfflineProject(TmpProject):
         from llamaherd.store import Store
 
         return Store.open(self.load().database_url, str(self.root))
+
+    def wait_run(self, predicate: Callable[[list[Any]], Any], timeout: float = 30) -> Any:
+        """Poll the store until ``predicate(runs)`` (the latest 200 runs) is truthy; return it."""
+        store = self.store()
+        try:
+            return wait_until(
+                lambda: predicate(store.runs(limit=200)), timeout, what="run condition"
+            )
+        finally:
+            store.close()
 
 
 class SchedulerProcess:
@@ -265,7 +327,7 @@ class SchedulerProcess:
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
+                env={**os.environ, **getattr(project, "env", {}), **(env or {})},
             )
         info = self._wait_for_info(project.root / ".al" / "scheduler.json")
         self.url = info["url"]
@@ -335,14 +397,23 @@ def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
 
 class ModelServer(ThreadingHTTPServer):
     """Answers POSTs from ``replies`` (status, body, headers, delay) and records each request
-    as {path, headers, body}. With nothing queued it answers 500."""
+    as {path, headers, body}. With nothing queued it answers 500, or, with ``repeat_last``,
+    repeats the last reply."""
 
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, repeat_last: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.replies: list[tuple[int, Any, dict[str, str], float]] = []
         self.requests: list[dict[str, Any]] = []
+        self.repeat_last = repeat_last
+
+    def next_reply(self) -> tuple[int, Any, dict[str, str], float]:
+        if not self.replies:
+            return (500, {"error": "none queued"}, {}, 0)
+        if self.repeat_last and len(self.replies) == 1:
+            return self.replies[0]
+        return self.replies.pop(0)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that gave up (timeout tests) is not an error here
@@ -369,11 +440,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "body": json.loads(raw),
             }
         )
-        status, body, headers, delay = (
-            self.server.replies.pop(0)
-            if self.server.replies
-            else (500, {"error": "none queued"}, {}, 0)
-        )
+        status, body, headers, delay = self.server.next_reply()
         time.sleep(delay)
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
@@ -396,6 +463,39 @@ def model_server():
     yield server
     server.shutdown()
     server.server_close()
+
+
+def chat_reply(text: str = "", tool_calls: Sequence[tuple[str, dict[str, Any]]] = ()) -> dict:
+    """An OpenAI Chat Completions response body: ``text`` and/or ``[(tool, args), ...]``."""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(tool_calls)
+        ]
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "model": "fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    }
+
+
+@pytest.fixture(name="chat_reply")
+def chat_reply_fixture() -> Callable[..., dict]:
+    """:func:`chat_reply`, as a fixture."""
+    return chat_reply
 
 
 @pytest.fixture
