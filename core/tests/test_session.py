@@ -8,13 +8,13 @@ import json
 import subprocess
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from llamaherd.testing import wait_until
 from llamaherd.types import TriggerEvent
 
 CONFIG = """
@@ -285,16 +285,6 @@ def dispatching(engine: Any) -> Iterator[None]:
             worker.join(10)
 
 
-def wait_for(predicate, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
-
-
 def claim_and_run(engine: Any) -> Any:
     claimed = engine.claim()
     assert claimed is not None, "nothing claimable"
@@ -410,7 +400,7 @@ def test_lock_contention_between_hook_and_model(engine):
     )
     holder_thread = threading.Thread(target=run, args=(engine, "holder"))
     holder_thread.start()
-    lock = wait_for(lambda: engine.store.locks())
+    lock = wait_until(lambda: engine.store.locks(), timeout=10, interval=0.02)
     holder_id = lock[0].get("run_id") or lock[0].get("holder")
     other = run(engine, "other", payload={"holder": holder_id})
     holder_thread.join(20)
@@ -504,10 +494,14 @@ def test_gateway_authenticates_each_run(engine):
     )
     thread = threading.Thread(target=run, args=(engine, "peer"))
     thread.start()
-    row = wait_for(lambda: next((r for r in engine.store.runs(agent="peer") if r.sandbox), None))
+    row = wait_until(
+        lambda: next((r for r in engine.store.runs(agent="peer") if r.sandbox), None),
+        timeout=10,
+        interval=0.02,
+    )
     workdir = row.sandbox["workdir"]
-    run_id = wait_for(lambda: _read(f"{workdir}/id"))
-    token = wait_for(lambda: _read(f"{workdir}/tok"))
+    run_id = wait_until(lambda: _read(f"{workdir}/id"), timeout=10, interval=0.02)
+    token = wait_until(lambda: _read(f"{workdir}/tok"), timeout=10, interval=0.02)
     url = engine.gateway_url + "/gateway/status"
 
     def post(headers: dict[str, str]) -> requests.Response:
@@ -552,7 +546,7 @@ def test_al_wait_blocks_a_script_until_a_trigger(engine):
     )
     thread = threading.Thread(target=run, args=(engine, "scripter"))
     thread.start()
-    wait_for(lambda: SCRIPT_WAITS._waits)
+    wait_until(lambda: SCRIPT_WAITS._waits, timeout=10, interval=0.02)
     result = engine.emit(TriggerEvent("scripter", "agent", {"caller_agent": "pinger", "n": 5}))
     thread.join(30)
     final = engine.store.runs(agent="scripter")[0]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llamaherd.testing import ModelServer, OfflineProject, SchedulerProcess
+from llamaherd.testing import ModelServer, OfflineProject
 
 
 @pytest.fixture

@@ -48,7 +48,9 @@ def test_model_key_is_not_readable_from_the_sandbox(project, fake_model, chat_re
     (project.creds / "openai_key" / "default").mkdir(parents=True, mode=0o700)
     (project.creds / "openai_key" / "default" / "token").write_text(KEY + "\n")
     with (project.root / "config.toml").open("a") as fh:
-        fh.write(f'\n[models.fake]\nprovider = "openai"\nmodel = "m"\nbase_url = "{model.url}/v1"\n')
+        fh.write(
+            f'\n[models.fake]\nprovider = "openai"\nmodel = "m"\nbase_url = "{model.url}/v1"\n'
+        )
     project.add_scripted_agent("prober", config='models = ["fake"]\n', run_as=AGENT_USER)
     result = project.al("run", "prober")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from llamaherd.testing import wait_until
 
 DEFAULT_SEED = 20261202
 
@@ -36,17 +36,6 @@ def seed(request: pytest.FixtureRequest) -> int:
 @pytest.fixture
 def rng(seed: int) -> random.Random:
     return random.Random(seed)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it is truthy; AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout:g} s")
 
 
 def read_db(path: Path, sql: str, params: tuple = ()) -> list[tuple]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import OfflineProject
+from llamaherd.testing import OfflineProject, wait_until
 
 QUICK = """
 [[turns]]
@@ -250,13 +250,5 @@ def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, sc
 
 
 def wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except Exception:  # the store may fail while the disk is full
-            value = None
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met within {timeout} s")
+    # The store may fail while the disk is full.
+    return wait_until(predicate, timeout, interval=0.1, ignore=(Exception,))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from llamaherd.testing import OfflineProject
+from llamaherd.testing import OfflineProject, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -34,16 +34,6 @@ STALE_AFTER = 3.0
 # A host heartbeats every second, so its heartbeat can look unchanged for up to a second less
 # than STALE_AFTER when it dies.
 HOUSEKEEPING_SLACK = 1.5
-
-
-def wait_until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def checkout(root: Path, url: str) -> OfflineProject:
@@ -99,7 +89,7 @@ def fire_tick(clock: FakeClock, store: Any) -> float:
         runs = store.runs(agent="tick", limit=100)
         return any(r.state == "done" and r.trigger["payload"].get("tick") == tick for r in runs)
 
-    wait_until(ran, 30, f"the run of cron tick {tick}")
+    wait_until(ran, 30, what=f"the run of cron tick {tick}")
     return tick
 
 
@@ -130,7 +120,7 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
     def done_count() -> int:
         return store.stats("work")["states"].get("done", 0)
 
-    wait_until(lambda: done_count() >= ITEMS // 3, 120, "a third of the items done")
+    wait_until(lambda: done_count() >= ITEMS // 3, 120, what="a third of the items done")
 
     def stat_hosts() -> set[str] | None:
         """The hosts `al stat` names for the work agent, when it names several."""
@@ -138,7 +128,7 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
         row = next(r for r in json.loads(stat.stdout)["agents"] if r["agent"] == "work")
         return set(row["hosts"]) if len(row["hosts"]) >= 2 else None
 
-    assert wait_until(stat_hosts, 30, "al stat to show several hosts") <= set(by_host)
+    assert wait_until(stat_hosts, 30, what="al stat to show several hosts") <= set(by_host)
 
     # Kill the host that runs the most right now; its runs stay `running` until its heartbeat
     # is stale, then the others interrupt and requeue them.
@@ -147,7 +137,7 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
         host, count = owners.most_common(1)[0] if owners else (None, 0)
         return host if count >= 2 else None
 
-    victim_host = wait_until(busiest, 30, "a host with two runs at once")
+    victim_host = wait_until(busiest, 30, what="a host with two runs at once")
     victim = by_host[victim_host]
     victim.kill9()
     killed_at = time.monotonic()
@@ -156,12 +146,12 @@ def test_three_hosts_share_one_queue_and_survive_a_kill9(tmp_path, pg_url, sched
     wait_until(
         lambda: all(store.get_run(run_id).state != "running" for run_id in orphans),
         STALE_AFTER + 20,
-        "the killed host's runs to be reconciled",
+        what="the killed host's runs to be reconciled",
     )
     reconciled_after = time.monotonic() - killed_at
     ticks.append(fire_tick(clock, store))
 
-    wait_until(lambda: done_count() == ITEMS, 150, "every item done")
+    wait_until(lambda: done_count() == ITEMS, 150, what="every item done")
     ticks.append(fire_tick(clock, store))
     samples = sampler.stop()
 
@@ -209,11 +199,13 @@ def test_al_kill_on_one_host_stops_the_run_on_the_host_that_runs_it(tmp_path, pg
         hosts[name] = scheduler(project, {"AL_HOST_NAME": name})
     store = Store.open(pg_url)
     store.enqueue("slow", "manual", {})
-    run = wait_until(lambda: next(iter(store.runs("slow", ("running",), 1)), None), 30, "a run")
+    run = wait_until(
+        lambda: next(iter(store.runs("slow", ("running",), 1)), None), 30, what="a run"
+    )
     owner = hosts[run.host.rpartition(":")[0]]
     other = next(s for s in hosts.values() if s is not owner)
     other.project.al("kill", run.id, check=True)
-    wait_until(lambda: "ended by another host" in owner.read_log(), 10, "the owner to stop it")
+    wait_until(lambda: "ended by another host" in owner.read_log(), 10, what="the owner to stop it")
     assert store.get_run(run.id).state == "killed"
     store.close()
 
@@ -248,7 +240,7 @@ def test_a_waiting_run_resumes_on_the_host_that_holds_its_sandbox(tmp_path, pg_u
         parked_on.update({r.id: r.host for r in runs if r.state == "waiting"})
         return len(runs) == 8 and all(r.state == "done" for r in runs)
 
-    wait_until(all_done, 60, "every run to wait, resume and finish")
+    wait_until(all_done, 60, what="every run to wait, resume and finish")
     finished_on = {r.id: r.host for r in store.runs("waiter", limit=20)}
     assert len(parked_on) == 8, "every run parked"
     assert finished_on == parked_on, "each run resumed where its sandbox is"

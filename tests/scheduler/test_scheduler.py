@@ -13,22 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import OfflineProject
+from llamaherd.testing import OfflineProject, wait_until
 
 QUICK = """
 [[turns]]
 text = "done"
 """
-
-
-def wait_until(predicate, timeout: float = 60, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def runs_by_state(store, agent=None):
@@ -50,9 +40,17 @@ def test_kill9_mid_work_loses_nothing_and_runs_nothing_twice(tmp_path, scheduler
     assert store.queue_depth().get("quick", 0) > 0, "the kill should land mid-work"
 
     scheduler(project)
-    wait_until(lambda: store.queue_depth().get("quick", 0) == 0 and not store.runs(states=("running",), limit=10), timeout=240)
+    wait_until(
+        lambda: (
+            store.queue_depth().get("quick", 0) == 0
+            and not store.runs(states=("running",), limit=10)
+        ),
+        timeout=240,
+    )
     done = collections.Counter(
-        run.trigger["payload"]["n"] for run in store.runs(agent="quick", limit=100_000) if run.state == "done"
+        run.trigger["payload"]["n"]
+        for run in store.runs(agent="quick", limit=100_000)
+        if run.state == "done"
     )
     assert sorted(done) == list(range(1000)), "every item finished"
     assert max(done.values()) == 1, "no item finished twice"
@@ -76,12 +74,16 @@ def test_queue_bound_keeps_newest_and_records_drops(tmp_path, scheduler):
 
 
 def test_scale_caps_concurrent_runs(project, scheduler):
-    project.add_scripted_agent("wide", "scale = 3\n", """
+    project.add_scripted_agent(
+        "wide",
+        "scale = 3\n",
+        """
         [[turns]]
         tool_calls = [{name = "bash", arguments = {command = "sleep 0.4"}}]
         [[turns]]
         text = "slept"
-    """)
+    """,
+    )
     sched = scheduler(project)
     for _ in range(10):
         assert sched.post("/control/run", {"agent": "wide"}).status_code == 202
@@ -106,12 +108,16 @@ def test_scale_caps_concurrent_runs(project, scheduler):
 
 def test_timeout_kills_the_whole_tree(project, scheduler, tmp_path):
     pidfile = tmp_path / "pids"
-    project.add_scripted_agent("sleepy", "timeout = 2\n", f"""
+    project.add_scripted_agent(
+        "sleepy",
+        "timeout = 2\n",
+        f"""
         [[turns]]
         tool_calls = [{{name = "bash", arguments = {{command = "(sleep 300 & echo $! >> {pidfile}; wait) & echo $! >> {pidfile}; sleep 300"}}}}]
         [[turns]]
         text = "never"
-    """)
+    """,
+    )
     result = project.al("run", "sleepy", timeout=60)
     assert result.returncode == 124, result.stdout + result.stderr
     run = project.store().runs(agent="sleepy", limit=1)[0]
@@ -126,33 +132,43 @@ def test_timeout_kills_the_whole_tree(project, scheduler, tmp_path):
 
 def test_locks_contend_report_holder_and_release_on_kill(project, scheduler, tmp_path):
     out = tmp_path / "lock"
-    project.add_scripted_agent("locker", "scale = 2\n", f"""
+    project.add_scripted_agent(
+        "locker",
+        "scale = 2\n",
+        f"""
         [[turns]]
         tool_calls = [{{name = "bash", arguments = {{command = "rlock repo://shared > {out}-$AL_RUN_ID; sleep 60"}}}}]
         [[turns]]
         text = "done"
-    """)
+    """,
+    )
     sched = scheduler(project)
     store = project.store()
     sched.post("/control/run", {"agent": "locker"})
-    first = wait_until(lambda: [p for p in tmp_path.glob("lock-*")])[0]
+    first = wait_until(lambda: [p for p in tmp_path.glob("lock-*")], timeout=60)[0]
     holder = first.name.removeprefix("lock-")
     sched.post("/control/run", {"agent": "locker"})
-    second = wait_until(lambda: [p for p in tmp_path.glob("lock-*") if p != first and p.read_text()])[0]
+    second = wait_until(
+        lambda: [p for p in tmp_path.glob("lock-*") if p != first and p.read_text()], timeout=60
+    )[0]
     import json
 
-    assert json.loads(wait_until(first.read_text))["ok"] is True
+    assert json.loads(wait_until(first.read_text, timeout=60))["ok"] is True
     refused = json.loads(second.read_text())
     assert refused["ok"] is False and refused["holder"] == holder
     assert sched.post("/control/kill", {"target": holder}).json()["killed"] == [holder]
-    wait_until(lambda: store.get_run(holder).state == "killed")
+    wait_until(lambda: store.get_run(holder).state == "killed", timeout=60)
     assert all(lock["run_id"] != holder for lock in store.locks())
 
 
 def test_bad_input_is_refused_clearly(project, scheduler):
     project.add_scripted_agent("quick", "", QUICK)
     result = project.al("run", "nope")
-    assert result.returncode == 2 and "no such agent" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 2
+        and "no such agent" in result.stderr
+        and "Traceback" not in result.stderr
+    )
     result = project.al("logs", "does-not-exist")
     assert result.returncode == 2 and "no such run" in result.stderr
     sched = scheduler(project)
@@ -168,8 +184,19 @@ def test_mutating_control_calls_need_the_token(project, scheduler):
 
     project.add_scripted_agent("quick", "", QUICK)
     sched = scheduler(project)
-    assert requests.post(sched.url + "/control/run", json={"agent": "quick"}, timeout=10).status_code == 401
-    assert requests.post(sched.url + "/control/run", json={"agent": "quick"}, headers={"Authorization": "Bearer wrong"}, timeout=10).status_code == 401
+    assert (
+        requests.post(sched.url + "/control/run", json={"agent": "quick"}, timeout=10).status_code
+        == 401
+    )
+    assert (
+        requests.post(
+            sched.url + "/control/run",
+            json={"agent": "quick"},
+            headers={"Authorization": "Bearer wrong"},
+            timeout=10,
+        ).status_code
+        == 401
+    )
     assert requests.get(sched.url + "/control/stat", timeout=10).status_code == 200
     assert oct(os.stat(project.root / ".al" / "control-token").st_mode & 0o777) == "0o600"
 

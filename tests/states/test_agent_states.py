@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from llamaherd.testing import OfflineProject
+from llamaherd.testing import OfflineProject, chat_reply, wait_until
 
-from .conftest import events_of, wait_until
+from .conftest import events_of
 
 MINUTE = 31_666_667 * 60  # a fake-clock minute boundary (cron ticks are at :00)
 HOOKS = '\n[webhooks.hooks]\ntype = "generic"\nallowUnsigned = true\n'
@@ -266,35 +266,30 @@ def test_al_approve_then_al_deny_turns_the_agent_off(tmp_path, scheduler):
     assert again.returncode == 2 and "not suspended" in again.stderr
 
 
-def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler, fake_model):
-    error = {"error": {"type": "server_error", "message": "upstream hiccup"}}
-    flaky = fake_model(
-        [
-            (429, {"error": {"type": "rate_limit", "message": "slow down"}}),
-            (500, error),
-            (200, fake_model.reply(tool_calls=[("return_value", {"value": "made it"})])),
-            (200, fake_model.reply("done")),
-        ]
+def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler, model_server):
+    model_server.reply(
+        429, {"error": {"type": "rate_limit", "message": "slow"}}, {"retry-after": "0"}
     )
-    down = fake_model([(500, error)])
+    model_server.reply(500, {"error": {"type": "server_error", "message": "upstream hiccup"}})
+    model_server.reply(200, chat_reply(tool_calls=[("return_value", {"value": "made it"})]))
+    model_server.reply(200, chat_reply("done"))  # then, with nothing queued: 500 after 500
     project = OfflineProject(tmp_path / "proj")
     with (project.root / "config.toml").open("a") as fh:
-        for name, server in (("flaky", flaky), ("down", down)):
-            fh.write(
-                f'\n[models.{name}]\nprovider = "openai"\nmodel = "m"\nbase_url = "{server.url}"\n'
-            )
-    add_agent(project, "patient", 'models = ["flaky"]\n')
-    add_agent(project, "stranded", 'models = ["down"]\n')
+        fh.write(
+            f'\n[models.fake]\nprovider = "openai"\nmodel = "m"\nbase_url = "{model_server.url}/v1"\n'
+        )
+    add_agent(project, "patient", 'models = ["fake"]\n')
+    add_agent(project, "stranded", 'models = ["fake"]\n')
     sched = scheduler(project, env={"AL_RETRY_BASE_DELAY": "0.01"})
     store = project.store()
-    for agent in ("patient", "stranded"):
-        assert sched.post("/control/run", {"agent": agent}).status_code == 202
+    assert sched.post("/control/run", {"agent": "patient"}).status_code == 202
 
     done = wait_until(lambda: [r for r in runs_of(store, "patient") if r.state == "done"])[0]
     assert done.return_value == "made it"
     problems = [e["data"] for e in store.events(done.id) if e["type"] == "provider_error"]
     assert [p["error_class"] for p in problems] == ["RateLimited", "Transient"]
 
+    assert sched.post("/control/run", {"agent": "stranded"}).status_code == 202
     failed = wait_until(lambda: [r for r in runs_of(store, "stranded") if r.state == "error"])[0]
     assert len([e for e in store.events(failed.id) if e["type"] == "provider_error"]) >= 5
     assert not [e for e in store.events(failed.id) if e["type"] == "run_error"]

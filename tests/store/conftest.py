@@ -4,13 +4,13 @@ AL_TEST_POSTGRES_URL names a server (``bash .ci/postgres.sh`` starts one and pri
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llamaherd.store import Store
+from llamaherd.testing import postgres_schema
 
 PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
 
@@ -28,37 +28,14 @@ class FakeClock:
         self.now += seconds
 
 
-def pg_schema_url() -> tuple[str, str]:
-    """A fresh schema on the test server and a URL whose search_path points at it."""
-    import psycopg2
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    conn = psycopg2.connect(PG_URL)
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE SCHEMA {name}")
-    conn.close()
-    sep = "&" if "?" in PG_URL else "?"
-    return name, f"{PG_URL}{sep}options=-csearch_path%3D{name}"
-
-
-def drop_pg_schema(name: str) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(PG_URL)
-    conn.autocommit = True
-    conn.cursor().execute(f"DROP SCHEMA {name} CASCADE")
-    conn.close()
-
-
 @pytest.fixture(scope="session")
 def pg_schema() -> Iterator[tuple[str, str]]:
     """One schema with the store's tables for the whole session (creating tables is slow)."""
     if not PG_URL:
         pytest.skip("AL_TEST_POSTGRES_URL is not set")
-    name, url = pg_schema_url()
-    Store.open(url).close()
-    yield name, url
-    drop_pg_schema(name)
+    with postgres_schema(PG_URL) as (name, url):
+        Store.open(url).close()
+        yield name, url
 
 
 def empty_pg_schema(name: str) -> None:

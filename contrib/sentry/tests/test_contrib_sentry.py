@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -16,40 +15,19 @@ from pathlib import Path
 
 import pytest
 
+from llamaherd.testing import pip_installed
+
 DIST = Path(__file__).resolve().parents[1]
 AL = [sys.executable, "-c", "from llamaherd.cli import main; main()"]
 GOOD_TOKEN = "sntrys_goodTokenForTests123"
 
 
-def pip(*args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        check=True,
-        timeout=300,
-    )
-
-
 @pytest.fixture(scope="module")
 def installed() -> Iterator[None]:
-    """pip-install the distribution (unless the venv already has it) and remove it after.
-
-    An exclusive lock on a file in the venv serialises test sessions sharing one venv, so one
-    session's uninstall never lands in the middle of another's tests.
-    """
-    with open(Path(sys.prefix) / ".llamaherd-sentry-test.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            metadata.version("llamaherd-sentry")
-            yield  # already installed (e.g. editable in a dev venv): leave it as it is
-            return
-        except metadata.PackageNotFoundError:
-            pass
-        # No build isolation and no deps: hatchling and llamaherd are already in this venv.
-        pip("install", "--no-build-isolation", "--no-deps", str(DIST))
-        try:
-            yield
-        finally:
-            pip("uninstall", "-y", "llamaherd-sentry")
+    """pip-install the distribution (unless the venv already has it) and remove it after;
+    serialised with other test sessions sharing the venv (see ``pip_installed``)."""
+    with pip_installed(DIST, "llamaherd-sentry"):
+        yield
 
 
 class FakeSentry(BaseHTTPRequestHandler):

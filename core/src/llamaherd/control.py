@@ -109,7 +109,8 @@ def set_agent_state(
     store.set_agent_state(agent, state, cause)
     dropped = 0
     if state in DROPPED_KINDS:
-        dropped = store.clear_queue(agent, DROPPED_KINDS[state])
+        why = f"dropped: agent {agent!r} went {state} ({cause})"
+        dropped = store.clear_queue(agent, DROPPED_KINDS[state], why)
         if dropped:
             data = {"count": dropped, "state": state, "cause": cause}
             store.add_agent_event(agent, "trigger.dropped", data)

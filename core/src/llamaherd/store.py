@@ -1011,14 +1011,27 @@ class Store:
         return dict(self._exec(sql).fetchall())
 
     @_guarded
-    def clear_queue(self, agent: str, kinds: tuple[str, ...] | None = None) -> int:
-        """Delete queued items of ``agent`` (optionally only these kinds); return the count."""
-        WorkItem = self._m.WorkItem
-        query = WorkItem.delete().where((WorkItem.state == "queued") & (WorkItem.agent == agent))
+    def clear_queue(
+        self,
+        agent: str,
+        kinds: tuple[str, ...] | None = None,
+        reason: str = "its queued trigger was dropped",
+    ) -> int:
+        """Delete queued items of ``agent`` (optionally only these kinds); return the count.
+        An agent call such an item carried will never be served: it is settled as an error
+        with ``reason``, so its caller stops waiting."""
+        m = self._m
+        where = (m.WorkItem.state == "queued") & (m.WorkItem.agent == agent)
         if kinds is not None:
-            query = query.where(WorkItem.kind.in_(list(kinds)))
+            where &= m.WorkItem.kind.in_(list(kinds))
         with self._write():
-            return query.execute()
+            carried = m.WorkItem.select(m.WorkItem.call_id).where(
+                where & m.WorkItem.call_id.is_null(False)
+            )
+            m.Call.update(state="error", error=reason, finished_at=self._clock()).where(
+                m.Call.id.in_(carried) & m.Call.run_id.is_null() & (m.Call.state == "pending")
+            ).execute()
+            return m.WorkItem.delete().where(where).execute()
 
     # ------------------------------------------------------------ runs
     @_guarded

@@ -17,7 +17,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
 
 And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
 distribution into the running environment for a test; ``wait_until(predicate, ...)``, bounded
-polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body.
+polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
+``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -78,6 +80,30 @@ def pip_installed(path: Path, distribution: str) -> Iterator[None]:
             yield
         finally:
             _pip("uninstall", "-y", distribution)
+
+
+def _pg_execute(server_url: str, sql: str) -> None:
+    import psycopg2
+
+    conn = psycopg2.connect(server_url)
+    try:
+        conn.autocommit = True
+        conn.cursor().execute(sql)
+    finally:
+        conn.close()
+
+
+@contextmanager
+def postgres_schema(server_url: str, prefix: str = "t_") -> Iterator[tuple[str, str]]:
+    """A fresh schema on the PostgreSQL server at ``server_url`` for the ``with`` block: yields
+    its name and a database URL whose search_path is that schema; dropped (CASCADE) after."""
+    name = prefix + uuid.uuid4().hex[:12]
+    _pg_execute(server_url, f"CREATE SCHEMA {name}")
+    sep = "&" if "?" in server_url else "?"
+    try:
+        yield name, f"{server_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        _pg_execute(server_url, f"DROP SCHEMA {name} CASCADE")
 
 
 def wait_until(

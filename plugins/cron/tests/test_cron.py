@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from llamaherd_cron.trigger import CronTrigger, Plan
 
+from llamaherd.testing import wait_until
 from llamaherd.types import ConfigError
 
 T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC).timestamp()  # a Monday, 12:00:30 UTC
@@ -16,15 +17,6 @@ T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC).timestamp()  # a Monday, 12:00:
 
 def at(hour: int, minute: int, second: float = 0.0) -> float:
     return datetime(2026, 1, 5, hour, minute, tzinfo=UTC).timestamp() + second
-
-
-def wait_until(predicate, timeout: float = 10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 class Clock:
@@ -96,7 +88,7 @@ def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, sche
     time.sleep(0.7)
     assert first.fired == [], "nothing was due at start"
     clock.set(at(12, 5, 0.2))
-    assert wait_until(lambda: len(first.fired) == 2)
+    assert wait_until(lambda: len(first.fired) == 2, timeout=10, interval=0.02)
     assert sorted(first.fired) == [("every5", at(12, 5), True), ("nocatch", at(12, 5), True)]
     first.stop()
 
@@ -111,18 +103,18 @@ def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, sche
 def test_single_catch_up_after_downtime_unless_disabled(project, clock, schedulers):
     first = schedulers(project)
     clock.set(at(12, 5, 0.1))
-    assert wait_until(lambda: len(first.fired) == 2)
+    assert wait_until(lambda: len(first.fired) == 2, timeout=10, interval=0.02)
     first.stop()
 
     clock.set(at(12, 31))  # down while 12:10 ... 12:30 passed
     second = schedulers(project)
-    assert wait_until(lambda: second.fired)
+    assert wait_until(lambda: second.fired, timeout=10, interval=0.02)
     time.sleep(0.7)
     assert second.fired == [("every5", at(12, 30), True)], "one catch-up, for the latest tick"
     assert second.engine.store.last_tick("nocatch") == at(12, 5), "catchUp = false skipped"
 
     clock.set(at(12, 35, 0.3))
-    assert wait_until(lambda: len(second.fired) == 3)
+    assert wait_until(lambda: len(second.fired) == 3, timeout=10, interval=0.02)
     assert sorted(second.fired[1:]) == [("every5", at(12, 35), True), ("nocatch", at(12, 35), True)]
 
 
@@ -131,7 +123,9 @@ def test_two_hosts_fire_each_tick_once(project, clock, schedulers):
     for minute in (5, 10, 15):
         clock.set(at(12, minute, 0.1))
         assert wait_until(
-            lambda m=minute: sum(f[1] == at(12, m) for f in one.fired + two.fired) == 2
+            lambda m=minute: sum(f[1] == at(12, m) for f in one.fired + two.fired) == 2,
+            timeout=10,
+            interval=0.02,
         )
     time.sleep(0.6)
     ticks = sorted(f[:2] for f in one.fired + two.fired)
@@ -142,7 +136,11 @@ def test_pending_ticks_coalesce_into_one_run(project, clock, schedulers):
     scheduler = schedulers(project)
     for minute in (5, 10, 15):
         clock.set(at(12, minute, 0.1))
-        assert wait_until(lambda m=minute: any(f[1] == at(12, m) for f in scheduler.fired))
+        assert wait_until(
+            lambda m=minute: any(f[1] == at(12, m) for f in scheduler.fired),
+            timeout=10,
+            interval=0.02,
+        )
     assert scheduler.engine.store.queue_depth()["every5"] == 1
 
 
@@ -152,7 +150,7 @@ def test_real_clock_fires_within_a_second(tmp_project, monkeypatch, tmp_path, sc
     tmp_project.config("")
     tmp_project.add_agent("fast", 'every = "1s"\n')
     scheduler = schedulers(tmp_project)
-    assert wait_until(lambda: len(scheduler.fired) >= 3, timeout=4)
+    assert wait_until(lambda: len(scheduler.fired) >= 3, timeout=4, interval=0.02)
     assert all(0 <= lag < 1.0 for lag in scheduler.lags), scheduler.lags
     ticks = [tick for _, tick, _ in scheduler.fired]
     assert ticks == sorted(set(ticks)), "each second fires once, in order"

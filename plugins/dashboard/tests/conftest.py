@@ -6,7 +6,6 @@ runs are real (sandbox, gateway, store) and need no network.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llamaherd.testing import OfflineProject, SchedulerProcess
+from llamaherd.testing import OfflineProject, SchedulerProcess, wait_until
 
 SECRET = "dash-secret-token-value-7f3a91"
 
@@ -67,14 +66,8 @@ def make_project(root: Path, bind: str | None = None) -> OfflineProject:
 
 
 def wait_for(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll ``probe`` until it returns something truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {probe}")
+    """Poll ``probe`` every 0.1 s until it returns something truthy (bounded)."""
+    return wait_until(probe, timeout, interval=0.1, what=f"{probe}")
 
 
 class Dashboard:

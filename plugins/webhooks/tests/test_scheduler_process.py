@@ -14,17 +14,9 @@ from datetime import UTC, datetime
 import pytest
 import requests
 
+from llamaherd.testing import wait_until
+
 SECRET = "process-test-secret"
-
-
-def wait_until(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def runs(project, agent=None):
