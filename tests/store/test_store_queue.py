@@ -54,6 +54,16 @@ def test_queue_bound_keeps_newest_and_records_drops(store: Store, caplog) -> Non
     assert kept == ids[50:]
 
 
+def test_a_call_dropped_from_a_full_queue_is_settled_as_an_error(store: Store) -> None:
+    store.enqueue("caller", "manual", {})
+    _, caller = store.claim({"caller": 1}, None, "h")
+    call_id = store.create_call(caller.id, "callee", "please", depth=1)
+    store.enqueue("callee", "agent", {}, limit=1, call_id=call_id)
+    store.enqueue("callee", "webhook", {}, limit=1)  # pushes the call's item out
+    call = store.get_call(call_id)
+    assert call["state"] == "error" and "queue of callee was full" in call["error"]
+
+
 def test_resume_items_are_never_dropped_nor_counted(store: Store) -> None:
     store.enqueue("alpha", "manual", {})
     _, run = store.claim({"alpha": 1}, None, "h")

@@ -671,6 +671,10 @@ class Store:
             ),
             call_of=q("SELECT caller_run, depth FROM calls WHERE id = ?"),
             call_run=q("UPDATE calls SET run_id = ?, state = 'pending' WHERE id = ?"),
+            drop_call=q(
+                "UPDATE calls SET state = 'error', error = ?, finished_at = ? "
+                "WHERE id = ? AND run_id IS NULL AND state = 'pending'"
+            ),
             item_state=q("UPDATE work_items SET state = ? WHERE id = ?"),
             event=q('INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)'),
             status=q('INSERT INTO status_messages (run_id, "at", "text") VALUES (?, ?, ?)'),
@@ -681,7 +685,8 @@ class Store:
             depth_all=q(f"SELECT COUNT(*) {queued}"),
             depth=q(f"SELECT COUNT(*) {queued} AND kind <> 'resume'"),
             oldest=q(
-                f"SELECT id, kind, created_at {queued} AND kind <> 'resume' ORDER BY id LIMIT ?"
+                f"SELECT id, kind, created_at, call_id {queued} AND kind <> 'resume' "
+                "ORDER BY id LIMIT ?"
             ),
             pending_resume=q(
                 "SELECT 1 FROM work_items WHERE run_id = ? AND kind = 'resume' "
@@ -817,8 +822,11 @@ class Store:
             return
         now = self._clock()
         victims = self._exec(self._sql.oldest, (agent, depth - limit + 1)).fetchall()
-        for item_id, kind, created_at in victims:
+        for item_id, kind, created_at, call_id in victims:
             self._exec(self._sql.item_state, ("dropped", item_id))
+            if call_id is not None:  # never served: its caller must stop waiting
+                reason = f"the queue of {agent} was full: the call was dropped"
+                self._exec(self._sql.drop_call, (reason, now, call_id))
             data = {"item_id": item_id, "kind": kind, "created_at": created_at, "limit": limit}
             self._exec(self._sql.agent_event, (agent, now, "dropped", _dumps(data)))
             log.warning(
