@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, max_turns, suspends
 from llamaherd.session import ENV_NAME, Deferred, Outcome, RunContext, Session, truncate
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
@@ -312,7 +313,7 @@ class Runner:
             if resumed:
                 live.session = Session(ctx, chain, row.transcript, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
-            _call_hook("run_started", run=ctx)
+            get_manager().call_each("run_started", run=ctx)  # one failing plugin never skips the rest
             self._hooks(live, "pre")
             system, user = build_prompts(
                 ctx.agent,
@@ -471,7 +472,7 @@ class Runner:
             final.return_value,
             outcome.text,
         )
-        _call_hook("run_finished", run=ctx, result=result)
+        get_manager().call_each("run_finished", run=ctx, result=result)
         self._discard_sandbox(row, ctx.sandbox)
         self._maybe_rerun(final, ctx)
 
@@ -598,13 +599,3 @@ def _time_left(row: Any, agent: Any) -> float:
 def _resume_payload(row: Any) -> dict[str, Any] | None:
     """The result a resumed run's pending tool call gets (put there by waits / expire_wait)."""
     return (row.trigger or {}).get("resume_payload")
-
-
-def _call_hook(name: str, **kwargs: Any) -> None:
-    """Lifecycle hooks of plugins; a failing plugin is logged, never fatal to the run."""
-    from llamaherd.plugins import get_manager
-
-    try:
-        getattr(get_manager().hook, name)(**kwargs)
-    except Exception as exc:
-        log.warning("%s hook failed: %s: %s", name, type(exc).__name__, exc)
