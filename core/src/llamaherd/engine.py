@@ -137,7 +137,7 @@ class Engine:
         if agent is None:
             result["refused"] = f"no such agent {event.agent!r}"
             return result
-        if any(run_id.startswith(f"{event.agent}-") for run_id in resumed):
+        if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         refused = self.gate(event.agent, event.kind)
         if refused:
@@ -160,10 +160,8 @@ class Engine:
         return result
 
     def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
-        try:
-            from llamaherd.waits import match_waiting
-        except ImportError:
-            return []
+        from llamaherd.waits import match_waiting
+
         resumed = match_waiting(self, event)
         if resumed:
             self.wakeup.set()
