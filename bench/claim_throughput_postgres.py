@@ -17,11 +17,11 @@ import multiprocessing as mp
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from llamaherd.store import Store
+from llamaherd.testing import postgres_schema
 
 AGENTS = [f"agent{i}" for i in range(8)]
 PROCESSES = (1, 2, 4)
@@ -58,24 +58,10 @@ def measure(url: str, items: int, processes: int) -> float:
 
 
 @contextmanager
-def sqlite_db() -> Iterator[str]:
+def sqlite_db() -> Iterator[tuple[str, str]]:
+    """(unused name, URL) of a throwaway SQLite database: the shape of postgres_schema."""
     with tempfile.TemporaryDirectory() as root:
-        yield f"sqlite:///{root}/.al/work-queue.db"
-
-
-@contextmanager
-def postgres_db(server: str) -> Iterator[str]:
-    import psycopg2
-
-    schema = "bench_" + uuid.uuid4().hex[:8]
-    conn = psycopg2.connect(server)
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{server}{'&' if '?' in server else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        conn.cursor().execute(f"DROP SCHEMA {schema} CASCADE")
-        conn.close()
+        yield root, f"sqlite:///{root}/.al/work-queue.db"
 
 
 def main() -> None:
@@ -86,11 +72,11 @@ def main() -> None:
     mp.set_start_method("fork")
     backends = {"sqlite": sqlite_db}
     if args.url:
-        backends = {"postgresql": lambda: postgres_db(args.url), **backends}
+        backends = {"postgresql": lambda: postgres_schema(args.url, "bench_"), **backends}
     figures = {}
     for name, database in backends.items():
         for processes in PROCESSES:
-            with database() as url:
+            with database() as (_schema, url):
                 rate = measure(url, args.items, processes)
             figures[name, processes] = rate
             print(f"{name:10} {processes} process(es): {rate:7,.0f} claims/s")

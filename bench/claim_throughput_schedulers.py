@@ -22,12 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from llamaherd.store import Store
+from llamaherd.testing import postgres_schema
 
 SCHEDULERS = (1, 2, 4)
 PROJECT = """
@@ -109,21 +107,6 @@ def measure(url: str, items: int, schedulers: int, scale: int) -> float:
     return states.get("done", 0) / elapsed
 
 
-@contextmanager
-def postgres_db(server: str) -> Iterator[str]:
-    import psycopg2
-
-    schema = "bench_" + uuid.uuid4().hex[:8]
-    conn = psycopg2.connect(server)
-    conn.autocommit = True
-    conn.cursor().execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{server}{'&' if '?' in server else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        conn.cursor().execute(f"DROP SCHEMA {schema} CASCADE")
-        conn.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=400)
@@ -133,7 +116,7 @@ def main() -> None:
     figures = {}
     if args.url:
         for schedulers in SCHEDULERS:
-            with postgres_db(args.url) as url:
+            with postgres_schema(args.url, "bench_") as (_schema, url):
                 figures[f"postgresql x{schedulers}"] = measure(
                     url, args.items, schedulers, args.scale
                 )
