@@ -24,7 +24,7 @@ from llamaherd_host_user.runtime import HostUserRuntime
 
 import llamaherd
 from llamaherd.project import load_project
-from llamaherd.types import SandboxSpec
+from llamaherd.types import SandboxSpec, StagedFile
 
 BIN_DIR = Path(llamaherd.__file__).parent / "sandbox_bin"
 
@@ -53,7 +53,7 @@ def sample(runtime: HostUserRuntime, agent, n: int) -> tuple[float, float]:
         run_id=f"bench-{os.getpid()}-{n}",
         agent=agent,
         project=agent.project,
-        credentials={"github_token/default": {"token": "bench-token"}},
+        credential_files=[StagedFile("github_token/default/token", b"bench-token\n", 0o400)],
         env={"AL_AGENT": agent.name, "AL_GATEWAY_URL": "http://127.0.0.1:9"},
         bin_dir=BIN_DIR,
         timeout=60,

@@ -19,7 +19,6 @@ from llamaherd.cli import cli
 from llamaherd.commands import creds as creds_commands
 from llamaherd.credentials import (
     CredentialError,
-    CredentialInvalid,
     CredentialStore,
     credential_env,
     load_for_agent,
@@ -29,7 +28,7 @@ from llamaherd.credentials import (
     staged_files,
 )
 from llamaherd.project import load_project
-from llamaherd.types import ConfigError, CredentialField
+from llamaherd.types import ConfigError, CredentialField, CredentialInvalid
 
 
 def mode(path: Path) -> int:

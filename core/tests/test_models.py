@@ -13,14 +13,8 @@ from typing import Any
 
 import pytest
 
-from llamaherd.models import (
-    CircuitBreaker,
-    ModelChain,
-    Unavailable,
-    http_error,
-    parse_retry_after,
-    scrub,
-)
+from llamaherd.models import CircuitBreaker, ModelChain
+from llamaherd.providers import http_error, parse_retry_after, scrub
 from llamaherd.types import (
     AuthError,
     ConfigError,
@@ -29,6 +23,7 @@ from llamaherd.types import (
     RateLimited,
     Reply,
     Transient,
+    Unavailable,
     Usage,
 )
 

@@ -9,7 +9,7 @@ import pytest
 
 from llamaherd import hookimpl
 from llamaherd.prompts import Environment, build_prompts
-from llamaherd.session import RunContext
+from llamaherd.session import ActiveRun
 from llamaherd.types import CredentialField
 
 SECRET = "tok_very_secret_value_1234"
@@ -72,7 +72,7 @@ def setup(tmp_project, registered_plugin, monkeypatch, tmp_path):
 
 def prompts(setup, trigger, **kw):
     agent, registry, creds = setup
-    run = RunContext("bot-1", agent, engine=None, store=None)
+    run = ActiveRun("bot-1", agent, engine=None, store=None)
     return build_prompts(agent, registry, trigger, run=run, credential_store=creds, **kw)
 
 

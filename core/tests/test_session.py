@@ -430,12 +430,12 @@ def test_wait_resumed_by_agent_trigger(engine):
     assert parked.state == "waiting" and parked.wait_filter["from"] == "pinger"
     assert engine.runner.active() == set()
     miss = engine.emit(TriggerEvent("waiter", "agent", {"caller_agent": "stranger"}))
-    assert miss["resumed"] == []
+    assert miss.resumed == []
     engine.store.clear_queue("waiter")
     hit = engine.emit(
         TriggerEvent("waiter", "agent", {"caller_agent": "pinger", "context": "wake"})
     )
-    assert hit["resumed"] == [parked.id]
+    assert hit.resumed == [parked.id]
     final = claim_and_run(engine)
     assert final.id == parked.id and final.state == "done", final.reason
     assert json.loads(final.return_value)["payload"]["context"] == "wake"
@@ -551,7 +551,7 @@ def test_al_wait_blocks_a_script_until_a_trigger(engine):
     thread.join(30)
     final = engine.store.runs(agent="scripter")[0]
     assert final.state == "done", final.reason
-    assert result["queued"] is None and result["resumed"] == [final.id]
+    assert result.queued is None and result.resumed == [final.id]
     woke, timed_out = tool_results(engine, final.id)
     assert json.loads(woke)["trigger"]["payload"]["n"] == 5
     assert "no trigger matching" in timed_out and timed_out.endswith("rc=1")

@@ -19,9 +19,30 @@ RUNTIME_SCHEMA = {
 }
 
 
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+# Every member a protocol of llamaherd.types requires, so one stand-in registers as any kind.
+STUB_MEMBERS: dict[str, Any] = {
+    "credential_type": None,
+    "fields": [],
+    "tools": [],
+    "category": "test",
+    **{
+        method: _nothing
+        for method in (
+            "start", "stop", "prepare", "attach", "cleanup_orphans", "complete", "verify",
+            "parse", "env", "context", "preamble",
+        )
+    },
+}  # fmt: skip
+
+
 def thing(name: str, schema: dict[str, Any] | None = None, **extra: Any) -> SimpleNamespace:
     """A registrable object: a name, a schema fragment, anything else the test needs."""
-    return SimpleNamespace(name=name, description=f"test {name}", schema=schema or {}, **extra)
+    members = {**STUB_MEMBERS, **extra}
+    return SimpleNamespace(name=name, description=f"test {name}", schema=schema or {}, **members)
 
 
 class FakePlugin:

@@ -14,10 +14,17 @@ CONFIG = '[models.scripted]\nprovider = "scripted"\nmodel = "scripted"\n'
 
 class CrashingRuntime:
     name = "crashing"
+    description = "a runtime whose prepare has a bug"
     schema: dict[str, Any] = {}
 
     def prepare(self, agent: Any, project: Any = None) -> None:
         raise RuntimeError("boom in prepare")
+
+    def start(self, spec: Any) -> Any:
+        raise AssertionError("never reached: prepare crashes first")
+
+    def attach(self, handle: Any, spec: Any) -> None:
+        return None
 
     def cleanup_orphans(self, live: set[str], project: Any) -> int:
         return 0
@@ -52,7 +59,7 @@ def test_a_runner_crash_at_start_holds_the_agent(engine):
     cause = engine.store.agent_events("fragile")[-1]["data"]["cause"]
     assert cause.startswith(f"run {row.id}: the runner crashed at start")
     # Held: a queued trigger is not claimed until a manual run (or `al state idle`) recovers it.
-    from llamaherd.control import queue_manual
+    from llamaherd.agents import queue_manual
     from llamaherd.types import TriggerEvent
 
     engine.emit(TriggerEvent(agent="fragile", kind="webhook", payload={}))

@@ -126,7 +126,7 @@ def test_clear_queue(store: Store) -> None:
     store.enqueue("alpha", "manual", {})
     store.enqueue("alpha", "webhook", {})
     store.enqueue("beta", "webhook", {})
-    assert store.clear_queue("alpha", ("webhook",)) == 1
+    assert store.clear_queue("alpha", keep={"manual"}) == 1
     assert store.clear_queue("alpha") == 1
     assert store.queue_depth() == {"beta": 1}
     assert store.queue_depth("alpha") == {"alpha": 0}

@@ -1,12 +1,12 @@
-"""The example trigger on its own: it emits one event per change of a watched file."""
+"""The example trigger on a real Engine: it emits one event per change of a watched file, and
+only for the agents that configure `watch`."""
 
 from __future__ import annotations
 
-import queue
 import sys
-import time
 from pathlib import Path
-from types import SimpleNamespace
+
+from llamaherd.testing import wait_until
 
 # The example is not installed in the dev venv (tests/foundation/test_contrib_install.py
 # installs it for real): import it from its source tree.
@@ -15,24 +15,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from llamaherd_example_trigger import FileWatchTrigger  # noqa: E402
 
 
-def test_emits_when_a_watched_file_changes(tmp_path):
+def test_emits_when_a_watched_file_changes(tmp_project, started_trigger, tmp_path, monkeypatch):
+    monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
     watched = tmp_path / "errors.log"
     watched.write_text("")
-    events: queue.Queue = queue.Queue()
-    agent = SimpleNamespace(
-        name="triage", config={"watch": {"paths": [str(watched)], "interval": 0.02}}
-    )
-    trigger = FileWatchTrigger()
-    trigger.start(None, [agent], events.put)
-    try:
-        time.sleep(0.05)
-        watched.write_text("boom\n")
-        event = events.get(timeout=2)
-    finally:
-        trigger.stop()
+    tmp_project.config("")
+    tmp_project.add_agent("triage", f'watch = {{ paths = ["{watched}"], interval = 0.02 }}\n')
+    tmp_project.add_agent("bystander", "")
+    started = started_trigger(FileWatchTrigger(), tmp_project)
+    assert [agent.name for agent in started.ctx.agents] == ["triage"]
+
+    def changed() -> bool:
+        # Grows the file until the poller (which starts by recording the file as it is) sees it.
+        with watched.open("a") as fh:
+            fh.write("boom\n")
+        return bool(started.fired)
+
+    wait_until(changed, timeout=10, what="an event for the change")
+    event, _ = started.fired[0]
     assert (event.agent, event.kind, event.payload) == (
         "triage",
         "file_watch",
         {"path": str(watched)},
     )
     assert str(watched) in event.prompt
+    assert started.engine.store.queue_depth().get("triage", 0) >= 1  # queued durably

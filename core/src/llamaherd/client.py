@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from llamaherd.auth import control_token
 from llamaherd.scheduler import scheduler_info
-from llamaherd.server import control_token
 from llamaherd.types import LlamaherdError
 
 
@@ -31,13 +31,17 @@ class ControlClient:
         try:
             response = self.session.request(method, self.url + path, json=body, timeout=30)
         except requests.RequestException as exc:
-            raise LlamaherdError(f"scheduler at {self.url} did not answer: {type(exc).__name__}") from None
+            raise LlamaherdError(
+                f"scheduler at {self.url} did not answer: {type(exc).__name__}"
+            ) from None
         try:
             data = response.json()
         except ValueError:
             data = {"error": response.text[:200]}
         if response.status_code >= 400:
-            raise LlamaherdError(data.get("error") or f"scheduler answered HTTP {response.status_code}")
+            raise LlamaherdError(
+                data.get("error") or f"scheduler answered HTTP {response.status_code}"
+            )
         return data
 
     def get(self, path: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""The control API the CLI (and the dashboard) use on a running scheduler.
+"""The control API the CLI uses on a running scheduler: a built-in plugin (``register_routes``).
 
 Reads are open on the loopback interface; every mutating call needs the control token from
-``.al/control-token``.
+``.al/control-token``. The operations themselves live in ``llamaherd.agents``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llamaherd.runner import is_suspended
-from llamaherd.server import json_body, require_read, require_token
-from llamaherd.status import SETTABLE_STATES, agent_rows, run_dict
-from llamaherd.types import LlamaherdError, TriggerEvent
+from llamaherd import hookimpl
+from llamaherd.agents import answer_suspension, queue_manual, set_agent_state, state_of
+from llamaherd.auth import json_body, require_read, require_token
+from llamaherd.status import agent_rows, run_dict
+from llamaherd.types import LlamaherdError
 
 
 def _field(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:
@@ -59,122 +60,6 @@ async def stat(request: Request) -> Response:
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
     return JSONResponse({"agents": rows})
-
-
-def manual_event(agent: str, payload: dict[str, Any] | None) -> TriggerEvent:
-    from llamaherd.prompts import trigger_block
-
-    payload = payload or {}
-    return TriggerEvent(
-        agent=agent, kind="manual", payload=payload, prompt=trigger_block("manual", payload)
-    )
-
-
-def queue_manual(
-    engine: Any,
-    agent: str,
-    payload: dict[str, Any] | None,
-    count: int = 1,
-    cause: str = "manual run",
-) -> list[dict[str, Any]]:
-    """Queue ``count`` manual runs of ``agent``; ``engine.emit``'s result for each.
-
-    A manual run is how an owner recovers an agent in ``error``, so it first sets it ``idle``.
-    """
-    if engine.store.agent_state(agent) == "error":
-        engine.store.set_agent_state(agent, "idle", cause)
-    return [engine.emit(manual_event(agent, payload)) for _ in range(count)]
-
-
-# ------------------------------------------------------------------ agent states
-# Queued trigger kinds each quiet state drops (None: every item, resumes of killed runs too).
-DROPPED_KINDS: dict[str, tuple[str, ...] | None] = {"hibernate": ("webhook", "agent"), "off": None}
-
-
-def set_agent_state(
-    engine: Any, agent: str, state: str, cause: str, spare: str | None = None
-) -> dict[str, Any]:
-    """Move ``agent`` to ``state`` (recorded with ``cause``) and apply what the state means.
-
-    ``off`` kills the agent's live runs at once (but ``spare``, the run that switched its own
-    agent off and finishes its turn) and clears its queue; ``hibernate`` drops queued webhook
-    and agent-call items. The drop is recorded as one ``trigger.dropped`` agent event with the
-    count. Returns {"agent", "state", "previous", "killed", "dropped"}.
-    """
-    if state not in SETTABLE_STATES:
-        raise LlamaherdError(f"state: expected one of {', '.join(SETTABLE_STATES)}, got {state!r}")
-    engine.project.agent(agent)  # unknown agent: one line with the known names
-    store = engine.store
-    previous = store.agent_state(agent)
-    store.set_agent_state(agent, state, cause)
-    dropped = 0
-    if state in DROPPED_KINDS:
-        why = f"dropped: agent {agent!r} went {state} ({cause})"
-        dropped = store.clear_queue(agent, DROPPED_KINDS[state], why)
-        if dropped:
-            data = {"count": dropped, "state": state, "cause": cause}
-            store.add_agent_event(agent, "trigger.dropped", data)
-    killed = []
-    if state == "off":  # after the queue is cleared, so a run claimed meanwhile is listed too
-        live = store.runs(agent=agent, states=("running", "waiting"), limit=10_000)
-        reason = f"agent switched off: {cause}"
-        killed = [r.id for r in live if r.id != spare and engine.kill(r.id, reason=reason)]
-    engine.wakeup.set()  # an agent back to idle may claim its held items
-    return {
-        "agent": agent,
-        "state": state,
-        "previous": previous,
-        "killed": killed,
-        "dropped": dropped,
-    }
-
-
-def suspended_run(engine: Any, target: str) -> Any:
-    """The run ``target`` names (id or unique prefix) if it is paused at its turn limit."""
-    run_row = engine.store.find_run(target)
-    if run_row is None:
-        raise LlamaherdError(f"no such run {target!r} (see `al runs`)")
-    if not is_suspended(run_row):
-        raise LlamaherdError(f"run {run_row.id} is not suspended (it is {run_row.state})")
-    return run_row
-
-
-def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> dict[str, Any]:
-    """Approve (resume with a renewed turn budget) or deny (kill; the agent goes ``off``)."""
-    run_row = suspended_run(engine, target)
-    if not approve:  # switching the agent off kills the run
-        why = f"suspension of run {run_row.id} denied: {cause}"
-        set_agent_state(engine, run_row.agent, "off", why)
-        return {"run": run_row.id, "approved": False}
-    # Idle first: a suspended agent is held, and the resume item must be claimable. A state
-    # the owner set since the suspension (hibernate) stands.
-    if engine.store.agent_state(run_row.agent) == "suspended":
-        why = f"suspension of run {run_row.id} approved: {cause}"
-        engine.store.set_agent_state(run_row.agent, "idle", why)
-    engine.store.resume_waiting(
-        run_row.id, {"result": "approved: your turn budget is renewed", "approved": True}
-    )
-    engine.wakeup.set()
-    return {"run": run_row.id, "approved": True}
-
-
-def state_of(engine: Any, agent: str) -> dict[str, Any]:
-    """The agent's stored state, the derived one (``active``...) and why it was last set."""
-    engine.project.agent(agent)
-    row = next(
-        r
-        for r in agent_rows(engine.project, engine.store, engine.registry, engine.clock())
-        if r["agent"] == agent
-    )
-    changes = [e for e in engine.store.agent_events(agent, limit=200) if e["type"] == "state"]
-    last = changes[-1] if changes else None
-    return {
-        "agent": agent,
-        "state": row["stored_state"],
-        "shown": row["state"],
-        "cause": last["data"].get("cause") if last else None,
-        "since": last["at"] if last else None,
-    }
 
 
 @require_read
@@ -223,10 +108,10 @@ async def run(request: Request) -> Response:
 
     payload = _field(body, "payload", dict, {})
     results = await run_in_threadpool(queue_manual, engine, agent, payload, count)
-    refused = next((r["refused"] for r in results if r["refused"]), None)
+    refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
-    return JSONResponse({"items": [r["queued"] for r in results]}, status_code=202)
+    return JSONResponse({"items": [r.queued for r in results]}, status_code=202)
 
 
 @require_read
@@ -327,3 +212,12 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/runs/{run_id}/approve", _answer(True), ["POST"]),
     ("/control/runs/{run_id}/deny", _answer(False), ["POST"]),
 ]
+
+
+@hookimpl
+def register_routes(app):
+    from starlette.routing import Route
+
+    app.router.routes.extend(
+        Route(path, endpoint, methods=methods) for path, endpoint, methods in ROUTES
+    )

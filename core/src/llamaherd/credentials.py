@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import ConfigError, LlamaherdError, StagedFile
 
 DEFAULT_INSTANCE = "default"
 DEFAULT_FILE_MODE = 0o400
@@ -37,10 +37,6 @@ STALE_TEMP_AGE = 600.0
 
 class CredentialError(LlamaherdError):
     """A bad credential name or reference, or a missing credential."""
-
-
-class CredentialInvalid(LlamaherdError):
-    """Raised by a CredentialType's ``validate(values)`` when the service refuses the credential."""
 
 
 def default_root() -> Path:
@@ -218,6 +214,25 @@ def staged_files(credential_type: Any, values: Mapping[str, str]) -> list[tuple[
         (name, (value + "\n").encode("utf-8"), file_mode(credential_type, name))
         for name, value in values.items()
     ]
+
+
+def credential_files(
+    types: Mapping[str, Any], credentials: Mapping[str, Mapping[str, str]]
+) -> list[StagedFile]:
+    """The files a runtime stages for ``credentials`` (``"type/instance" -> {field: value}``),
+    leaving out the types that never enter a sandbox."""
+    files = []
+    for key, values in credentials.items():
+        type_name, _, instance = key.partition("/")
+        credential_type = types.get(type_name)
+        if not is_staged(credential_type):
+            continue
+        base = f"{check_name('type', type_name)}/{check_name('instance', instance)}"
+        files += [
+            StagedFile(f"{base}/{check_name('field', name)}", content, mode)
+            for name, content, mode in staged_files(credential_type, values)
+        ]
+    return files
 
 
 def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigError]:

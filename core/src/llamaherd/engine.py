@@ -10,51 +10,20 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import socket
 import tempfile
 import threading
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import TriggerEvent
+from llamaherd.clock import clock, host_id
+from llamaherd.triggers import trigger_kind
+from llamaherd.types import EmitResult, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
 # Agent states that hold triggers instead of running them (issue: agent lifecycle states).
 HELD_STATES = ("off", "error", "suspended")
-
-
-_fake_now: list[float] = []
-
-
-def clock() -> float:
-    """Wall time, or the float in the file named by ``AL_FAKE_CLOCK_FILE`` (tests).
-
-    A fake clock never falls back to wall time: a file caught half-written keeps the last value.
-    """
-    fake = os.environ.get("AL_FAKE_CLOCK_FILE")
-    if not fake:
-        return time.time()
-    try:
-        with open(fake) as fh:
-            _fake_now[:] = [float(fh.read().strip())]
-    except (OSError, ValueError):
-        pass
-    return _fake_now[0] if _fake_now else time.time()
-
-
-def machine_name() -> str:
-    """This machine's name in host ids: $AL_HOST_NAME, else the hostname.
-
-    Set AL_HOST_NAME when schedulers that do not share a process table share a hostname
-    (containers with the host's UTS namespace): a host on the same machine is judged by its pid."""
-    return os.environ.get("AL_HOST_NAME") or socket.gethostname()
-
-
-def host_id() -> str:
-    return f"{machine_name()}:{os.getpid()}"
 
 
 class Engine:
@@ -120,42 +89,57 @@ class Engine:
         self.store.close()
 
     # ------------------------------------------------------------------ triggers
-    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> dict[str, Any]:
+    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
         """Queue ``event`` for its agent (durably, before returning) and offer it to waiting runs.
 
-        Returns {"queued": item id or None, "resumed": [run ids], "refused": reason or None}.
         An event that resumes a waiting run of its own agent is consumed by it. An event with
         ``agent == ""`` is only offered to waiting runs (a webhook no agent is configured for).
-        Agent states gate here: ``off`` refuses everything, ``hibernate`` refuses webhooks and
-        agent calls; held states (``error``, ``suspended``) still queue.
+        Agent states gate here (``gate``). ``coalesce``: not queued while an item of the same
+        agent and kind is still queued.
         """
+        result = self._emit(event, coalesce, None)
+        assert result is not None  # only a claimed tick answers None
+        return result
+
+    def emit_once(
+        self, key: str, tick: float, event: TriggerEvent, *, coalesce: bool = False
+    ) -> EmitResult | None:
+        """``emit``, claiming ``(key, tick)`` in the same transaction as the queued item (a
+        refused event claims it too); None when it was claimed before."""
+        return self._emit(event, coalesce, (key, tick))
+
+    def _emit(
+        self, event: TriggerEvent, coalesce: bool, once: tuple[str, float] | None
+    ) -> EmitResult | None:
         resumed = self._offer_to_waits(event)
-        result: dict[str, Any] = {"queued": None, "resumed": resumed, "refused": None}
+        result = EmitResult(resumed=resumed)
         if not event.agent:
             return result
         agent = self.project.agents.get(event.agent)
         if agent is None:
-            result["refused"] = f"no such agent {event.agent!r}"
+            result.refused = f"no such agent {event.agent!r}"
             return result
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
-        refused = self.gate(event.agent, event.kind)
-        if refused:
-            result["refused"] = refused
-            return result
-        result["queued"] = self.store.enqueue(
-            event.agent,
-            event.kind,
-            event.payload,
-            event.prompt,
-            limit=agent.queue_size,
-            source=event.source,
-            dedupe_key=event.dedupe_key,
-            coalesce=coalesce,
-            call_id=event.call_id,
-            rerun_count=event.rerun_count,
-            recovery=event.recovery,
-        )
+        result.refused = self.gate(event.agent, event.kind)
+        with self.store.atomic():
+            if once is not None and not self.store.claim_tick(*once):
+                return None
+            if result.refused:
+                return result
+            result.queued = self.store.enqueue(
+                event.agent,
+                event.kind,
+                event.payload,
+                event.prompt,
+                limit=agent.queue_size,
+                source=event.source,
+                dedupe_key=event.dedupe_key,
+                coalesce=coalesce,
+                call_id=event.call_id,
+                rerun_count=event.rerun_count,
+                recovery=event.recovery,
+            )
         self.wakeup.set()
         return result
 
@@ -169,18 +153,30 @@ class Engine:
 
     def gate(self, agent: str, kind: str, detail: dict[str, Any] | None = None) -> str | None:
         """Why the agent's state refuses a ``kind`` trigger now (recorded as a
-        ``trigger.refused`` agent event with ``detail``), or None when it may queue."""
+        ``trigger.refused`` agent event with ``detail``), or None when it may queue.
+
+        ``off`` refuses everything; ``hibernate`` refuses every kind whose trigger type does not
+        run while hibernating (``TriggerType.while_hibernating``); held states (``error``,
+        ``suspended``) still queue."""
         state = self.store.agent_state(agent)
         refused = None
         if state == "off":
             refused = f"agent {agent!r} is off"
-        elif state == "hibernate" and kind in ("webhook", "agent"):
+        elif state == "hibernate" and kind not in self.hibernating_kinds():
             refused = f"agent {agent!r} is hibernating: only its schedule starts runs"
         if refused:
             data = {"kind": kind, "reason": refused, **(detail or {})}
             self.store.add_agent_event(agent, "trigger.refused", data)
             log.info("%s trigger refused: %s", kind, refused)
         return refused
+
+    def hibernating_kinds(self) -> set[str]:
+        """Event kinds that still start runs of a hibernating agent (``while_hibernating``)."""
+        return {
+            trigger_kind(trigger)
+            for trigger in self.registry.trigger_types.values()
+            if getattr(trigger, "while_hibernating", False)
+        }
 
     # ------------------------------------------------------------------ dispatch
     def scales(self) -> dict[str, int]:
@@ -205,7 +201,9 @@ class Engine:
             self.start_thread(run)
 
     def start_thread(self, run: Any) -> None:
-        thread = threading.Thread(target=self._execute, args=(run,), name=f"run-{run.id}", daemon=True)
+        thread = threading.Thread(
+            target=self._execute, args=(run,), name=f"run-{run.id}", daemon=True
+        )
         self.threads[run.id] = thread
         thread.start()
 
@@ -224,4 +222,3 @@ class Engine:
         if run is None or run.state in ("done", "error", "timeout", "killed"):
             return False
         return bool(self.runner.kill(run_id, reason=reason))
-

@@ -45,9 +45,9 @@ def _error(status: int, message: str, **extra: Any) -> JSONResponse:
 
 
 def authenticate(engine: Any, request: Request) -> Any:
-    """The RunContext of the request's run, or a JSONResponse refusing it (401/403/409)."""
+    """The ActiveRun of the request's run, or a JSONResponse refusing it (401/403/409)."""
     from llamaherd.runner import token_hash
-    from llamaherd.session import RunContext
+    from llamaherd.session import ActiveRun
 
     auth = request.headers.get("authorization", "")
     token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
@@ -66,7 +66,7 @@ def authenticate(engine: Any, request: Request) -> Any:
     agent = engine.project.agents.get(row.agent)
     if agent is None:
         return _error(409, f"agent {row.agent!r} no longer exists")
-    return RunContext(run_id, agent, engine, engine.store, trigger=row.trigger or {})
+    return ActiveRun(run_id, agent, engine, engine.store, trigger=row.trigger or {})
 
 
 async def _body(request: Request) -> dict[str, Any]:

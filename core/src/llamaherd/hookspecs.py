@@ -1,20 +1,35 @@
-"""Hook specifications: the public plugin API of llamaherd.
+"""Hook specifications: the plugin API of llamaherd, with ``llamaherd.types`` (re-exported by
+``llamaherd.api``).
 
-Each ``register_*`` hook receives a ``register`` callback. Call it once per object you provide;
-core records which plugin supplied it and refuses duplicate names.
+A plugin module (or object) implements hooks by name, marked with ``llamaherd.hookimpl``; its
+distribution names it in the ``llamaherd`` entry-point group. Each ``register_*`` hook receives a
+``register`` callback: call it once per object you provide. Core checks each object against its
+protocol (refusing one that does not conform, with one warning), records which plugin supplied
+it and refuses a duplicate name. An implementation that raises becomes one warning naming the
+plugin; the other plugins' implementations still run.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import click
     from starlette.applications import Starlette
+
+    from llamaherd.types import (
+        CredentialType,
+        LanguageSkill,
+        Provider,
+        RunContext,
+        RunResult,
+        Runtime,
+        TriggerType,
+        WebhookSource,
+    )
 
 hookspec = pluggy.HookspecMarker("llamaherd")
 
@@ -22,53 +37,97 @@ hookspec = pluggy.HookspecMarker("llamaherd")
 
 
 @hookspec
-def register_trigger_types(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.TriggerType` objects (cron, webhooks, ...)."""
+def register_trigger_types(register: Callable[[TriggerType], None]) -> None:
+    """Register trigger types: sources of runs (cron schedules, webhooks, a file watcher...).
+
+    :param register: call with each :class:`~llamaherd.types.TriggerType`. A running scheduler
+        calls its ``start(ctx)`` once with a :class:`~llamaherd.types.TriggerContext` and
+        ``stop()`` at shutdown; its ``schema`` adds keys to agents' ``config.toml``.
+    """
 
 
 @hookspec
-def register_webhook_sources(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.WebhookSource` objects (``[webhooks.<name>] type``)."""
+def register_webhook_sources(register: Callable[[WebhookSource], None]) -> None:
+    """Register webhook source types: how a service's deliveries are verified and parsed.
+
+    :param register: call with each :class:`~llamaherd.types.WebhookSource`; its ``name`` is a
+        ``type`` of a project ``[webhooks.<name>]`` table, its ``schema`` that table's keys.
+    """
 
 
 @hookspec
-def register_runtimes(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.Runtime` objects (``[runtime] type`` of an agent)."""
+def register_runtimes(register: Callable[[Runtime], None]) -> None:
+    """Register runtimes: where a run's tool calls execute.
+
+    :param register: call with each :class:`~llamaherd.types.Runtime`; its ``name`` is an
+        agent's ``[runtime] type``, its ``schema`` the keys of that table.
+    """
 
 
 @hookspec
-def register_credential_types(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.CredentialType` objects for the credential store."""
+def register_credential_types(register: Callable[[CredentialType], None]) -> None:
+    """Register credential types of the store (``<store>/<type>/<instance>/<field>``).
+
+    :param register: call with each :class:`~llamaherd.types.CredentialType`; its ``name`` is
+        what agents list in ``credentials`` and ``al creds add`` takes.
+    """
 
 
 @hookspec
-def register_language_skills(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.LanguageSkill` objects: preamble text plus tools."""
+def register_language_skills(register: Callable[[LanguageSkill], None]) -> None:
+    """Register language skills: system-prompt text and tools offered to every run's model.
+
+    :param register: call with each :class:`~llamaherd.types.LanguageSkill`; each of its tools
+        is also a gateway endpoint the sandbox commands call.
+    """
 
 
 @hookspec
-def register_providers(register: Callable[[Any], None]) -> None:
-    """Register :class:`llamaherd.types.Provider` objects (``[models.<name>] provider``)."""
+def register_providers(register: Callable[[Provider], None]) -> None:
+    """Register model providers (``[models.<name>] provider``).
+
+    :param register: call with each :class:`~llamaherd.types.Provider`; its ``schema`` adds
+        keys to the ``[models.<name>]`` tables that use it.
+    """
 
 
 @hookspec
 def register_commands(cli: click.Group) -> None:
-    """Add subcommands to the ``al`` click group."""
+    """Add subcommands to ``al``.
+
+    :param cli: the root click group; ``cli.add_command(...)``. ``llamaherd.api.pass_app``
+        gives a command the project (``AppContext.project``) and the plugin registry.
+    """
 
 
 @hookspec
 def register_routes(app: Starlette) -> None:
-    """Add HTTP routes to the scheduler's server; ``app.state.engine`` is the running Engine."""
+    """Add HTTP routes to the scheduler's server (core's control API and gateway are routes of
+    built-in plugins too).
+
+    :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
+        ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard mutating
+        routes with ``llamaherd.api.require_token``.
+    """
 
 
 # ----------------------------------------------------------------- run lifecycle
 
 
 @hookspec
-def run_started(run: Any) -> None:
-    """Called when a run's sandbox is up, before ``hooks.pre``. ``run`` is a RunContext."""
+def run_started(run: RunContext) -> None:
+    """A run's sandbox is up; called before its ``hooks.pre`` and its first model turn (not
+    again when a parked run resumes).
+
+    :param run: the run (``run_id``, ``agent``, ``trigger``, ``sandbox``, ``log``).
+    """
 
 
 @hookspec
-def run_finished(run: Any, result: Any) -> None:
-    """Called after a run ended, whatever its state. ``result`` is a RunResult."""
+def run_finished(run: RunContext, result: RunResult) -> None:
+    """A run ended, whatever its state; called before its sandbox is removed.
+
+    :param run: the same run as in ``run_started``.
+    :param result: its final ``state`` (done, error, timeout, killed), ``exit_code``,
+        ``reason``, ``return_value`` and the model's last ``text``.
+    """

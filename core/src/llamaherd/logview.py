@@ -51,7 +51,12 @@ def format_event(event: dict[str, Any]) -> Text:
     line = Text(f"{stamp} ", style="dim")
     line.append(f"{kind:<14}", style=STYLES.get(kind, "white"))
     line.append(summary(event.get("data") or {}))
-    output = (event.get("data") or {}).get("output") if isinstance(event.get("data"), dict) else None
+    output = (
+        (event.get("data") or {}).get("output") if isinstance(event.get("data"), dict) else None
+    )
     if output:
-        line.append("\n" + "\n".join("    " + row for row in str(output).rstrip().splitlines()[-20:]), style="dim")
+        line.append(
+            "\n" + "\n".join("    " + row for row in str(output).rstrip().splitlines()[-20:]),
+            style="dim",
+        )
     return line

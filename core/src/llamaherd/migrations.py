@@ -31,9 +31,18 @@ def _v2_scale_out(db: pw.Database, models: Any) -> None:
     _add_column(db, models.Run, "host")
 
 
+def _v3_trigger_ticks(db: pw.Database, models: Any) -> None:
+    """Ticks are claimed per trigger type (``TriggerContext.emit_once``): cron's rows, keyed by
+    agent until now, get the ``cron:`` prefix its keys have from here on."""
+    ticks = models.CronTick
+    prefixed = pw.Value("cron:").concat(ticks.agent)
+    ticks.update(agent=prefixed).where(~ticks.agent.startswith("cron:")).execute()
+
+
 # (version reached, step) in order; version 1 is the first released schema.
 MIGRATIONS: list[tuple[int, Callable[[pw.Database, Any], None]]] = [
     (2, _v2_scale_out),
+    (3, _v3_trigger_ticks),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -21,9 +21,6 @@ Events (``on_event(kind, data)``), never with keys or prompt text:
 ``model_call`` {model, provider, duration_ms, input_tokens, output_tokens, ok, error_class} for
 every attempt; ``provider_error`` {model, provider, error_class, message, attempt, action
 (retry | fallback | skip), delay_s} for every retry, fallback and breaker skip.
-
-The module also holds what provider plugins share: ``ModelKey`` (the key credential type) and
-the HTTP plumbing (``post_json``, ``http_error``, ``parse_retry_after``).
 """
 
 from __future__ import annotations
@@ -36,10 +33,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamaherd.providers import scrub
 from llamaherd.types import (
     AuthError,
     ConfigError,
-    CredentialField,
     Fatal,
     LlamaherdError,
     Message,
@@ -49,6 +46,7 @@ from llamaherd.types import (
     Reply,
     ToolSpec,
     Transient,
+    Unavailable,
 )
 
 MAX_RETRIES = 5
@@ -66,17 +64,9 @@ CORE_KEYS = {
     "temperature": "temperature",
 }
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
-# Set as a ToolCall's only argument when the model sent arguments that are not a JSON object;
-# the value says what was wrong, so the session can hand the model an error result.
-INVALID_ARGUMENTS = "__invalid_arguments__"
 
 KeyLookup = Callable[[str, str], "Mapping[str, str] | None"]
 OnEvent = Callable[[str, dict[str, Any]], None]
-
-
-class Unavailable(Transient):
-    """The model cannot serve now and retrying soon will not help (quota exhausted, model not
-    found): the chain falls back to the next model at once. A Transient, so never structural."""
 
 
 # --------------------------------------------------------------------------- circuit breaker
@@ -400,162 +390,3 @@ def _all_failed(last: ProviderError, names: list[str]) -> ProviderError:
     if isinstance(last, RateLimited):
         return RateLimited(message, retry_after=last.retry_after)
     return type(last)(message)
-
-
-# --------------------------------------------------------------------------- for provider plugins
-
-
-class ModelKey:
-    """Credential type of a model API key: one secret ``token`` field. Only the scheduler reads
-    it to call the model, so it is never staged into a sandbox (``sandbox = False``)."""
-
-    sandbox = False
-
-    def __init__(self, name: str, description: str, token_description: str):
-        self.name = name
-        self.description = description
-        self.fields = [CredentialField("token", secret=True, description=token_description)]
-
-    def env(self, values: dict[str, str], path: Any) -> dict[str, str]:
-        return {}
-
-    def context(self, values: dict[str, str]) -> str:
-        return ""
-
-
-def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """Remove each secret (keys, base URLs) from ``text``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
-
-
-def parse_retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    import email.utils  # costs ~15 ms: only when a server sends a date
-
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def error_detail(body: str) -> tuple[str, str]:
-    """(type or code, message) from an error body in any of the usual shapes."""
-    import json
-
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return "", ""
-    if not isinstance(data, dict):
-        return "", ""
-    err = data.get("error", data)
-    if isinstance(err, str):
-        return "", err
-    if not isinstance(err, dict):
-        return "", ""
-    kind = err.get("type") or err.get("code") or ""
-    message = err.get("message") or err.get("detail") or ""
-    return str(kind), str(message)
-
-
-def http_error(
-    provider: str,
-    status: int,
-    headers: Mapping[str, str],
-    body: str,
-    secrets: Iterable[str | None],
-    unavailable: bool = False,
-) -> ProviderError:
-    """Classify an HTTP error reply. ``unavailable`` is the provider's own verdict that the
-    model is out (quota, credits), which makes the chain fall back without retrying."""
-    kind, message = error_detail(body)
-    detail = scrub(f"{kind}: {message}" if kind else message, secrets)[:300]
-    where = f"{provider}: HTTP {status}" + (f" ({detail})" if detail else "")
-    if status in (401, 403):
-        # The server's text may quote the key; a fixed message is enough to act on.
-        return AuthError(f"{provider}: the key was refused (HTTP {status}); check the credential")
-    if unavailable or status == 404:
-        return Unavailable(where)
-    retry_after = parse_retry_after(headers)
-    if status == 429:
-        return RateLimited(where, retry_after=retry_after)
-    if status == 408 or status >= 500:
-        error = Transient(where)
-        error.retry_after = retry_after  # 503/529 may say when to come back
-        return error
-    return Fatal(where)
-
-
-_local = threading.local()
-
-
-def http_session() -> Any:
-    """This thread's ``requests.Session``. A run's session loop lives in one thread, so this is
-    a Session per run (kept for the thread's next run: connections are reused) and never shared
-    between threads, which ``requests`` does not support."""
-    session = getattr(_local, "session", None)
-    if session is None:
-        import requests
-
-        session = _local.session = requests.Session()
-    return session
-
-
-def post_json(
-    provider: str,
-    url: str,
-    headers: dict[str, str],
-    body: dict[str, Any],
-    *,
-    timeout: tuple[float, float],
-    secrets: Iterable[str | None],
-    unavailable: Callable[[int, str], bool] = lambda status, body: False,
-) -> dict[str, Any]:
-    """POST ``body`` as JSON and return the JSON object answered, or raise a ProviderError
-    whose message names ``provider`` and never the URL or the secrets."""
-    import requests
-
-    secrets = list(secrets)
-    try:
-        response = http_session().post(url, json=body, headers=headers, timeout=timeout)
-    except requests.Timeout:
-        raise Transient(f"{provider}: request timed out") from None
-    except requests.ConnectionError:
-        raise Transient(f"{provider}: connection failed") from None
-    except requests.RequestException as exc:
-        raise Fatal(f"{provider}: request failed ({type(exc).__name__})") from None
-    status = response.status_code
-    if status >= 400:
-        text = response.text
-        raise http_error(
-            provider, status, response.headers, text, secrets, unavailable(status, text)
-        )
-    try:
-        data = response.json()
-    except ValueError:
-        raise Fatal(f"{provider}: reply is not JSON (HTTP {status})") from None
-    if not isinstance(data, dict):
-        raise Fatal(f"{provider}: reply is not a JSON object (HTTP {status})")
-    return data
-
-
-def http_timeout(model: ModelConfig, read: float = 300.0) -> tuple[float, float]:
-    """(connect, read) timeouts; ``timeout`` in the model table overrides the read timeout."""
-    return (10.0, float(model.extra.get("timeout", read)))

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
+import typing
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 import pluggy
 
-from llamaherd import hookspecs
+from llamaherd import hookspecs, types
 
 GROUP = "llamaherd"
 
@@ -24,17 +26,20 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.triggers",
     "llamaherd.skills",
     "llamaherd.gateway",
+    "llamaherd.control",
 )
 
-# Registry kinds: hook name -> attribute of Registry.
-KINDS: dict[str, str] = {
-    "register_trigger_types": "trigger_types",
-    "register_webhook_sources": "webhook_sources",
-    "register_runtimes": "runtimes",
-    "register_credential_types": "credential_types",
-    "register_language_skills": "language_skills",
-    "register_providers": "providers",
+# Registry kinds: hook name -> (attribute of Registry, the protocol its objects implement).
+KINDS: dict[str, tuple[str, type]] = {
+    "register_trigger_types": ("trigger_types", types.TriggerType),
+    "register_webhook_sources": ("webhook_sources", types.WebhookSource),
+    "register_runtimes": ("runtimes", types.Runtime),
+    "register_credential_types": ("credential_types", types.CredentialType),
+    "register_language_skills": ("language_skills", types.LanguageSkill),
+    "register_providers": ("providers", types.Provider),
 }
+# A registered name: a plain word that can be a config value and a path segment.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass
@@ -45,6 +50,7 @@ class PluginInfo:
     builtin: bool = False
     hooks: list[str] = field(default_factory=list)
     registers: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # objects it registered that do not conform
     error: str | None = None  # set when the plugin failed to load
 
 
@@ -189,8 +195,54 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-class DuplicateName(Exception):
-    pass
+def nonconformance(obj: Any, protocol: type) -> str | None:
+    """Why ``obj`` does not implement ``protocol`` (its annotated attributes and methods, then
+    ``types.OPTIONAL_MEMBERS``), or None when it does. Checked at registration, so a broken
+    object is refused with one warning instead of failing later in some command."""
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        return f"{type(obj).__name__} has no valid `name` (got {name!r})"
+    label = f"{protocol.__name__} {name!r}"
+    hints = typing.get_type_hints(protocol)
+    for member, hint in hints.items():
+        if not hasattr(obj, member):
+            return f"{label} lacks `{member}`"
+        if not _conforms(getattr(obj, member), hint):
+            return f"{label}: `{member}` should be {_describe(hint)}"
+    methods = [m for m, v in vars(protocol).items() if callable(v) and not m.startswith("_")]
+    for member in methods:
+        if not callable(getattr(obj, member, None)):
+            return f"{label} lacks the method `{member}()`"
+    for member, expected in types.OPTIONAL_MEMBERS.get(protocol, {}).items():
+        if not hasattr(obj, member):
+            continue
+        value = getattr(obj, member)
+        if expected is types.METHOD and not callable(value):
+            return f"{label}: optional `{member}` should be a method"
+        if expected is not types.METHOD and not isinstance(value, expected):
+            return f"{label}: optional `{member}` should be {expected.__name__}"
+    return None
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """A shallow check of ``value`` against a type hint: the class, each list item, Optional."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, type(int | None)):
+        return any(_conforms(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_conforms(v, item) for v in value)
+    if origin is not None:
+        return isinstance(value, origin)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _describe(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 class Registry:
@@ -205,18 +257,24 @@ class Registry:
 
     def __init__(self, manager: PluginManager):
         self.owner: dict[tuple[str, str], str] = {}
-        for hook_name, kind in KINDS.items():
+        for hook_name, (kind, protocol) in KINDS.items():
             setattr(self, kind, {})
             hook = getattr(manager.hook, hook_name)
             # Call each implementation ourselves so we know which plugin registered what.
             for impl in reversed(hook.get_hookimpls()):
-                self._collect(manager, kind, impl)
+                self._collect(manager, kind, protocol, impl)
 
-    def _collect(self, manager: PluginManager, kind: str, impl: Any) -> None:
+    def _collect(self, manager: PluginManager, kind: str, protocol: type, impl: Any) -> None:
         plugin = impl.plugin_name
         table: dict[str, Any] = getattr(self, kind)
 
         def register(obj: Any) -> None:
+            problem = nonconformance(obj, protocol)
+            if problem:
+                refusal = f"{kind[:-1].replace('_', ' ')} from plugin {plugin!r} refused: {problem}"
+                manager.info[plugin].refused.append(refusal)
+                _warn(refusal)
+                return
             name = obj.name
             if name in table:
                 other = self.owner[(kind, name)]

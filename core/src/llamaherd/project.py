@@ -28,7 +28,12 @@ DEFAULTS: dict[str, Any] = {
     "historyRetentionDays": 14,
     "database": "sqlite:///.al/work-queue.db",
 }
-LOCAL_DEFAULTS: dict[str, Any] = {"image": "al-agent:latest", "memory": "4g", "cpus": 2, "timeout": 900}
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "image": "al-agent:latest",
+    "memory": "4g",
+    "cpus": 2,
+    "timeout": 900,
+}
 GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
@@ -44,7 +49,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), "", f"invalid TOML: {exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        raise ConfigError(
+            str(path), "", f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
 
@@ -73,10 +80,14 @@ def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            raise ConfigError(str(path), "", f"invalid YAML frontmatter{where}: {problem}") from None
+            raise ConfigError(
+                str(path), "", f"invalid YAML frontmatter{where}: {problem}"
+            ) from None
         raise
     if not isinstance(meta, dict):
-        raise ConfigError(str(path), "", "frontmatter must be a YAML mapping (name: ..., description: ...)")
+        raise ConfigError(
+            str(path), "", "frontmatter must be a YAML mapping (name: ..., description: ...)"
+        )
     body = "\n".join(parts[end + 1 :]).strip("\n")
     return meta, body
 
@@ -207,7 +218,9 @@ class Project:
             return self.agents[name]
         except KeyError:
             known = ", ".join(sorted(self.agents)) or "none"
-            raise ConfigError(str(self.root / "agents"), name, f"no such agent (agents: {known})") from None
+            raise ConfigError(
+                str(self.root / "agents"), name, f"no such agent (agents: {known})"
+            ) from None
 
     def relative(self, path: Path) -> str:
         try:
@@ -230,7 +243,11 @@ def load_project(root: Path | None = None) -> Project:
     if root is None:
         found = find_root()
         if found is None:
-            raise ConfigError(str(Path.cwd()), "", "not inside an llamaherd project (no config.toml or agents/); use --project DIR or `al new DIR`")
+            raise ConfigError(
+                str(Path.cwd()),
+                "",
+                "not inside an llamaherd project (no config.toml or agents/); use --project DIR or `al new DIR`",
+            )
         root = found
     root = Path(root).resolve()
     config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}

@@ -8,11 +8,15 @@ keep reading the same.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from llamaherd.triggers import block, for_kind, generic_block, payload_json
+
+if TYPE_CHECKING:
+    from llamaherd.plugins import Registry
 
 BASE_PREAMBLE = """\
 You are an autonomous agent run by llamaherd. Nobody is watching this conversation live: work \
@@ -26,32 +30,6 @@ truncated.
 Credentials are available as environment variables and files (see <credential-context>); never \
 print their values."""
 
-SCHEDULED_TEXT = (
-    "You are running on a schedule. Check for new work and act on anything you find; "
-    "if there is nothing to do, say so and stop."
-)
-MANUAL_TEXT = (
-    "You have been triggered manually. Check for new work and act on anything you find; "
-    "if there is nothing to do, say so and stop."
-)
-# Webhook fields shown before the payload, in this order, when present.
-WEBHOOK_FIELDS = (
-    "source",
-    "event",
-    "action",
-    "repo",
-    "number",
-    "title",
-    "url",
-    "sender",
-    "author",
-    "ref",
-    "branch",
-    "labels",
-    "conclusion",
-    "delivery",
-)
-
 
 @dataclass
 class Environment:
@@ -63,14 +41,6 @@ class Environment:
     max_turns: int = 100
     bash_timeout: float = 300
     turn_limit_pauses: bool = False  # the agent set maxTurns: the run is suspended there
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
-
-
-def _block(name: str, text: str) -> str:
-    return f"<{name}>\n{text.strip()}\n</{name}>"
 
 
 def _iso(ts: float) -> str:
@@ -176,60 +146,17 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     lines.append(f"Now: {_iso(now)}")
     if down is not None:
         lines.append(f"System down for: about {float(down):.0f} s")
-    return _block("recovery-notice", "\n".join(lines))
+    return block("recovery-notice", "\n".join(lines))
 
 
-def webhook_block(trigger: dict[str, Any]) -> str:
-    """``<webhook-trigger>``: the normalised fields, then the full payload as JSON."""
-    data = trigger.get("payload") or {}
-    fields = {"source": trigger.get("source"), **data}
-    lines = [
-        f"{key}: {_scalar(fields[key])}" for key in WEBHOOK_FIELDS if fields.get(key) is not None
-    ]
-    raw = data.get("payload", data)
-    lines.append("payload:\n" + _json(raw))
-    return _block("webhook-trigger", "\n".join(lines))
-
-
-def _scalar(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-def subagent_block(caller_agent: str, caller_run: str, context: str, call_id: Any = None) -> str:
-    """``<skill-subagent>``: who called this agent and with what context."""
-    head = f"caller agent: {caller_agent}\ncaller run: {caller_run}\n"
-    if call_id is not None:
-        head += f"call id: {call_id}\n"
-    tail = "\nWhen done, pass your result to return_value (or `al-return`): the caller reads it."
-    return _block("skill-subagent", head + "context:\n" + context + "\n" + tail)
-
-
-def trigger_block(trigger: dict[str, Any] | str, payload: dict[str, Any] | None = None) -> str:
-    """Exactly one trigger block: the trigger's own prompt text when it gave one, else by kind.
-
-    ``trigger`` is a run's trigger dict (kind/payload/prompt/source), or just a kind with
-    ``payload`` (what a trigger uses to fill ``TriggerEvent.prompt``).
-    """
-    if isinstance(trigger, str):
-        trigger = {"kind": trigger, "payload": payload or {}}
+def trigger_block(trigger: dict[str, Any], registry: Registry) -> str:
+    """Exactly one trigger block: the trigger's own prompt text when it gave one, else the
+    block its trigger type writes (``prompt_block``), else the kind and the payload."""
     if trigger.get("prompt"):
         return str(trigger["prompt"]).strip()
-    kind = trigger.get("kind", "manual")
-    payload = trigger.get("payload") or {}
-    if kind == "scheduled":
-        return SCHEDULED_TEXT
-    if kind == "webhook":
-        return webhook_block(trigger)
-    if kind == "agent":
-        return subagent_block(
-            str(payload.get("caller_agent", "?")),
-            str(payload.get("caller_run", "?")),
-            str(payload.get("context", "")),
-            payload.get("call_id"),
-        )
-    if payload:
-        return MANUAL_TEXT + "\n\n" + _block("manual-payload", _json(payload))
-    return MANUAL_TEXT
+    trigger_type = for_kind(registry, str(trigger.get("kind", "manual")))
+    write = getattr(trigger_type, "prompt_block", None)
+    return write(trigger).strip() if write else generic_block(trigger)
 
 
 def user_prompt(
@@ -243,15 +170,15 @@ def user_prompt(
 ) -> str:
     """The first user message: config, credentials, environment, recovery notice, trigger."""
     parts = [
-        _block("agent-config", _json(agent.params)),
-        _block("credential-context", credential_context(agent, registry, credential_store)),
-        _block("environment", environment_block(environment)),
+        block("agent-config", payload_json(agent.params)),
+        block("credential-context", credential_context(agent, registry, credential_store)),
+        block("environment", environment_block(environment)),
     ]
     if trigger.get("recovery"):
-        from llamaherd.engine import clock
+        from llamaherd.clock import clock
 
         parts.append(recovery_notice(trigger["recovery"], now if now is not None else clock()))
-    parts.append(trigger_block(trigger))
+    parts.append(trigger_block(trigger, registry))
     return "\n\n".join(parts)
 
 

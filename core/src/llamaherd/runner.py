@@ -18,11 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamaherd.agents import (
+    SUSPEND_TIMEOUT,
+    SUSPENSION,
+    is_suspended,
+    set_agent_state,
+    suspend_timeout,
+)
 from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, max_turns, suspends
-from llamaherd.session import ENV_NAME, Deferred, Outcome, RunContext, Session, truncate
+from llamaherd.session import ENV_NAME, ActiveRun, Deferred, Outcome, Session, truncate
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import LlamaherdError, SandboxSpec, TriggerEvent
+from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
 
 log = logging.getLogger("llamaherd.runner")
 
@@ -30,19 +37,6 @@ BIN_DIR = Path(__file__).parent / "sandbox_bin"
 HOOK_TIMEOUT = 300.0
 CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
 CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
-SUSPEND_TIMEOUT = 1200.0  # seconds a suspended run waits for `al approve` (agent `suspendTimeout`)
-SUSPENSION = "suspension"  # wait-filter type of a run paused at its turn limit (no trigger matches)
-
-
-@dataclass
-class RunResult:
-    """What ``run_finished`` hooks get: the final state and what the run produced."""
-
-    state: str
-    exit_code: int
-    reason: str | None = None
-    return_value: Any = None
-    text: str = ""
 
 
 class RunFailed(LlamaherdError):
@@ -63,7 +57,7 @@ class _Prepared:
 class _Live:
     """An active run's handles, so kill/timeout from other threads can reach it."""
 
-    ctx: RunContext
+    ctx: ActiveRun
     cancel: threading.Event = field(default_factory=threading.Event)
     session: Session | None = None
     prepared: _Prepared | None = None
@@ -184,8 +178,6 @@ class Runner:
         A suspended run (paused at its turn limit) the owner did not answer in time is killed
         instead, and its agent switched ``off``."""
         if is_suspended(row):
-            from llamaherd.control import set_agent_state
-
             why = f"suspension not answered within suspendTimeout ({suspend_timeout(row):g} s)"
             if self.store.agent_state(row.agent) == "suspended":
                 set_agent_state(self.engine, row.agent, "off", f"run {row.id}: {why}")  # kills it
@@ -211,7 +203,7 @@ class Runner:
             self._transition(row.id, "error", f"agent {row.agent!r} no longer exists")
             return
         resumed = bool(row.transcript)
-        live = _Live(RunContext(row.id, agent, self.engine, self.store, trigger=row.trigger or {}))
+        live = _Live(ActiveRun(row.id, agent, self.engine, self.store, trigger=row.trigger or {}))
         with self._lock:
             self._live[row.id] = live
         try:
@@ -263,7 +255,12 @@ class Runner:
 
     def _prepare(self, row: Any, agent: Any) -> _Prepared:
         """Credentials, redactor, a fresh gateway token and the SandboxSpec."""
-        from llamaherd.credentials import credential_env, load_for_agent, secret_values
+        from llamaherd.credentials import (
+            credential_env,
+            credential_files,
+            load_for_agent,
+            secret_values,
+        )
         from llamaherd.redact import Redactor
 
         types = self.engine.registry.credential_types
@@ -281,7 +278,7 @@ class Runner:
             run_id=row.id,
             agent=agent,
             project=self.engine.project,
-            credentials=creds,
+            credential_files=credential_files(types, creds),
             env=env,
             bin_dir=BIN_DIR,
             timeout=agent.timeout,
@@ -313,7 +310,9 @@ class Runner:
             if resumed:
                 live.session = Session(ctx, chain, row.transcript, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
-            get_manager().call_each("run_started", run=ctx)  # one failing plugin never skips the rest
+            get_manager().call_each(
+                "run_started", run=ctx
+            )  # one failing plugin never skips the rest
             self._hooks(live, "pre")
             system, user = build_prompts(
                 ctx.agent,
@@ -340,7 +339,7 @@ class Runner:
             live.session.cancel.set()
         return live.session.run(resume)
 
-    def _chain(self, ctx: RunContext, live: _Live, prepared: _Prepared) -> Any:
+    def _chain(self, ctx: ActiveRun, live: _Live, prepared: _Prepared) -> Any:
         from llamaherd.credentials import secret_values
         from llamaherd.models import ModelChain
         from llamaherd.redact import Redactor
@@ -378,7 +377,7 @@ class Runner:
         tools = self.engine.registry.tools()
         return {name: tool for name, tool in tools.items() if name not in BUILTIN_HANDLERS}
 
-    def _options(self, ctx: RunContext, row: Any) -> dict[str, Any]:
+    def _options(self, ctx: ActiveRun, row: Any) -> dict[str, Any]:
         trigger = ctx.trigger
         return {
             "agent_dir": str(ctx.agent.path),
@@ -476,7 +475,7 @@ class Runner:
         self._discard_sandbox(row, ctx.sandbox)
         self._maybe_rerun(final, ctx)
 
-    def _maybe_rerun(self, final: Any, ctx: RunContext) -> None:
+    def _maybe_rerun(self, final: Any, ctx: ActiveRun) -> None:
         """A scheduled run that ended done and asked for a rerun is queued again at once."""
         if final.trigger_kind != "scheduled" or final.state != "done" or not final.rerun_requested:
             return
@@ -578,16 +577,6 @@ def _suspend(session: Session) -> Outcome:
         "timeout": timeout,
     }
     return Outcome("waiting", deferred=Deferred(SUSPENSION, {"filter": limit, "timeout": timeout}))
-
-
-def is_suspended(row: Any) -> bool:
-    """Whether a run is parked at its turn limit (waiting for `al approve` / `al deny`)."""
-    return row.state == "waiting" and (row.wait_filter or {}).get("type") == SUSPENSION
-
-
-def suspend_timeout(row: Any) -> float:
-    """The ``suspendTimeout`` a suspended run was given."""
-    return float((row.wait_filter or {}).get("timeout", SUSPEND_TIMEOUT))
 
 
 def _time_left(row: Any, agent: Any) -> float:

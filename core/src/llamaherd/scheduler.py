@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llamaherd.engine import Engine, machine_name
-from llamaherd.types import LlamaherdError, TriggerEvent
+from llamaherd.clock import machine_name
+from llamaherd.engine import Engine
+from llamaherd.triggers import agents_using
+from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType
 
 log = logging.getLogger("llamaherd.scheduler")
 
@@ -116,6 +118,29 @@ class HostWatch:
         return {name for name, (_, since) in seen.items() if now - since >= self.stale_after}
 
 
+class TriggerHost:
+    """The ``TriggerContext`` one trigger type gets: its agents, the clock, emit, ticks."""
+
+    def __init__(self, engine: Engine, trigger: TriggerType):
+        self._engine = engine
+        self._prefix = f"{trigger.name}:"
+        self.agents = agents_using(trigger, engine.project.agents.values())
+
+    def clock(self) -> float:
+        return self._engine.clock()
+
+    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
+        return self._engine.emit(event, coalesce=coalesce)
+
+    def emit_once(
+        self, key: str, tick: float, event: TriggerEvent, *, coalesce: bool = False
+    ) -> EmitResult | None:
+        return self._engine.emit_once(self._prefix + key, tick, event, coalesce=coalesce)
+
+    def last_tick(self, key: str) -> float | None:
+        return self._engine.store.last_tick(self._prefix + key)
+
+
 class Scheduler(Engine):
     def __init__(self, project: Any, *, grace: float = 30.0):
         stale_after = host_stale_after()
@@ -168,7 +193,9 @@ class Scheduler(Engine):
         for problem in problems:
             (log.error if problem.is_error else log.warning)("%s", problem)
         if any(p.is_error and p.agent is None for p in problems):
-            raise LlamaherdError("the project config has errors (listed above); fix them, then `al validate`")
+            raise LlamaherdError(
+                "the project config has errors (listed above); fix them, then `al validate`"
+            )
         broken = {p.agent: p for p in problems if p.is_error and p.agent in self.project.agents}
         for name, problem in broken.items():
             if self.store.agent_state(name) != "error":
@@ -197,10 +224,9 @@ class Scheduler(Engine):
         os.replace(tmp, path)
 
     def _start_triggers(self) -> None:
-        agents = list(self.project.agents.values())
         for trigger in self.registry.trigger_types.values():
             try:
-                trigger.start(self, agents, self.emit)
+                trigger.start(TriggerHost(self, trigger))
             except Exception as exc:
                 log.error("trigger type %s failed to start: %s", trigger.name, exc)
                 continue
@@ -329,7 +355,9 @@ class Scheduler(Engine):
             if run is None or not (run.state == "killed" or run.reason == "interrupted"):
                 continue
             if self.runner.kill(run_id, reason=run.reason or run.state):
-                log.warning("run %s was ended by another host (%s): stopped here", run_id, run.reason)
+                log.warning(
+                    "run %s was ended by another host (%s): stopped here", run_id, run.reason
+                )
 
     def interrupted(self, run: Any) -> None:
         """Mark a run whose process died as error/interrupted and requeue its trigger once."""
@@ -344,7 +372,11 @@ class Scheduler(Engine):
         self._cleanup_sandbox(run)
         agent = self.project.agents.get(run.agent)
         trigger = run.trigger or {}
-        if agent is None or agent.get("onInterrupted", "requeue") == "fail" or trigger.get("recovery"):
+        if (
+            agent is None
+            or agent.get("onInterrupted", "requeue") == "fail"
+            or trigger.get("recovery")
+        ):
             return
         now = self.clock()
         last_progress = events[-1]["at"] if events else run.started_at

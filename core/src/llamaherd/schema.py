@@ -51,7 +51,7 @@ from llamaherd.project import (
     Agent,
     Project,
 )
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import ConfigError, LlamaherdError, fragment
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_RUNTIME = "container"
@@ -126,6 +126,12 @@ WEBHOOK_SOURCE_KEYS: dict[str, Any] = {
         "type": "boolean",
         "default": False,
         "description": "Accept deliveries without a valid signature (never on a public address).",
+    },
+    "maxBodyBytes": {
+        "type": "integer",
+        "minimum": 1,
+        "default": 1048576,
+        "description": "Larger deliveries are refused with 413.",
     },
 }
 
@@ -264,21 +270,6 @@ AGENT_KEYS: dict[str, Any] = {
 }
 
 # --------------------------------------------------------------------------- assembly
-
-
-def fragment(obj: Any) -> tuple[dict[str, Any], list[str]]:
-    """Properties and required keys of a registered object's ``schema`` fragment."""
-    schema = getattr(obj, "schema", None) or {}
-    if (
-        schema.get("type") == "object"
-        or isinstance(schema.get("properties"), dict)
-        and (
-            set(schema)
-            <= {"properties", "required", "description", "title", "additionalProperties"}
-        )
-    ):
-        return dict(schema.get("properties", {})), list(schema.get("required", []))
-    return dict(schema), []
 
 
 def _variant(

@@ -18,10 +18,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llamaherd.models import INVALID_ARGUMENTS
-from llamaherd.types import AuthError, LlamaherdError, Message, Reply, ToolCall, ToolSpec
+from llamaherd.providers import INVALID_ARGUMENTS
+from llamaherd.types import (
+    AuthError,
+    LlamaherdError,
+    Message,
+    Reply,
+    Sandbox,
+    ToolCall,
+    ToolSpec,
+)
+
+if TYPE_CHECKING:
+    from llamaherd.engine import Engine
+    from llamaherd.project import Agent, Project
+    from llamaherd.redact import Redactor
+    from llamaherd.store import Store
 
 MAX_OUTPUT = 30_000
 DEFAULT_BASH_TIMEOUT = 300.0
@@ -39,19 +53,20 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
-class RunContext:
-    """What a tool handler, a gateway endpoint or a lifecycle hook gets for one run."""
+class ActiveRun:
+    """Core's ``RunContext`` (``llamaherd.types``): what a tool handler, a gateway endpoint or a
+    lifecycle hook gets for one run. Core's own skills also reach the engine and the store."""
 
     run_id: str
-    agent: Any  # llamaherd.project.Agent
-    engine: Any
-    store: Any
-    sandbox: Any = None  # Sandbox while the run is active, else None
-    redactor: Any = None  # llamaherd.redact.Redactor over the run's credential values
+    agent: Agent
+    engine: Engine | None  # None in `al prompt` previews
+    store: Store | None
+    sandbox: Sandbox | None = None  # while the run is active
+    redactor: Redactor | None = None  # over the run's credential values and keys
     trigger: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def project(self) -> Any:
+    def project(self) -> Project:
         return self.agent.project
 
     def row(self) -> Any:
@@ -180,7 +195,7 @@ class Session:
 
     def __init__(
         self,
-        ctx: RunContext,
+        ctx: ActiveRun,
         chain: Any,  # llamaherd.models.ModelChain
         transcript: list[dict[str, Any]],
         *,
@@ -212,7 +227,7 @@ class Session:
     # -------------------------------------------------------------- state
 
     @classmethod
-    def start(cls, ctx: RunContext, chain: Any, system: str, user: str, **kw: Any) -> Session:
+    def start(cls, ctx: ActiveRun, chain: Any, system: str, user: str, **kw: Any) -> Session:
         """A fresh session from the two prompts."""
         messages = [Message("system", system).to_dict(), Message("user", user).to_dict()]
         return cls(ctx, chain, messages, **kw)

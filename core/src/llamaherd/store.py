@@ -520,10 +520,10 @@ class Store:
     ) -> Store:
         """Connect (relative sqlite paths are under ``root``), create/migrate the schema.
 
-        ``clock`` (default ``llamaherd.engine.clock``, which honours AL_FAKE_CLOCK_FILE) stamps
+        ``clock`` (default ``llamaherd.clock.clock``, which honours AL_FAKE_CLOCK_FILE) stamps
         every time the store writes: lock expiry, events, runs."""
         if clock is None:
-            from llamaherd.engine import clock  # late, so the engine may import this module
+            from llamaherd.clock import clock
         db, where, timeout = _connect(url or DEFAULT_URL, root)
         store = cls(db, where, timeout, clock)
         store._migrate()
@@ -540,6 +540,18 @@ class Store:
         return self._where
 
     # ------------------------------------------------------------ internals
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction around several calls (each joins it): all or nothing."""
+        try:
+            with self._write():
+                yield
+        except StoreError:
+            raise
+        except (pw.PeeweeException, sqlite3.Error, OSError) as exc:
+            self._drop_broken_connection()
+            raise StoreError(_explain(self._where, self._timeout, exc)) from exc
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
         """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL.
@@ -1022,16 +1034,17 @@ class Store:
     def clear_queue(
         self,
         agent: str,
-        kinds: tuple[str, ...] | None = None,
         reason: str = "its queued trigger was dropped",
+        *,
+        keep: set[str] | frozenset[str] = frozenset(),
     ) -> int:
-        """Delete queued items of ``agent`` (optionally only these kinds); return the count.
+        """Delete queued items of ``agent`` but those of the kinds in ``keep``; return the count.
         An agent call such an item carried will never be served: it is settled as an error
         with ``reason``, so its caller stops waiting."""
         m = self._m
         where = (m.WorkItem.state == "queued") & (m.WorkItem.agent == agent)
-        if kinds is not None:
-            where &= m.WorkItem.kind.in_(list(kinds))
+        if keep:
+            where &= m.WorkItem.kind.not_in(sorted(keep))
         with self._write():
             carried = m.WorkItem.select(m.WorkItem.call_id).where(
                 where & m.WorkItem.call_id.is_null(False)
@@ -1407,17 +1420,18 @@ class Store:
         names = {name for (name,) in self._exec(self._sql.paused).fetchall()}
         return _PAUSED_ALL in names, names - {_PAUSED_ALL}
 
-    # ------------------------------------------------------------ cron
+    # ------------------------------------------------------------ trigger ticks
     @_guarded
-    def claim_tick(self, agent: str, tick: float) -> bool:
-        """True exactly once per (agent, tick), across processes and hosts."""
+    def claim_tick(self, key: str, tick: float) -> bool:
+        """True exactly once per (key, tick), across processes and hosts (a trigger's
+        ``emit_once``; keys are ``<trigger type>:<its key>``)."""
         with self._write():
-            return self._exec(self._sql.insert_tick, (agent, tick, self._clock())).rowcount == 1
+            return self._exec(self._sql.insert_tick, (key, tick, self._clock())).rowcount == 1
 
     @_guarded
-    def last_tick(self, agent: str) -> float | None:
-        """The latest claimed tick of ``agent``."""
-        return self._value(self._sql.last_tick, (agent,))
+    def last_tick(self, key: str) -> float | None:
+        """The latest claimed tick of ``key``."""
+        return self._value(self._sql.last_tick, (key,))
 
     # ------------------------------------------------------------ webhooks
     @_guarded

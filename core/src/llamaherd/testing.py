@@ -10,6 +10,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   as the current user), with ``al(...)`` and ``store()`` helpers;
 - ``scheduler``: ``scheduler(project)`` starts ``al start`` as a real subprocess and stops it at
   teardown;
+- ``started_trigger``: ``started_trigger(trigger, project)`` starts a trigger type on a real
+  Engine with the TriggerContext a scheduler gives it, recording what it emits;
 - ``model_server``: a model API stand-in on 127.0.0.1 (real HTTP) answering queued replies and
   recording every request, for provider plugins' wire-format tests;
 - ``chain_env``: builds a :class:`llamaherd.models.ModelChain` for a throwaway agent over the
@@ -328,6 +330,59 @@ class OfflineProject(TmpProject):
             )
         finally:
             store.close()
+
+
+class StartedTrigger:
+    """A trigger type started on a real Engine of ``project`` exactly as a scheduler starts it
+    (``trigger.start(ctx)`` with core's TriggerContext). ``fired`` records every event it
+    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``stop()`` stops the
+    trigger and closes the engine."""
+
+    def __init__(self, trigger: Any, project: TmpProject):
+        from llamaherd.engine import Engine
+        from llamaherd.scheduler import TriggerHost
+
+        self.trigger = trigger
+        self.engine = Engine(project.load())
+        self.fired: list[tuple[Any, bool]] = []
+        fired = self.fired
+
+        class Recording(TriggerHost):
+            def emit(self, event: Any, *, coalesce: bool = False) -> Any:
+                fired.append((event, coalesce))
+                return super().emit(event, coalesce=coalesce)
+
+            def emit_once(
+                self, key: str, tick: float, event: Any, *, coalesce: bool = False
+            ) -> Any:
+                result = super().emit_once(key, tick, event, coalesce=coalesce)
+                if result is not None:
+                    fired.append((event, coalesce))
+                return result
+
+        self.ctx = Recording(self.engine, trigger)
+        trigger.start(self.ctx)
+
+    def stop(self) -> None:
+        self.trigger.stop()
+        self.engine.close()
+
+
+@pytest.fixture
+def started_trigger() -> Iterator[Callable[[Any, TmpProject], StartedTrigger]]:
+    """``started_trigger(trigger, project)``: a :class:`StartedTrigger`; all are stopped at
+    teardown."""
+    started: list[StartedTrigger] = []
+
+    def start(trigger: Any, project: TmpProject) -> StartedTrigger:
+        started.append(StartedTrigger(trigger, project))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for run in started:
+            run.trigger.stop()
 
 
 class SchedulerProcess:

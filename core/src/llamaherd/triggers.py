@@ -1,17 +1,27 @@
-"""Core's built-in trigger types: manual (``al run``) and agent calls (``call_agent``).
+"""Core's built-in trigger types, manual (``al run``) and agent calls (``call_agent``), and the
+lookups core makes of any trigger type's policy.
 
-Neither runs a background thread: manual events come from the CLI and the control API, agent
-events from the Calls skill. The agent type's ``matches`` lets a run wait for a call:
+Neither built-in runs a background thread: manual events come from the CLI and the control API,
+agent events from the Calls skill. The agent type's ``matches`` lets a run wait for a call:
 ``wait_for_trigger({"type": "agent", "from": "planner"})``.
+
+Policy a trigger type may set (``llamaherd.types.OPTIONAL_MEMBERS``), read only through the
+functions here: the event ``kind`` it emits (default: its name), whether its events run a
+hibernating agent (``while_hibernating``, default False), its prompt block and its preview.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llamaherd import hookimpl
-from llamaherd.types import Emit, TriggerEvent
+from llamaherd.types import TriggerContext, TriggerEvent, TriggerType, fragment
+
+if TYPE_CHECKING:
+    from llamaherd.plugins import Registry
+    from llamaherd.project import Agent
 
 # Wait-filter keys of agent triggers and the event payload fields they compare.
 AGENT_FILTER_FIELDS = {
@@ -21,6 +31,52 @@ AGENT_FILTER_FIELDS = {
     "caller_run": "caller_run",
     "call_id": "call_id",
 }
+MANUAL_TEXT = (
+    "You have been triggered manually. Check for new work and act on anything you find; "
+    "if there is nothing to do, say so and stop."
+)
+
+
+# ------------------------------------------------------------------ policy lookups
+
+
+def trigger_kind(trigger: TriggerType) -> str:
+    """The ``TriggerEvent.kind`` of the events ``trigger`` emits."""
+    return getattr(trigger, "kind", None) or trigger.name
+
+
+def for_kind(registry: Registry, kind: str) -> TriggerType | None:
+    """The trigger type whose events have ``kind`` (by name when none declares it)."""
+    types = registry.trigger_types
+    found = next((t for t in types.values() if trigger_kind(t) == kind), None)
+    return found or types.get(kind)
+
+
+def agents_using(trigger: TriggerType, agents: Iterable[Agent]) -> list[Agent]:
+    """The agents whose config sets one of the keys ``trigger`` adds; every agent when it
+    adds none (a trigger that can start any agent, like ``al run``)."""
+    keys = set(fragment(trigger)[0])
+    return [agent for agent in agents if not keys or keys & set(agent.config)]
+
+
+def block(name: str, text: str) -> str:
+    """An XML-ish prompt block, as SKILL.md files written for Action Llama expect them."""
+    return f"<{name}>\n{text.strip()}\n</{name}>"
+
+
+def payload_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def generic_block(trigger: dict[str, Any]) -> str:
+    """The trigger block of a kind whose trigger type gives none: the kind and the payload."""
+    kind = trigger.get("kind") or "unknown"
+    text = f"You have been triggered by a {kind} trigger."
+    payload = trigger.get("payload")
+    return text + ("\n\n" + block("trigger-payload", payload_json(payload)) if payload else "")
+
+
+# ------------------------------------------------------------------ the built-in types
 
 
 class _Passive:
@@ -30,7 +86,7 @@ class _Passive:
     description = ""
     schema: dict[str, Any] = {}
 
-    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
+    def start(self, ctx: TriggerContext) -> None:
         """Nothing to watch."""
 
     def stop(self) -> None:
@@ -40,11 +96,40 @@ class _Passive:
 class ManualTrigger(_Passive):
     name = "manual"
     description = "A run started by hand (`al run AGENT`, the dashboard or the control API)."
+    while_hibernating = True  # an owner's explicit request
+
+    def prompt_block(self, trigger: dict[str, Any]) -> str:
+        payload = trigger.get("payload")
+        if not payload:
+            return MANUAL_TEXT
+        return MANUAL_TEXT + "\n\n" + block("manual-payload", payload_json(payload))
+
+
+def subagent_block(caller_agent: str, caller_run: str, context: str, call_id: Any = None) -> str:
+    """``<skill-subagent>``: who called this agent and with what context."""
+    head = f"caller agent: {caller_agent}\ncaller run: {caller_run}\n"
+    if call_id is not None:
+        head += f"call id: {call_id}\n"
+    tail = "\nWhen done, pass your result to return_value (or `al-return`): the caller reads it."
+    return block("skill-subagent", head + "context:\n" + context + "\n" + tail)
 
 
 class AgentTrigger(_Passive):
     name = "agent"
     description = "A run started by another agent's call_agent (a <skill-subagent> prompt)."
+
+    def prompt_block(self, trigger: dict[str, Any]) -> str:
+        payload = trigger.get("payload") or {}
+        return subagent_block(
+            str(payload.get("caller_agent", "?")),
+            str(payload.get("caller_run", "?")),
+            str(payload.get("context", "")),
+            payload.get("call_id"),
+        )
+
+    def preview(self, agent: Agent, payload: dict[str, Any]) -> TriggerEvent:
+        placeholders = {"caller_agent": "(caller)", "caller_run": "(caller run)", "context": ""}
+        return TriggerEvent(agent.name, "agent", {**placeholders, **payload}, source="preview")
 
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         """``from``/``caller`` (caller agent), ``caller_run``, ``call_id``, ``context``

@@ -2,14 +2,22 @@
 
 Every registered object carries its own ``name``, a JSON-schema fragment (``schema``) and docs
 (``description``). Core never imports a plugin module directly: it talks to these protocols.
+A protocol's annotated attributes and methods are required; what a plugin *may* add is listed in
+``OPTIONAL_MEMBERS``. Registration checks each object against both (``llamaherd.plugins``) and
+refuses one that does not conform, with one warning.
+
+Plugins import these (and everything else they use) from ``llamaherd.api``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from llamaherd.project import Agent, Project
 
 # --------------------------------------------------------------------------- errors
 
@@ -47,6 +55,15 @@ class Transient(ProviderError):
 
 class Fatal(ProviderError):
     """Anything else: malformed reply, bad request. Not retried."""
+
+
+class Unavailable(Transient):
+    """The model cannot serve now and retrying soon will not help (quota exhausted, model not
+    found): the chain falls back to the next model at once. A Transient, so never structural."""
+
+
+class CredentialInvalid(LlamaherdError):
+    """Raised by a CredentialType's ``validate(values)`` when the service refuses the credential."""
 
 
 class SandboxError(LlamaherdError):
@@ -189,20 +206,74 @@ class TriggerEvent:
     recovery: dict[str, Any] | None = None  # requeued after a crash: the interrupted run's times
 
 
-Emit = Callable[[TriggerEvent], Any]
+@dataclass
+class EmitResult:
+    """What became of an emitted event: the queued item's id (None when nothing was queued: a
+    duplicate, a coalesced tick, a refusal), the waiting runs it resumed, and why the agent's
+    state refused it (None when it did not)."""
+
+    queued: int | None = None
+    resumed: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+
+Emit = Callable[[TriggerEvent], EmitResult]
+
+
+@runtime_checkable
+class TriggerContext(Protocol):
+    """What a running trigger type gets from the scheduler in ``start(ctx)``: nothing more.
+
+    Several schedulers may share one database; ``emit_once`` is how a trigger makes an event
+    happen once across all of them (and across restarts)."""
+
+    agents: Sequence[Agent]  # the agents whose config uses this trigger type
+
+    def clock(self) -> float:
+        """Epoch seconds now (a fake clock in tests): use it, not ``time.time()``."""
+        ...
+
+    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
+        """Queue ``event`` durably (before returning) and offer it to waiting runs.
+        ``coalesce``: not queued when an item of the same agent and kind is still queued."""
+        ...
+
+    def emit_once(
+        self, key: str, tick: float, event: TriggerEvent, *, coalesce: bool = False
+    ) -> EmitResult | None:
+        """``emit`` unless ``(key, tick)`` of this trigger type was claimed before; the claim and
+        the queued item are one transaction, so a crash never loses or doubles a tick. None when
+        it was claimed already (another scheduler, or before a restart)."""
+        ...
+
+    def last_tick(self, key: str) -> float | None:
+        """The latest tick claimed for ``key`` by this trigger type (where catch-up resumes)."""
+        ...
 
 
 @runtime_checkable
 class TriggerType(Protocol):
+    """A source of runs: ``schedule``/``every`` (cron), ``[[webhooks]]``, ``al run``, calls.
+
+    ``schema`` holds the properties it adds to an agent's ``config.toml``; an agent whose config
+    sets one of them uses this trigger (``TriggerContext.agents``). Optional members, each with
+    a default when absent (``OPTIONAL_MEMBERS``): ``kind`` (the ``TriggerEvent.kind`` of its
+    events; default ``name``), ``while_hibernating`` (its events still start runs of a
+    hibernating agent; default False, so a hibernating agent refuses them and drops those
+    queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
+    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``."""
+
     name: str
     description: str
-    schema: dict[str, Any]  # properties this trigger adds to an agent's config.toml
+    schema: dict[str, Any]
 
-    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
-        """Begin producing events for ``agents`` (those configured for this trigger)."""
+    def start(self, ctx: TriggerContext) -> None:
+        """Begin producing events for ``ctx.agents`` (return at once; run in a thread)."""
         ...
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop producing events; called once at scheduler shutdown."""
+        ...
 
 
 @dataclass
@@ -249,13 +320,22 @@ class Sandbox(Protocol):
 
 
 @dataclass
+class StagedFile:
+    """One credential file a runtime writes for a run, at ``<staged root>/<path>``."""
+
+    path: str  # "<type>/<instance>/<field>": each part a checked, single path segment
+    content: bytes  # the value plus a newline, as in the credential store
+    mode: int  # the credential type's ``file_modes`` entry, else 0o400
+
+
+@dataclass
 class SandboxSpec:
     """What a runtime needs to start a sandbox for one run."""
 
     run_id: str
-    agent: Any  # llamaherd.project.Agent
-    project: Any  # llamaherd.project.Project
-    credentials: dict[str, dict[str, str]]  # "type/instance" -> {field: value}
+    agent: Agent
+    project: Project
+    credential_files: list[StagedFile]  # only the agent's declared, sandbox-staged credentials
     env: dict[str, str]  # env for every exec: credential env, AL_* gateway vars
     bin_dir: Path  # host dir holding the language-skill shell commands
     timeout: float
@@ -271,7 +351,7 @@ class Runtime(Protocol):
     description: str
     schema: dict[str, Any]  # properties of an agent's [runtime] table for this type
 
-    def prepare(self, agent: Any, project: Any) -> None:
+    def prepare(self, agent: Agent, project: Project) -> None:
         """Make the agent runnable (build image, check user); raise SandboxError if not."""
         ...
 
@@ -281,10 +361,44 @@ class Runtime(Protocol):
         """Re-attach to a sandbox recorded before a restart; None when it is gone."""
         ...
 
-    def cleanup_orphans(self, live_run_ids: set[str], project: Any) -> int:
+    def cleanup_orphans(self, live_run_ids: set[str], project: Project) -> int:
         """Remove ``project``'s sandboxes that no live run owns; return how many. Sandboxes of
         other projects on the same host are never touched."""
         ...
+
+
+@runtime_checkable
+class RunContext(Protocol):
+    """One run as a plugin sees it: in a language skill's ``preamble(run)`` and tool handlers,
+    and in the ``run_started`` / ``run_finished`` hooks. In ``al prompt`` previews ``sandbox``
+    is None and nothing is logged."""
+
+    run_id: str
+    agent: Agent
+    trigger: dict[str, Any]  # kind, payload, prompt, source (and recovery after a crash)
+    sandbox: Sandbox | None  # while the run is active
+
+    @property
+    def project(self) -> Project: ...
+
+    def redact(self, text: str) -> str:
+        """``text`` with the run's secret values masked (do this before storing or logging)."""
+        ...
+
+    def log(self, type: str, data: dict[str, Any] | None = None) -> None:
+        """Record a structured run event (redacted); ``al logs`` and the dashboard show it."""
+        ...
+
+
+@dataclass
+class RunResult:
+    """What ``run_finished`` hooks get: the final state and what the run produced."""
+
+    state: str  # done, error, timeout, killed
+    exit_code: int
+    reason: str | None = None
+    return_value: Any = None
+    text: str = ""  # the model's last text
 
 
 @dataclass
@@ -294,7 +408,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
-    handler: Callable[[Any, dict[str, Any]], Any]  # (RunContext, arguments) -> JSON-able
+    handler: Callable[[RunContext, dict[str, Any]], Any]  # -> JSON-able result
 
 
 @runtime_checkable
@@ -303,8 +417,8 @@ class LanguageSkill(Protocol):
     category: str
     tools: list[Tool]
 
-    def preamble(self, run: Any) -> str:
-        """Concise instructions for the model about this skill's tools."""
+    def preamble(self, run: RunContext) -> str:
+        """Concise instructions for the model about this skill's tools ("" adds nothing)."""
         ...
 
 
@@ -340,3 +454,55 @@ class WebhookSource(Protocol):
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """Return {"event", "action", "delivery", "payload", ...} normalised fields."""
         ...
+
+
+# --------------------------------------------------------------------------- what a plugin may add
+
+
+def fragment(obj: Any) -> tuple[dict[str, Any], list[str]]:
+    """Properties and required keys of a registered object's ``schema`` fragment."""
+    schema = getattr(obj, "schema", None) or {}
+    if (
+        schema.get("type") == "object"
+        or isinstance(schema.get("properties"), dict)
+        and (
+            set(schema)
+            <= {"properties", "required", "description", "title", "additionalProperties"}
+        )
+    ):
+        return dict(schema.get("properties", {})), list(schema.get("required", []))
+    return dict(schema), []
+
+
+METHOD = "method"  # an OPTIONAL_MEMBERS entry that must be callable
+
+# Members a registered object may have beyond its protocol's, and what each must be. Core uses
+# ``getattr(obj, member, default)`` for these; registration refuses an object whose optional
+# member is of the wrong kind.
+OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
+    TriggerType: {
+        "kind": str,  # TriggerEvent.kind of its events (default: name)
+        "while_hibernating": bool,  # its events run a hibernating agent (default False)
+        "prompt_block": METHOD,  # (trigger: dict) -> str: the run's trigger block
+        "preview": METHOD,  # (agent, payload) -> TriggerEvent: what `al prompt` shows
+        "validate": METHOD,  # (agent) -> list[ConfigError]
+        "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
+        "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
+        "describe": METHOD,  # (agent) -> str | None: one line for `al stat` and the dashboard
+    },
+    WebhookSource: {
+        "configured": METHOD,  # (table) -> WebhookSource set up for one [webhooks.<name>]
+        "request_headers": METHOD,  # (body, event, delivery, secret) -> headers a sender sends
+    },
+    Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
+    CredentialType: {
+        "validate": METHOD,  # (values) -> str: `al creds test`; raises CredentialInvalid
+        "sandbox": bool,  # False: never staged into a run (model keys, webhook secrets)
+        "file_modes": dict,  # field -> mode of its staged file (default 0400)
+    },
+    LanguageSkill: {"description": str},
+    Provider: {
+        "key_env": str,  # env var holding the key when no credential is stored
+        "key_required": bool,  # False: a local server that takes no key
+    },
+}

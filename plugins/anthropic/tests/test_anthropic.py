@@ -7,9 +7,7 @@ import socket
 
 import pytest
 
-from llamaherd.models import Unavailable
-from llamaherd.plugins import registry
-from llamaherd.types import (
+from llamaherd.api import (
     AuthError,
     Fatal,
     Message,
@@ -18,7 +16,9 @@ from llamaherd.types import (
     ToolCall,
     ToolSpec,
     Transient,
+    Unavailable,
 )
+from llamaherd.plugins import registry
 
 KEY = "sk-ant-test-SECRET"
 PROMPT = "the secret plan is pineapple"

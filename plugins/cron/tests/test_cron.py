@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from llamaherd_cron.trigger import CronTrigger, Plan
 
+from llamaherd.api import ConfigError
 from llamaherd.testing import wait_until
-from llamaherd.types import ConfigError
 
 T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC).timestamp()  # a Monday, 12:00:30 UTC
 
@@ -54,33 +54,23 @@ def project(tmp_project):
 
 
 class Scheduler:
-    """One scheduler 'process': a real Engine plus a started CronTrigger, recording its emits."""
+    """One scheduler 'process': a CronTrigger started on a real Engine, as `al start` does."""
 
-    def __init__(self, project):
-        from llamaherd.engine import Engine
+    def __init__(self, started):
+        self.started = started
+        self.engine = started.engine
 
-        self.engine = Engine(project.load())
-        self.fired: list = []
-        self.lags: list[float] = []  # wall-clock delay of each fire after its tick
-        self.trigger = CronTrigger()
-        self.trigger.start(self.engine, self.engine.project.agents.values(), self.emit)
-
-    def emit(self, event, coalesce=False):
-        self.fired.append((event.agent, event.payload["tick"], coalesce))
-        self.lags.append(time.time() - event.payload["tick"])
-        return self.engine.emit(event, coalesce=coalesce)
+    @property
+    def fired(self) -> list[tuple[str, float, bool]]:
+        return [(e.agent, e.payload["tick"], c) for e, c in list(self.started.fired)]
 
     def stop(self):
-        self.trigger.stop()
-        self.engine.close()
+        self.started.stop()
 
 
 @pytest.fixture
-def schedulers():
-    started: list[Scheduler] = []
-    yield lambda project: started.append(Scheduler(project)) or started[-1]
-    for scheduler in started:
-        scheduler.trigger.stop()
+def schedulers(started_trigger):
+    return lambda project: Scheduler(started_trigger(CronTrigger(), project))
 
 
 def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, schedulers):
@@ -95,7 +85,7 @@ def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, sche
     second = schedulers(project)  # restart at the same time: the 12:05 tick is already claimed
     time.sleep(0.7)
     assert second.fired == []
-    assert second.engine.store.last_tick("every5") == at(12, 5)
+    assert second.engine.store.last_tick("cron:every5") == at(12, 5)
     assert second.engine.store.queue_depth()["every5"] == 1
     second.stop()
 
@@ -111,7 +101,7 @@ def test_single_catch_up_after_downtime_unless_disabled(project, clock, schedule
     assert wait_until(lambda: second.fired, timeout=10, interval=0.02)
     time.sleep(0.7)
     assert second.fired == [("every5", at(12, 30), True)], "one catch-up, for the latest tick"
-    assert second.engine.store.last_tick("nocatch") == at(12, 5), "catchUp = false skipped"
+    assert second.engine.store.last_tick("cron:nocatch") == at(12, 5), "catchUp = false skipped"
 
     clock.set(at(12, 35, 0.3))
     assert wait_until(lambda: len(second.fired) == 3, timeout=10, interval=0.02)
@@ -149,9 +139,17 @@ def test_real_clock_fires_within_a_second(tmp_project, monkeypatch, tmp_path, sc
     monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
     tmp_project.config("")
     tmp_project.add_agent("fast", 'every = "1s"\n')
+    lags: list[float] = []  # wall-clock delay of each fire after its tick
     scheduler = schedulers(tmp_project)
+    emit_once = scheduler.started.ctx.emit_once
+
+    def timed(key, tick, event, *, coalesce=False):
+        lags.append(time.time() - tick)
+        return emit_once(key, tick, event, coalesce=coalesce)
+
+    scheduler.started.ctx.emit_once = timed
     assert wait_until(lambda: len(scheduler.fired) >= 3, timeout=4, interval=0.02)
-    assert all(0 <= lag < 1.0 for lag in scheduler.lags), scheduler.lags
+    assert all(0 <= lag < 1.0 for lag in lags), lags
     ticks = [tick for _, tick, _ in scheduler.fired]
     assert ticks == sorted(set(ticks)), "each second fires once, in order"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llamaherd.types import SandboxError, SandboxSpec
+from llamaherd.api import SandboxError, SandboxSpec, credential_files
 
 # Built by .ci/docker.sh (../shared/scripts/docker-bootstrap.sh with PYTHON_IMAGE=1).
 DEBIAN_IMAGE = "local/debian-python:bookworm"
@@ -104,7 +104,7 @@ def make_spec(
         run_id=run_id,
         agent=loaded.agent(agent),
         project=loaded,
-        credentials=credentials or {},
+        credential_files=credential_files({}, credentials or {}),
         env={"AL_RUN_TOKEN": "token-" + run_id, "AL_GATEWAY_URL": "http://127.0.0.1:1"},
         bin_dir=bin_dir,
         timeout=60,

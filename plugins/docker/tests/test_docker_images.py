@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 
 pytestmark = pytest.mark.docker
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 
 pytestmark = pytest.mark.docker
 
@@ -79,7 +79,7 @@ def test_credentials_only_declared_read_only_and_not_in_container_config(
         credentials={"github_token/default": {"token": "s3cret-token"}},
         credential_env=lambda root: {"GITHUB_TOKEN_FILE": f"{root}/github_token/default/token"},
     )
-    code, out = sh(box, 'find /credentials | sort; cat "$GITHUB_TOKEN_FILE"; echo')
+    code, out = sh(box, 'find /credentials | sort; cat "$GITHUB_TOKEN_FILE"')
     assert out.splitlines() == [
         "/credentials",
         "/credentials/github_token",

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from llamaherd_github.credentials import CREDENTIAL_TYPES, GitHubSkill
 
-from llamaherd.credentials import CredentialInvalid, CredentialStore, staged_files
+from llamaherd.api import CredentialInvalid, CredentialStore, credential_files
 
 TYPES = {t.name: t for t in CREDENTIAL_TYPES}
 AL = [sys.executable, "-c", "from llamaherd.cli import main; main()"]
@@ -178,9 +178,11 @@ def ssh_key(tmp_path) -> str:
 def stage(directory: Path, credential_type, values: dict[str, str]) -> None:
     """Write the files the way a runtime does, with the modes the type asks for."""
     directory.mkdir(parents=True)
-    for name, content, mode in staged_files(credential_type, values):
-        (directory / name).write_bytes(content)
-        os.chmod(directory / name, mode)
+    types = {credential_type.name: credential_type}
+    for staged in credential_files(types, {f"{credential_type.name}/x": values}):
+        target = directory / staged.path.rsplit("/", 1)[1]
+        target.write_bytes(staged.content)
+        os.chmod(target, staged.mode)
 
 
 def test_git_ssh_command_with_real_ssh(tmp_path, ssh_key):

@@ -14,8 +14,7 @@ from llamaherd_host_user.identity import useradd_command
 from llamaherd_host_user.runtime import HostUserRuntime
 from llamaherd_host_user.sandbox import HostUserSandbox
 
-from llamaherd.project import load_project
-from llamaherd.types import SandboxSpec
+from llamaherd.api import SandboxSpec, credential_files, load_project
 
 AGENT_USER = "al-test-agent"
 OTHER_USER = "al-test-agent2"
@@ -120,7 +119,7 @@ def spec_for(
         run_id=f"worker-{uuid.uuid4().hex[:12]}",
         agent=agent,
         project=agent.project,
-        credentials=credentials or {},
+        credential_files=credential_files({}, credentials or {}),
         env=env or {"AL_AGENT": agent.name},
         bin_dir=bin_dir,
         timeout=60,

@@ -177,8 +177,8 @@ def test_attach_after_restart(start, containment, bin_dir):
 
 
 def test_runtime_is_registered_and_matches_the_protocols(start):
+    from llamaherd.api import Runtime, Sandbox
     from llamaherd.plugins import registry
-    from llamaherd.types import Runtime, Sandbox
 
     runtime = registry().runtimes["host-user"]
     assert isinstance(runtime, HostUserRuntime) and isinstance(runtime, Runtime)

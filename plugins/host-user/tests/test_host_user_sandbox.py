@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from llamaherd.credentials import CredentialStore
+from llamaherd.api import CredentialStore
 
 pytestmark = pytest.mark.root
 

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 from llamaherd_host_user.setup import setup_host_user
 
+from llamaherd.api import SandboxError
 from llamaherd.plugins import get_manager
-from llamaherd.types import SandboxError
 
 pytestmark = pytest.mark.root
 
@@ -124,7 +124,7 @@ def test_without_root_as_yourself(user_dir, agent_users, agent_user, other_user)
         import json, os
         from pathlib import Path
         from llamaherd.project import load_project
-        from llamaherd.types import SandboxError, SandboxSpec
+        from llamaherd.types import SandboxError, SandboxSpec, StagedFile
         from llamaherd_host_user.runtime import HostUserRuntime
 
         project = load_project(Path({str(project)!r}))
@@ -137,7 +137,7 @@ def test_without_root_as_yourself(user_dir, agent_users, agent_user, other_user)
         agent = project.agent("worker")
         runtime.prepare(agent, project)
         spec = SandboxSpec(run_id="nonroot-1", agent=agent, project=project,
-                           credentials={{"github_token/default": {{"token": "t"}}}},
+                           credential_files=[StagedFile("github_token/default/token", b"t\\n", 0o400)],
                            env={{}}, bin_dir=project.root / "bin", timeout=30)
         sandbox = runtime.start(spec)
         out["warnings"] = runtime.warnings(agent, project)

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from llamaherd.models import INVALID_ARGUMENTS, Unavailable
-from llamaherd.plugins import registry
-from llamaherd.types import (
+from llamaherd.api import (
+    INVALID_ARGUMENTS,
     AuthError,
     Fatal,
     Message,
@@ -16,7 +15,9 @@ from llamaherd.types import (
     RateLimited,
     ToolSpec,
     Transient,
+    Unavailable,
 )
+from llamaherd.plugins import registry
 
 KEY = "sk-test-SECRET"
 PROMPT = "the secret plan is pineapple"

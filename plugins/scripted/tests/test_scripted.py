@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from llamaherd.api import ConfigError, Message, ModelConfig, ToolCall, ToolSpec
 from llamaherd.plugins import registry
-from llamaherd.types import ConfigError, Message, ModelConfig, ToolCall, ToolSpec
 
 TOOLS = [ToolSpec(n, n, {"type": "object"}) for n in ("bash", "set_status", "return_value")]
 MODEL = ModelConfig(name="scripted", provider="scripted", model="scripted")

@@ -116,8 +116,7 @@ class Server:
 
 @pytest.fixture
 def server(tmp_project, tmp_path, monkeypatch):
-    from llamaherd.credentials import CredentialStore
-    from llamaherd.engine import Engine
+    from llamaherd.api import CredentialStore, Engine
 
     monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
     credentials = CredentialStore()

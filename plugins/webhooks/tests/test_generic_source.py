@@ -7,7 +7,9 @@ import hmac
 import json
 
 import pytest
-from llamaherd_webhooks.sources import HmacSource, body_digest
+from llamaherd_webhooks.sources import GenericSource as HmacSource
+
+from llamaherd.api import body_digest
 
 BODY = json.dumps({"event": "deploy", "action": "done", "repo": "acme/site"}).encode()
 

@@ -96,7 +96,7 @@ def test_webhook_event_payload_and_prompt(server):
     assert item.payload["payload"]["pull_request"]["title"] == "Fix it"
     from llamaherd.prompts import trigger_block
 
-    block = trigger_block(run.trigger)
+    block = trigger_block(run.trigger, server.engine.registry)
     assert block.startswith("<webhook-trigger>") and "action: opened" in block
     assert json.dumps("Fix it") in block
 

@@ -6,7 +6,7 @@ import pytest
 from llamaherd_webhooks.matching import entry_matches, lookup
 from llamaherd_webhooks.trigger import WebhooksTrigger, make_event
 
-from llamaherd.types import TriggerEvent
+from llamaherd.api import TriggerEvent
 
 FIELDS = {
     "event": "pull_request",

@@ -29,7 +29,7 @@ def runs(project, agent=None):
 
 @pytest.fixture
 def credentials(tmp_path):
-    from llamaherd.credentials import CredentialStore
+    from llamaherd.api import CredentialStore
 
     root = tmp_path / "credentials"
     CredentialStore(root).write("github_webhook_secret", "default", {"secret": SECRET})

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.types import Emit, TriggerEvent
+from llamaherd.api import Emit, TriggerContext, TriggerEvent
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -60,15 +59,14 @@ class FileWatchTrigger:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
-        for agent in agents:
-            watch = agent.config.get("watch")
-            if watch:
-                thread = threading.Thread(
-                    target=self._poll, args=(agent.name, watch, emit), daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
+    def start(self, ctx: TriggerContext) -> None:
+        # ctx.agents: the agents whose config sets `watch` (this type's schema key).
+        for agent in ctx.agents:
+            thread = threading.Thread(
+                target=self._poll, args=(agent.name, agent.config["watch"], ctx.emit), daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
 
     def _poll(self, agent: str, watch: dict[str, Any], emit: Emit) -> None:
         paths = list(watch["paths"])

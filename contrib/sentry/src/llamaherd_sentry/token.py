@@ -8,8 +8,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from llamaherd.credentials import CredentialInvalid
-from llamaherd.types import CredentialField
+from llamaherd.api import CredentialField, CredentialInvalid
 
 DEFAULT_API_URL = "https://sentry.io/api/0"
 TIMEOUT = 10.0

@@ -15,14 +15,13 @@ import click
 
 from llamaherd.cli import AppContext, pass_app
 from llamaherd.credentials import (
-    CredentialInvalid,
     CredentialStore,
     format_ref,
     is_staged,
     parse_ref,
     unknown_type_message,
 )
-from llamaherd.types import LlamaherdError
+from llamaherd.types import CredentialInvalid, LlamaherdError
 
 
 @click.group("creds")

@@ -47,7 +47,8 @@ def _registers(row: dict[str, Any]) -> str:
     if row["error"]:
         return f"failed to load: {row['error']}"
     extra = [hook.removeprefix("register_") for hook in row["hooks"] if hook not in KINDS]
-    return ", ".join([*row["registers"], *extra]) or "registers nothing"
+    refused = [f"REFUSED {reason}" for reason in row["refused"]]
+    return ", ".join([*row["registers"], *extra, *refused]) or "registers nothing"
 
 
 # --------------------------------------------------------------------------- al validate / schema

@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from llamaherd.cli import AppContext, pass_app
+from llamaherd.types import LlamaherdError
 
-TRIGGERS = ("scheduled", "manual", "webhook", "agent")
 
+def preview_trigger(registry: Any, agent: Any, kind: str, payload: dict[str, Any]) -> dict:
+    """The trigger dict a run started by a ``kind`` trigger with ``payload`` gets, built by that
+    trigger type's ``preview`` when it has one (so it is what a real run sees)."""
+    from llamaherd.triggers import for_kind, trigger_kind
+    from llamaherd.types import TriggerEvent
 
-def preview_trigger(kind: str, payload: dict) -> dict:
-    """The trigger dict of a run, as the queue would hand it over, for a preview."""
-    if kind == "agent":
-        payload = {
-            "caller_agent": "(caller)",
-            "caller_run": "(caller run)",
-            "context": "",
-            **payload,
-        }
-    return {"kind": kind, "payload": payload, "prompt": "", "source": "preview"}
+    trigger_type = for_kind(registry, kind)
+    if trigger_type is None:
+        kinds = sorted(trigger_kind(t) for t in registry.trigger_types.values())
+        raise LlamaherdError(
+            f"--trigger: expected one of {', '.join(kinds)} (the installed trigger kinds), "
+            f"got {kind!r}"
+        )
+    preview = getattr(trigger_type, "preview", None)
+    event = preview(agent, payload) if preview else TriggerEvent(agent.name, kind, payload)
+    return {
+        "kind": event.kind,
+        "payload": event.payload,
+        "prompt": event.prompt,
+        "source": event.source or "preview",
+    }
 
 
 def register(cli: click.Group) -> None:
@@ -29,10 +40,10 @@ def register(cli: click.Group) -> None:
     @click.option(
         "--trigger",
         "kind",
-        type=click.Choice(TRIGGERS),
         default="manual",
         show_default=True,
-        help="Which trigger block to show.",
+        help="Which trigger's block to show: manual, scheduled, webhook, agent, or the kind a "
+        "plugin's trigger type emits.",
     )
     @click.option(
         "--payload",
@@ -45,16 +56,13 @@ def register(cli: click.Group) -> None:
         from llamaherd.commands.scheduler import _load_payload
         from llamaherd.credentials import CredentialStore
         from llamaherd.prompts import build_prompts
-        from llamaherd.session import RunContext
+        from llamaherd.session import ActiveRun
 
         target = app.project.agent(agent)
-        run = RunContext("(preview)", target, engine=None, store=None)
+        trigger = preview_trigger(app.registry, target, kind, _load_payload(payload))
+        run = ActiveRun("(preview)", target, engine=None, store=None, trigger=trigger)
         system, user = build_prompts(
-            target,
-            app.registry,
-            preview_trigger(kind, _load_payload(payload)),
-            run=run,
-            credential_store=CredentialStore(),
+            target, app.registry, trigger, run=run, credential_store=CredentialStore()
         )
         click.echo("=== system ===")
         click.echo(system)

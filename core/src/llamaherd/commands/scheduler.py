@@ -48,8 +48,12 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
 # ---------------------------------------------------------------------- start / stop
 @click.command("start")
 @click.option("--detach", is_flag=True, help="Run in the background (log in .al/scheduler.log).")
-@click.option("--port", type=int, default=None, help="Override [gateway] port (0 picks a free one).")
-@click.option("--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop.")
+@click.option(
+    "--port", type=int, default=None, help="Override [gateway] port (0 picks a free one)."
+)
+@click.option(
+    "--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop."
+)
 @pass_app
 def start_command(app: AppContext, detach: bool, port: int | None, grace: float) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
@@ -81,17 +85,30 @@ def _detach(project: Any, port: int | None, grace: float) -> None:
     from llamaherd.scheduler import scheduler_info
 
     project.state_dir.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start", "--grace", str(grace)]
+    args = [
+        sys.executable,
+        "-m",
+        "llamaherd",
+        "--project",
+        str(project.root),
+        "start",
+        "--grace",
+        str(grace),
+    ]
     if port is not None:
         args += ["--port", str(port)]
     with open(project.state_dir / "scheduler.log", "ab") as log:
-        child = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        child = subprocess.Popen(
+            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         info = scheduler_info(project.state_dir)
         if info and info["pid"] == child.pid:
             (project.state_dir / "scheduler.pid").write_text(str(child.pid))
-            click.echo(f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)")
+            click.echo(
+                f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)"
+            )
             return
         if child.poll() is not None:
             raise LlamaherdError(f"scheduler exited with {child.returncode}; see .al/scheduler.log")
@@ -118,7 +135,9 @@ def stop_command(app: AppContext) -> None:
 # ---------------------------------------------------------------------- run
 @click.command("run")
 @click.argument("agent")
-@click.option("--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file.")
+@click.option(
+    "--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file."
+)
 @click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
 @pass_app
 def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bool) -> None:
@@ -158,7 +177,7 @@ def _live_hosts(app: AppContext) -> list[str]:
 
 def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any]) -> int:
     """Queue a manual run for the schedulers sharing the database to pick up."""
-    from llamaherd.control import queue_manual
+    from llamaherd.agents import queue_manual
     from llamaherd.engine import Engine
 
     engine = Engine(project)
@@ -166,9 +185,9 @@ def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any])
         result = queue_manual(engine, agent, payload)[0]
     finally:
         engine.close()
-    if result["refused"]:
-        raise LlamaherdError(result["refused"])
-    return result["queued"]
+    if result.refused:
+        raise LlamaherdError(result.refused)
+    return result.queued
 
 
 def _wait_for_item(store: Any, agent: str, item: int) -> str:
@@ -181,23 +200,32 @@ def _wait_for_item(store: Any, agent: str, item: int) -> str:
 
 def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> int:
     """No scheduler: this process dispatches the project's queue until our run has ended."""
-    from llamaherd.control import queue_manual
+    from llamaherd.agents import queue_manual
     from llamaherd.engine import Engine
     from llamaherd.schema import validate_project
 
     engine = Engine(project)
     try:
-        errors = [p for p in validate_project(project, engine.registry, (agent_name,)) if p.is_error]
+        errors = [
+            p for p in validate_project(project, engine.registry, (agent_name,)) if p.is_error
+        ]
         if errors:
             raise LlamaherdError("\n".join(str(p) for p in errors))
         result = queue_manual(engine, agent_name, payload)[0]
-        if result["refused"]:
-            raise LlamaherdError(result["refused"])
+        if result.refused:
+            raise LlamaherdError(result.refused)
         engine.serve("127.0.0.1", 0)
         run_id = None
         while run_id is None:
             engine.dispatch()
-            run_id = next((r.id for r in engine.store.runs(agent=agent_name, limit=200) if r.item_id == result["queued"]), None)
+            run_id = next(
+                (
+                    r.id
+                    for r in engine.store.runs(agent=agent_name, limit=200)
+                    if r.item_id == result.queued
+                ),
+                None,
+            )
             if run_id is None:
                 engine.wakeup.wait(0.1)
         printer = threading.Thread(target=follow, args=(engine.store, run_id), daemon=True)
@@ -236,7 +264,9 @@ def follow(store: Any, run_id: str, *, poll: float = 0.1) -> int:
         if run is None or run.state in FINAL:
             if run is not None and run.return_value is not None:
                 console.print(f"[bold green]return value:[/] {json.dumps(run.return_value)}")
-            console.print(f"[bold]run {run_id} {run.state if run else 'gone'}[/] (exit {run.exit_code if run else '?'})")
+            console.print(
+                f"[bold]run {run_id} {run.state if run else 'gone'}[/] (exit {run.exit_code if run else '?'})"
+            )
             return run.exit_code if run and run.exit_code is not None else 1
         time.sleep(poll)
 
@@ -272,9 +302,20 @@ def stat_command(app: AppContext, as_json: bool, watch: bool) -> None:
             pass
 
 
-STATE_STYLES = {"active": "green", "running": "green", "waiting": "cyan", "error": "red", "idle": "dim",
-                "off": "red", "hibernate": "blue", "suspended": "yellow", "paused": "yellow",
-                "done": "green", "timeout": "red", "killed": "red"}
+STATE_STYLES = {
+    "active": "green",
+    "running": "green",
+    "waiting": "cyan",
+    "error": "red",
+    "idle": "dim",
+    "off": "red",
+    "hibernate": "blue",
+    "suspended": "yellow",
+    "paused": "yellow",
+    "done": "green",
+    "timeout": "red",
+    "killed": "red",
+}
 
 
 def _stat_table(rows: list[dict[str, Any]]) -> Any:
@@ -323,10 +364,21 @@ def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) 
     for column in ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON"):
         table.add_column(column)
     for run in rows:
-        duration = f"{run.finished_at - run.started_at:.1f}s" if run.finished_at and run.started_at else "-"
-        table.add_row(run.id, run.agent, f"[{STATE_STYLES.get(run.state, 'white')}]{run.state}[/]",
-                      "-" if run.exit_code is None else str(run.exit_code), run.trigger_kind,
-                      ago(run.started_at), duration, run.reason or "")
+        duration = (
+            f"{run.finished_at - run.started_at:.1f}s"
+            if run.finished_at and run.started_at
+            else "-"
+        )
+        table.add_row(
+            run.id,
+            run.agent,
+            f"[{STATE_STYLES.get(run.state, 'white')}]{run.state}[/]",
+            "-" if run.exit_code is None else str(run.exit_code),
+            run.trigger_kind,
+            ago(run.started_at),
+            duration,
+            run.reason or "",
+        )
     _console().print(table)
 
 
@@ -421,7 +473,16 @@ def stats_command(app: AppContext, agent: str | None, since: str, as_json: bool)
 
 
 def register(cli: click.Group) -> None:
-    for command in (start_command, stop_command, run_command, stat_command, runs_command,
-                    logs_command, kill_command, _pause_command(True), _pause_command(False),
-                    stats_command):
+    for command in (
+        start_command,
+        stop_command,
+        run_command,
+        stat_command,
+        runs_command,
+        logs_command,
+        kill_command,
+        _pause_command(True),
+        _pause_command(False),
+        stats_command,
+    ):
         cli.add_command(command)

@@ -54,7 +54,7 @@ def _when(at: float | None) -> str:
 def state_command(app: AppContext, agent: str, state: str | None, reason: str) -> None:
     """Print AGENT's state, or set it: idle (every trigger runs), hibernate (only its schedule),
     off (nothing fires; its runs are killed and its queue cleared)."""
-    from llamaherd.control import set_agent_state, state_of
+    from llamaherd.agents import set_agent_state, state_of
 
     app.project.agent(agent)
     path = f"/control/agents/{agent}/state"
@@ -92,7 +92,7 @@ def _answer_command(approve: bool) -> click.Command:
     @click.option("--reason", default="", help="Why (recorded with the answer).")
     @pass_app
     def command(app: AppContext, run: str, reason: str) -> None:
-        from llamaherd.control import answer_suspension
+        from llamaherd.agents import answer_suspension
 
         cause = f"al {verb}: {reason}" if reason else f"answered with `al {verb}`"
         answer = _through(

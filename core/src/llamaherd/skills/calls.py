@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.prompts import subagent_block
 from llamaherd.skills.base import CoreSkill, obj, refuse
 from llamaherd.types import Tool, TriggerEvent
 
@@ -61,18 +60,17 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
             payload=payload,
             source=ctx.agent.name,
             call_id=call_id,
-            prompt=subagent_block(ctx.agent.name, ctx.run_id, context, call_id),
         )
     )
-    if result.get("refused"):
-        return refuse(f"call to {target!r} refused: {result['refused']}", call_id=call_id)
+    if result.refused:
+        return refuse(f"call to {target!r} refused: {result.refused}", call_id=call_id)
     ctx.log("call", {"call_id": call_id, "agent": target, "depth": depth})
-    if result.get("queued") is None and result.get("resumed"):
+    if result.queued is None and result.resumed:
         # A run of the target waiting for exactly this call took it: no new run, no result.
         return {
             "ok": True,
             "call_id": call_id,
-            "delivered_to": result["resumed"],
+            "delivered_to": result.resumed,
             "note": "delivered to a waiting run; check_call will stay pending",
         }
     return {"ok": True, "call_id": call_id}

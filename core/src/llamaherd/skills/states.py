@@ -17,7 +17,7 @@ SELF_STATES = ("hibernate", "off")
 
 
 def set_state(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-    from llamaherd.control import set_agent_state
+    from llamaherd.agents import set_agent_state
 
     state = str(args.get("state", ""))
     if state not in SELF_STATES:

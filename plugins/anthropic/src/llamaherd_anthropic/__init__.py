@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.models import ModelKey
-from llamaherd.types import Message, ModelConfig, Reply, ToolSpec
+from llamaherd.api import Message, ModelConfig, ModelKey, Reply, ToolSpec
 
 SCHEMA: dict[str, Any] = {
     "timeout": {

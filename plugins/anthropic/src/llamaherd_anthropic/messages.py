@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.models import http_timeout, post_json
-from llamaherd.types import Fatal, Message, ModelConfig, Reply, ToolCall, ToolSpec, Usage
+from llamaherd.api import (
+    Fatal,
+    Message,
+    ModelConfig,
+    Reply,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    http_timeout,
+    post_json,
+)
 
 PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"

@@ -1,7 +1,8 @@
 """The ``cron`` trigger type: ``schedule`` (5-field cron) or ``every`` ("10m") per agent.
 
 Ticks are absolute epoch times computed from the expression, so every scheduler host derives the
-same ticks and ``store.claim_tick`` makes each fire happen exactly once, across restarts and hosts.
+same ticks and ``TriggerContext.emit_once`` makes each fire happen exactly once, across restarts
+and hosts (the tick's claim and the queued run are one transaction).
 """
 
 from __future__ import annotations
@@ -9,18 +10,29 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
 
-from llamaherd.types import ConfigError, Emit, TriggerEvent
+from llamaherd.api import (
+    Agent,
+    ConfigError,
+    LlamaherdError,
+    TriggerContext,
+    TriggerEvent,
+    parse_duration,
+)
 
 log = logging.getLogger("llamaherd.cron")
 
 # Longest real-time sleep between checks: bounds fire latency and lets a fake clock (tests) be
 # noticed promptly.
 POLL_SECONDS = 0.5
+SCHEDULED_TEXT = (
+    "You are running on a schedule. Check for new work and act on anything you find; "
+    "if there is nothing to do, say so and stop."
+)
 SCHEMA: dict[str, Any] = {
     "schedule": {
         "type": "string",
@@ -44,9 +56,6 @@ SCHEMA: dict[str, Any] = {
 
 def parse_interval(value: str | int) -> float:
     """Seconds in an interval such as "10m"; ValueError when malformed or under a second."""
-    from llamaherd.durations import parse_duration
-    from llamaherd.types import LlamaherdError
-
     try:
         seconds = parse_duration(value, "every")
     except LlamaherdError as exc:
@@ -149,54 +158,68 @@ class Plan:
         return float(croniter(self.expr, datetime.fromtimestamp(now, self.tz)).get_next(float))
 
 
-def _config(agent: Any) -> tuple[str, dict[str, Any]]:
-    return agent.name, getattr(agent, "config", {}) or {}
+def _config(agent: Agent) -> tuple[str, dict[str, Any]]:
+    return agent.name, agent.config
 
 
 class CronTrigger:
     """TriggerType ``cron``: one thread that fires each agent's due ticks."""
 
     name = "cron"
+    kind = "scheduled"
     description = "Runs agents on a cron `schedule` or a fixed `every` interval."
     schema = SCHEMA
+    while_hibernating = True  # hibernate means: only the schedule starts runs
 
     def __init__(self) -> None:
         self._plans: dict[str, Plan] = {}
         self._cursor: dict[str, float] = {}  # last tick handled per agent
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ctx: Any = None
-        self._emit: Emit | None = None
+        self._ctx: TriggerContext | None = None
 
     # ------------------------------------------------------------ validation and display
-    def validate(self, agent: Any) -> list[ConfigError]:
+    def validate(self, agent: Agent) -> list[ConfigError]:
         """Problems in the agent's cron keys, each naming its file and key."""
         name, config = _config(agent)
-        file = str(getattr(agent, "config_file", name))
-        return [ConfigError(file, key, message) for key, message in config_problems(config)]
+        return [
+            ConfigError(str(agent.config_file), key, message)
+            for key, message in config_problems(config)
+        ]
 
-    def plan(self, agent: Any) -> Plan | None:
+    def plan(self, agent: Agent) -> Plan | None:
         """The agent's plan (None without schedule/every); ConfigError when it is invalid."""
         problems = self.validate(agent)
         if problems:
             raise problems[0]
         return Plan.from_config(*_config(agent))
 
-    def next_fire(self, agent: Any, now: float) -> float | None:
+    def next_fire(self, agent: Agent, now: float) -> float | None:
         """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None."""
         plan = self.plan(agent)
         return plan.following(now) if plan else None
 
-    # ------------------------------------------------------------ lifecycle
-    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
-        """Plan every agent with a schedule, settle missed ticks, start the firing thread.
+    def describe(self, agent: Agent) -> str | None:
+        """``schedule */5 * * * * (Europe/Berlin)`` or ``every 2m``, for ``al stat``."""
+        config = agent.config
+        if config.get("schedule") is not None:
+            zone = f" ({config['timezone']})" if config.get("timezone") else ""
+            return f"schedule {config['schedule']}{zone}"
+        if config.get("every") is not None:
+            return f"every {config['every']}"
+        return None
 
-        ``ctx`` is the Engine (``store``, ``clock``); ``emit`` is ``engine.emit`` and is called
-        with ``coalesce=True``. An agent with an invalid schedule is logged and left out."""
-        self._ctx, self._emit = ctx, emit
+    def prompt_block(self, trigger: dict[str, Any]) -> str:
+        return SCHEDULED_TEXT
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self, ctx: TriggerContext) -> None:
+        """Plan every agent with a schedule, settle missed ticks, start the firing thread.
+        An agent with an invalid schedule is logged and left out."""
+        self._ctx = ctx
         self._stop.clear()
-        now = self._clock()
-        for agent in agents:
+        now = ctx.clock()
+        for agent in ctx.agents:
             try:
                 plan = self.plan(agent)
             except ConfigError as exc:
@@ -205,8 +228,8 @@ class CronTrigger:
             if plan is None:
                 continue
             self._plans[plan.agent] = plan
-            self._cursor[plan.agent] = self._initial_cursor(plan, now)
-        self._thread = threading.Thread(target=self._loop, name="al-cron", daemon=True)
+            self._cursor[plan.agent] = self._initial_cursor(ctx, plan, now)
+        self._thread = threading.Thread(target=self._loop, args=(ctx,), name="al-cron", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -217,50 +240,42 @@ class CronTrigger:
         self._plans.clear()
         self._cursor.clear()
 
-    def _clock(self) -> float:
-        clock = getattr(self._ctx, "clock", None)
-        if clock is None:
-            from llamaherd.engine import clock
-        return float(clock())
-
-    def _initial_cursor(self, plan: Plan, now: float) -> float:
+    def _initial_cursor(self, ctx: TriggerContext, plan: Plan, now: float) -> float:
         """Ticks at or before the cursor never fire. With catch-up after downtime, the cursor is
         the last stored tick, so the loop fires the latest missed tick exactly once; otherwise
         every tick before now counts as handled."""
         # Ticks fall on whole seconds: one at (or within a millisecond of) now is due, not missed.
         before_now = plan.latest(now - 1e-3)
-        last = self._ctx.store.last_tick(plan.agent)
+        last = ctx.last_tick(plan.agent)
         if last is None:
             return before_now
         return float(last) if plan.catch_up else max(float(last), before_now)
 
     # ------------------------------------------------------------ firing
-    def _loop(self) -> None:
+    def _loop(self, ctx: TriggerContext) -> None:
         while not self._stop.is_set():
-            now = self._clock()
+            now = ctx.clock()
             wait = POLL_SECONDS
             for plan in list(self._plans.values()):
-                self._fire_due(plan, now)
+                self._fire_due(ctx, plan, now)
                 wait = min(wait, plan.following(now) - now)
             self._stop.wait(max(wait, 0.01))
 
-    def _fire_due(self, plan: Plan, now: float) -> None:
+    def _fire_due(self, ctx: TriggerContext, plan: Plan, now: float) -> None:
         due = plan.latest(now)
         if due <= self._cursor[plan.agent]:
             return
-        try:
-            claimed = self._ctx.store.claim_tick(plan.agent, due)
-        except Exception:  # the database may be briefly unavailable: retry on the next pass
-            log.exception("cron: cannot record tick for agent %s", plan.agent)
-            return
-        self._cursor[plan.agent] = due
-        if not claimed:  # another scheduler host fired this tick
-            return
         event = self._event(plan, due, now)
         try:
-            self._emit(event, coalesce=True)
-        except Exception:
-            log.exception("cron: emitting scheduled trigger for agent %s failed", plan.agent)
+            fired = ctx.emit_once(plan.agent, due, event, coalesce=True)
+        except Exception:  # the database may be briefly unavailable: retry on the next pass
+            log.exception("cron: cannot fire tick %s for agent %s", due, plan.agent)
+            return
+        # Handled whether this host fired it or another host claimed it first.
+        self._cursor[plan.agent] = due
+        if fired is not None:
+            late = " (catch-up)" if event.payload["catchUp"] else ""
+            log.info("cron: %s fires for tick %s%s", plan.agent, event.payload["time"], late)
 
     def _event(self, plan: Plan, tick: float, now: float) -> TriggerEvent:
         when = datetime.fromtimestamp(tick, plan.tz).isoformat()
@@ -269,5 +284,4 @@ class CronTrigger:
         payload["schedule" if plan.expr is not None else "every"] = (
             plan.expr if plan.expr is not None else plan.interval
         )
-        log.info("cron: %s fires for tick %s%s", plan.agent, when, " (catch-up)" if late else "")
         return TriggerEvent(agent=plan.agent, kind="scheduled", payload=payload, source="cron")

@@ -26,7 +26,8 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamaherd import server
+from llamaherd.api import authorized
+from llamaherd.api import is_local as local_client
 
 SESSION_COOKIE = "al_session"
 TOKEN_COOKIE = "al_token"
@@ -45,16 +46,16 @@ def _local_host(host: str) -> bool:
 
 def is_local(request: Request) -> bool:
     """A client on 127.0.0.1/::1 that also asked for one of ``LOCAL_NAMES``."""
-    return server.is_local(request) and _local_host(request.headers.get("host", ""))
+    return local_client(request) and _local_host(request.headers.get("host", ""))
 
 
 def may_read(request: Request) -> bool:
-    return is_local(request) or server.authorized(request)
+    return is_local(request) or authorized(request)
 
 
 def signed_in(request: Request) -> bool:
     """True when the browser holds a valid ``al_token`` cookie (it may sign out)."""
-    return TOKEN_COOKIE in request.cookies and server.authorized(request)
+    return TOKEN_COOKIE in request.cookies and authorized(request)
 
 
 def _has_bearer(request: Request) -> bool:
@@ -126,7 +127,7 @@ async def csrf_refusal(request: Request) -> str | None:
 async def mutation_refusal(request: Request) -> tuple[int, str] | None:
     """(status, reason) when a mutating request must be refused, else None."""
     if _has_bearer(request):
-        return None if server.authorized(request) else (401, "control token required")
+        return None if authorized(request) else (401, "control token required")
     if not may_read(request):
         return 401, "control token required"
     reason = await csrf_refusal(request)

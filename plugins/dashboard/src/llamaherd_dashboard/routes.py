@@ -6,7 +6,6 @@ See ``auth`` for who may read and change what.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,7 +26,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from llamaherd.status import FINAL, ago, until
+from llamaherd.api import FINAL, ago, token_matches, until
 from llamaherd_dashboard import auth, views
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -194,11 +193,10 @@ async def login_page(request: Request) -> Response:
         return render(request, "login.html", status_code=403, next=target, error=reason)
     form = await auth.form_fields(request)
     given = form.get("token", "").strip()
-    expected = request.app.state.control_token
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    if not token_matches(request, given):
         return render(request, "login.html", status_code=401, next=target, error="wrong token")
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
-    auth.set_token_cookie(request, response, expected)
+    auth.set_token_cookie(request, response, given)
     return response
 
 
@@ -306,17 +304,17 @@ async def run_agent(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in engine.project.agents:
         return failed(request, 404, f"no agent named {name!r}")
-    from llamaherd.control import queue_manual
+    from llamaherd.api import queue_manual
 
     results = await run_in_threadpool(
         queue_manual, engine, name, {}, 1, "manual run from the dashboard"
     )
     result = results[0]
-    if result["refused"]:
-        return failed(request, 409, result["refused"])
+    if result.refused:
+        return failed(request, 409, result.refused)
     if _wants_form_reply(request):
-        return RedirectResponse(f"/agents/{quote(name)}?queued={result['queued']}", status_code=303)
-    return JSONResponse({"queued": result["queued"]}, status_code=202)
+        return RedirectResponse(f"/agents/{quote(name)}?queued={result.queued}", status_code=303)
+    return JSONResponse({"queued": result.queued}, status_code=202)
 
 
 @mutation
@@ -337,8 +335,7 @@ def _suspension_answer(approve: bool) -> Handler:
 
     @mutation
     async def endpoint(request: Request) -> Response:
-        from llamaherd.control import answer_suspension
-        from llamaherd.types import LlamaherdError
+        from llamaherd.api import LlamaherdError, answer_suspension
 
         found = await _find_run(request)
         if found is None:

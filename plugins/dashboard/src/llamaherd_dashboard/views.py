@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.logview import summary
-from llamaherd.status import FINAL, agent_rows, next_fire, run_dict
+from llamaherd.api import FINAL, agent_rows, next_fire, run_dict
+from llamaherd.api import event_summary as summary
 
 RUN_LIMIT = 25
 AGENT_EVENT_LIMIT = 20
@@ -39,7 +39,7 @@ def _triggers(engine: Any, agent: Any) -> list[dict[str, Any]]:
 
 def _credentials(engine: Any, agent: Any) -> list[dict[str, Any]]:
     """Names of the credentials the agent lists, and whether each is in the store: never values."""
-    from llamaherd.credentials import parse_ref
+    from llamaherd.api import parse_ref
 
     rows = []
     for ref in agent.credentials:

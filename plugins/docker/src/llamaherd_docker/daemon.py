@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Connections kept per client: every running exec streams over its own connection.

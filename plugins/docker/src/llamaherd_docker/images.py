@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 from llamaherd_docker.daemon import docker_errors
 
 Progress = Callable[[str], None]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import SandboxError, SandboxSpec
+from llamaherd.api import SandboxError, SandboxSpec, StagedFile
 from llamaherd_docker import images
 from llamaherd_docker.daemon import connect, docker_errors
 from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
@@ -37,7 +37,6 @@ LABEL_OWNER = "llamaherd.owner"  # "<hostname>:<pid>" of the process that starte
 LABEL_CREDENTIALS = "llamaherd.credentials"  # host dir of the staged credentials
 
 _SIZE = "^[0-9]+(\\.[0-9]+)?[bkmgBKMG]?$"
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 
 SCHEMA: dict[str, Any] = {
     "network": {
@@ -157,12 +156,13 @@ def sandbox_env(spec: SandboxSpec, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def stage_credentials(run_id: str, credentials: dict[str, dict[str, str]]) -> Path:
-    """Write only the run's credentials to a fresh host dir, laid out ``<type>/<instance>/<field>``.
+def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:
+    """Write only the run's credential files to a fresh host dir, ``<type>/<instance>/<field>``.
 
     Returns the private parent dir (0700, so no other host user can reach the files); its
     ``credentials`` subdir is what gets mounted. Inside it everything is world-readable because
-    the image's user, whatever its uid, must read them through the read-only bind.
+    the image's user, whatever its uid, must read them through the read-only bind (so the
+    types' own file modes do not apply here).
     """
     safe_run = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
     private = Path(tempfile.mkdtemp(prefix=f"al-docker-{safe_run}-"))
@@ -170,20 +170,13 @@ def stage_credentials(run_id: str, credentials: dict[str, dict[str, str]]) -> Pa
     root.mkdir(mode=0o755)
     root.chmod(0o755)
     try:
-        for key, values in credentials.items():
-            type_name, _, instance = key.partition("/")
-            parts = [type_name, instance or "default", *values]
-            bad = [p for p in parts if p in (".", "..") or not _SAFE_NAME.match(p)]
-            if bad:
-                raise SandboxError(f"credential {key}: unsafe name {bad[0]!r} for a staged file")
-            directory = root / type_name / (instance or "default")
-            directory.mkdir(parents=True, exist_ok=True)
-            for path in (directory, directory.parent):
-                path.chmod(0o755)
-            for field_name, value in values.items():
-                target = directory / field_name
-                target.write_text(value)
-                target.chmod(0o444)
+        for staged in files:
+            target = root / staged.path
+            for directory in reversed(target.relative_to(root).parents[:-1]):
+                (root / directory).mkdir(mode=0o755, exist_ok=True)
+                (root / directory).chmod(0o755)
+            target.write_bytes(staged.content)
+            target.chmod(0o444)
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
@@ -305,7 +298,7 @@ class ContainerRuntime:
         config = image["Config"] or {}
         if image["Id"] not in self._users:
             self._users[image["Id"]] = images.image_user(self.client(), tag, config.get("User"))
-        private = stage_credentials(spec.run_id, spec.credentials)
+        private = stage_credentials(spec.run_id, spec.credential_files)
         try:
             container_id = self._create(spec, tag, config, self._users[image["Id"]], private)
         except BaseException:

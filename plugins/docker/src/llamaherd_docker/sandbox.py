@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llamaherd.types import ExecResult, SandboxError
+from llamaherd.api import ExecResult, SandboxError
 from llamaherd_docker.daemon import docker_errors
 
 WORKDIR = "/tmp/work"

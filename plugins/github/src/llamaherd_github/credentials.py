@@ -12,8 +12,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from llamaherd.credentials import CredentialInvalid
-from llamaherd.types import CredentialField, Tool
+from llamaherd.api import CredentialField, CredentialInvalid, Tool
 
 DEFAULT_API_URL = "https://api.github.com"
 TIMEOUT = 10.0
@@ -149,7 +148,7 @@ class GitHubSkill:
     tools: list[Tool] = []
 
     def preamble(self, run: Any) -> str:
-        from llamaherd.credentials import parse_ref
+        from llamaherd.api import parse_ref
 
         agent = getattr(run, "agent", None)
         declared = agent.credentials if agent is not None else []

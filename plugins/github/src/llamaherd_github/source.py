@@ -1,8 +1,8 @@
 """The ``github`` webhook source: X-Hub-Signature-256, X-GitHub-Event, X-GitHub-Delivery.
 
-Signature checking is the generic HMAC-SHA256 one (``llamaherd_webhooks.sources.HmacSource``);
-this module adds GitHub's header names, form-encoded bodies, ``ping`` and the normalised fields
-that ``[[webhooks]]`` filters match on.
+Signature checking is core's HMAC-SHA256 one (``llamaherd.api.HmacSource``); this module adds
+GitHub's header names, form-encoded bodies, ``ping`` and the normalised fields that
+``[[webhooks]]`` filters match on.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from llamaherd_webhooks.sources import COMMON_SCHEMA, HmacSource
+from llamaherd.api import HmacSource
 
 
 def _login(obj: Any) -> str | None:
@@ -37,7 +37,7 @@ class GitHubSource(HmacSource):
     name = "github"
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
-    schema = COMMON_SCHEMA
+    schema: dict[str, Any] = {}
     signature_header = "X-Hub-Signature-256"
     delivery_header = "X-GitHub-Delivery"
     event_header = "X-GitHub-Event"

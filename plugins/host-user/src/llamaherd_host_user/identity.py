@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 
 DEFAULT_USER = "al-agent"
 

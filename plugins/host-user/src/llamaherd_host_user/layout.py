@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import SandboxError
+from llamaherd.api import SandboxError
 
 ROOT_BASE = Path("/tmp/al-runs")
 PRIVATE_SUFFIX = ".al"
@@ -70,7 +70,12 @@ def process_start(pid: int) -> str | None:
 
 def owner_record(project: str | None) -> dict[str, object]:
     pid = os.getpid()
-    return {"pid": pid, "start": process_start(pid), "host": socket.gethostname(), "project": project}
+    return {
+        "pid": pid,
+        "start": process_start(pid),
+        "host": socket.gethostname(),
+        "project": project,
+    }
 
 
 @dataclass(frozen=True)

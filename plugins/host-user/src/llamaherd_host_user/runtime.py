@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import SandboxError, SandboxSpec
+from llamaherd.api import SandboxError, SandboxSpec
 from llamaherd_host_user import identity as identities
 from llamaherd_host_user.containment import (
     CGROUP_PARENT,

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from llamaherd.types import ExecResult, SandboxError
+from llamaherd.api import ExecResult, SandboxError
 from llamaherd_host_user.containment import CgroupContainment, ProcContainment
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout

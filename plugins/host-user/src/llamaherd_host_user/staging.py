@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
-from llamaherd.credentials import check_name, is_staged, staged_files
-from llamaherd.types import SandboxSpec
+from llamaherd.api import SandboxSpec, StagedFile
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout
 
@@ -33,15 +31,6 @@ def _mkdir(path: Path, identity: Identity | None, mode: int) -> Path:
     return path
 
 
-def _credential_types() -> dict[str, Any]:
-    try:
-        from llamaherd.plugins import registry
-
-        return registry().credential_types
-    except Exception:  # staging still works with default modes when plugins cannot load
-        return {}
-
-
 def _copy_commands(source: Path | None, target: Path) -> None:
     _mkdir(target, None, 0o755)
     if source is None or not Path(source).is_dir():
@@ -53,30 +42,22 @@ def _copy_commands(source: Path | None, target: Path) -> None:
             dest.chmod(0o755)
 
 
-def _stage_credentials(
-    credentials: dict[str, dict[str, str]], root: Path, identity: Identity
-) -> None:
-    """Write ``<root>/<type>/<instance>/<field>`` for each declared credential the sandbox may see.
-
-    Names, contents (value plus newline) and modes follow ``llamaherd.credentials``.
-    """
-    types = _credential_types()
+def _stage_credentials(files: list[StagedFile], root: Path, identity: Identity) -> None:
+    """Write each of the run's credential files at ``<root>/<type>/<instance>/<field>``, owned
+    by the agent's user with the mode core chose (never following a planted symlink)."""
     _mkdir(root, identity, 0o700)
-    for ref, values in credentials.items():
-        type_name, _, instance = ref.partition("/")
-        kind = types.get(type_name)
-        if not is_staged(kind):
-            continue  # model keys stay with the scheduler
-        type_dir = root / check_name("type", type_name)
-        if not type_dir.exists():
-            _mkdir(type_dir, identity, 0o700)
-        instance_dir = _mkdir(type_dir / check_name("instance", instance), identity, 0o700)
-        for field, content, mode in staged_files(kind, values):
-            path = instance_dir / check_name("field", field)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(content)
-            _give(path, identity, mode)
+    for staged in files:
+        *dirs, name = staged.path.split("/")
+        directory = root
+        for part in dirs:
+            directory = directory / part
+            if not directory.exists():
+                _mkdir(directory, identity, 0o700)
+        path = directory / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(staged.content)
+        _give(path, identity, staged.mode)
 
 
 def provision(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
@@ -90,7 +71,7 @@ def provision_private(layout: Layout, identity: Identity, spec: SandboxSpec | No
     layout.write_owner(str(spec.project.root) if spec and spec.project is not None else None)
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
-    _stage_credentials(spec.credentials if spec else {}, layout.credentials, identity)
+    _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
 
 
 def build_env(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> dict[str, str]:

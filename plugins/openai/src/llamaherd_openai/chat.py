@@ -11,8 +11,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llamaherd.models import INVALID_ARGUMENTS, http_error, http_timeout, post_json
-from llamaherd.types import Fatal, Message, ModelConfig, Reply, ToolCall, ToolSpec, Usage
+from llamaherd.api import (
+    INVALID_ARGUMENTS,
+    Fatal,
+    Message,
+    ModelConfig,
+    Reply,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    http_error,
+    http_timeout,
+    post_json,
+)
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

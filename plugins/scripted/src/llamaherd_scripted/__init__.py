@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.types import Message, ModelConfig, Reply, ToolSpec
+from llamaherd.api import Message, ModelConfig, Reply, ToolSpec
 
 SCHEMA: dict[str, Any] = {
     "script": {

@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.project import read_toml
-from llamaherd.types import ConfigError, Message, ModelConfig, Reply, ToolCall, ToolSpec, Usage
+from llamaherd.api import (
+    ConfigError,
+    Message,
+    ModelConfig,
+    Reply,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    read_toml,
+)
 
 DEFAULT_SCRIPT = "script.toml"
 # Template variables: {{ payload.a.b }}, {{ params.k }}, {{ trigger.kind }}, {{ last_result }},

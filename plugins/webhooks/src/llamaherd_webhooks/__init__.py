@@ -16,9 +16,9 @@ def register_trigger_types(register):
 
 @hookimpl
 def register_webhook_sources(register):
-    from llamaherd_webhooks.sources import HmacSource
+    from llamaherd_webhooks.sources import GenericSource
 
-    register(HmacSource())
+    register(GenericSource())
 
 
 @hookimpl

@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import LlamaherdError
+from llamaherd.api import AppContext, LlamaherdError, pass_app
 
 
 @click.group("webhooks")
@@ -103,16 +102,14 @@ def replay(
     click.echo(f"{name}: {what} matches {len(agents)} agent(s): {', '.join(agents) or '-'}")
     if not run_ or not agents:
         return
-    from llamaherd.engine import Engine
+    from llamaherd.api import Engine
 
     engine = Engine(app.project)
     try:
         for agent in agents:
             answer = engine.emit(make_event(agent, name, fields))
             state = (
-                f"refused: {answer['refused']}"
-                if answer.get("refused")
-                else f"queued item {answer.get('queued')}"
+                f"refused: {answer.refused}" if answer.refused else f"queued item {answer.queued}"
             )
             click.echo(f"{agent}: {state}")
     finally:
@@ -137,7 +134,7 @@ def test(
     """Send a correctly signed delivery to the running scheduler and print its answer."""
     import requests
 
-    from llamaherd.credentials import CredentialStore
+    from llamaherd.api import CredentialStore
     from llamaherd_webhooks.ingest import source_secrets
 
     name = _source_name(app.project, source_name, app.project.agent(agent))
@@ -164,7 +161,7 @@ def test(
 
 
 def _scheduler_url(project: Any) -> str:
-    from llamaherd.scheduler import scheduler_info
+    from llamaherd.api import scheduler_info
 
     info = scheduler_info(project.state_dir)
     if info:
@@ -181,7 +178,7 @@ def _scheduler_url(project: Any) -> str:
 @pass_app
 def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
     """Recent deliveries and dead letters."""
-    from llamaherd.store import Store
+    from llamaherd.api import Store
 
     store = Store.open(app.project.database_url, str(app.project.root))
     try:

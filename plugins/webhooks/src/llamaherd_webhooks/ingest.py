@@ -87,7 +87,7 @@ class Ingest:
     def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
         """Process one delivery (``body`` None: it exceeded the size limit and was not read).
         Never raises: a failure is a 4xx (503 while the store is unavailable)."""
-        from llamaherd.store import StoreError
+        from llamaherd.api import StoreError
 
         try:
             return self._handle(config, {k.lower(): v for k, v in headers.items()}, body)
@@ -143,15 +143,14 @@ class Ingest:
         agents = matching_agents(self.engine.project.agents, config.name, fields)
         queued, refused, resumed = [], {}, []
         for agent in agents:
-            answer = self.engine.emit(make_event(agent, config.name, fields)) or {}
-            if answer.get("refused"):
-                refused[agent] = answer["refused"]
-            elif answer.get("queued") is not None:
+            answer = self.engine.emit(make_event(agent, config.name, fields))
+            if answer.refused:
+                refused[agent] = answer.refused
+            elif answer.queued is not None:
                 queued.append(agent)
-            resumed += answer.get("resumed") or []
+            resumed += answer.resumed
         # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
-        answer = self.engine.emit(make_event("", config.name, fields)) or {}
-        resumed += answer.get("resumed") or []
+        resumed += self.engine.emit(make_event("", config.name, fields)).resumed
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-from llamaherd.waits import MISSING, lookup
+from llamaherd.api import MISSING, lookup
 
 # filter key -> (field of the event, compare with glob patterns, case-insensitive)
 FILTERS: dict[str, tuple[str, bool, bool]] = {

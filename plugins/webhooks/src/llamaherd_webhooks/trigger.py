@@ -6,10 +6,10 @@ to run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
 from typing import Any
 
-from llamaherd.types import Emit, TriggerEvent
+from llamaherd.api import Agent, TriggerContext, TriggerEvent
 from llamaherd_webhooks.matching import (
     ENTRY_KEYS,
     entry_matches,
@@ -47,6 +47,23 @@ ENTRY_SCHEMA: dict[str, Any] = {
     },
 }
 AGENT_SCHEMA: dict[str, Any] = {"webhooks": {"type": "array", "items": ENTRY_SCHEMA}}
+# Normalised fields shown before the payload in <webhook-trigger>, in this order, when present.
+PROMPT_FIELDS = (
+    "source",
+    "event",
+    "action",
+    "repo",
+    "number",
+    "title",
+    "url",
+    "sender",
+    "author",
+    "ref",
+    "branch",
+    "labels",
+    "conclusion",
+    "delivery",
+)
 
 
 def make_event(agent: str, source: str, fields: dict[str, Any]) -> TriggerEvent:
@@ -62,15 +79,44 @@ def make_event(agent: str, source: str, fields: dict[str, Any]) -> TriggerEvent:
     )
 
 
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
 class WebhooksTrigger:
     """TriggerType ``webhooks``."""
 
     name = "webhooks"
+    kind = "webhook"
     description = "Runs agents on HTTP webhooks (POST /webhooks/<source>) matching their filters."
     schema = AGENT_SCHEMA
 
-    def start(self, ctx: Any, agents: Iterable[Any], emit: Emit) -> None:
+    def start(self, ctx: TriggerContext) -> None:
         """Nothing to run: deliveries come in through the HTTP routes."""
+
+    def prompt_block(self, trigger: dict[str, Any]) -> str:
+        """``<webhook-trigger>``: the normalised fields, then the full payload as JSON."""
+        data = trigger.get("payload") or {}
+        fields = {"source": trigger.get("source"), **data}
+        lines = [
+            f"{key}: {_scalar(fields[key])}" for key in PROMPT_FIELDS if fields.get(key) is not None
+        ]
+        raw = data.get("payload", data)
+        lines.append("payload:\n" + json.dumps(raw, indent=2, sort_keys=True, default=str))
+        return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>"
+
+    def describe(self, agent: Agent) -> str | None:
+        """``webhooks: github (issues.opened), sentry``, for ``al stat``."""
+        entries = agent.config.get("webhooks") or []
+        if not entries:
+            return None
+        parts = []
+        for entry in entries:
+            events = entry.get("events")
+            events = [events] if isinstance(events, str) else events or []
+            suffix = f" ({', '.join(map(str, events))})" if events else ""
+            parts.append(f"{entry.get('source', '?')}{suffix}")
+        return "webhooks: " + ", ".join(parts)
 
     def stop(self) -> None:
         """Nothing to stop."""

@@ -1,0 +1,189 @@
+"""The public API of llamaherd: everything a plugin may import, and nothing else.
+
+A plugin (every distribution under ``plugins/`` and ``contrib/`` included) imports ``hookimpl``
+from ``llamaherd`` and the rest from here; core's other modules may change without notice, and
+a test keeps the first-party plugins to this surface. Names load lazily on first use, so a
+plugin importing one helper does not pay for the database layer or the HTTP stack.
+
+What is here, by topic:
+
+- protocols a plugin implements, and the values that cross them: ``TriggerType`` with
+  ``TriggerContext``/``TriggerEvent``/``EmitResult``, ``WebhookSource``, ``Runtime`` with
+  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
+  ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
+  ``ToolSpec``/``Reply``/``Usage``/``ModelConfig``, and ``RunResult`` for ``run_finished``;
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
+  ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
+  ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
+- helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
+  webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``) and ``HmacSource``,
+  a base for sources signed with an HMAC of the body (``body_digest``); provider HTTP
+  (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
+  ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
+  ``format_ref``, ``check_name``, ``credential_files``); the project
+  (``Project``, ``Agent``, ``load_project``, ``read_toml``);
+- for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
+- for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
+  ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
+  ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
+  operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
+  ``answer_suspension``, ``state_of``, ``is_suspended``) and what ``al stat`` shows
+  (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
+  ``until``, ``event_summary``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from llamaherd import __version__, hookimpl
+
+if TYPE_CHECKING:
+    from llamaherd.agents import (
+        answer_suspension,
+        is_suspended,
+        queue_manual,
+        set_agent_state,
+        state_of,
+    )
+    from llamaherd.auth import (
+        authorized,
+        control_token,
+        is_local,
+        json_body,
+        require_read,
+        require_token,
+        token_matches,
+    )
+    from llamaherd.cli import AppContext, pass_app
+    from llamaherd.client import ControlClient
+    from llamaherd.clock import clock, host_id
+    from llamaherd.credentials import (
+        CredentialError,
+        CredentialStore,
+        check_name,
+        credential_files,
+        format_ref,
+        parse_ref,
+    )
+    from llamaherd.durations import parse_duration
+    from llamaherd.engine import Engine
+    from llamaherd.logview import summary as event_summary
+    from llamaherd.project import Agent, Project, load_project, read_toml
+    from llamaherd.providers import (
+        INVALID_ARGUMENTS,
+        ModelKey,
+        http_error,
+        http_timeout,
+        parse_retry_after,
+        post_json,
+        scrub,
+    )
+    from llamaherd.scheduler import scheduler_info
+    from llamaherd.signatures import fresh, hmac_digest, signature_matches
+    from llamaherd.sources import HmacSource, body_digest
+    from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
+    from llamaherd.store import RunRow, Store, StoreError
+    from llamaherd.types import (
+        AuthError,
+        ConfigError,
+        CredentialField,
+        CredentialInvalid,
+        CredentialType,
+        Emit,
+        EmitResult,
+        ExecResult,
+        Fatal,
+        LanguageSkill,
+        LlamaherdError,
+        Message,
+        ModelConfig,
+        Provider,
+        ProviderError,
+        RateLimited,
+        Reply,
+        RunContext,
+        RunResult,
+        Runtime,
+        Sandbox,
+        SandboxError,
+        SandboxSpec,
+        StagedFile,
+        Tool,
+        ToolCall,
+        ToolSpec,
+        Transient,
+        TriggerContext,
+        TriggerEvent,
+        TriggerType,
+        Unavailable,
+        Usage,
+        WebhookSource,
+    )
+    from llamaherd.waits import MISSING, lookup
+
+# Where each public name lives (``name`` or ``name:attribute`` when it is exported renamed).
+# tests/foundation/test_public_api.py checks this against the imports above.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "llamaherd.agents": (
+        "answer_suspension", "is_suspended", "queue_manual", "set_agent_state", "state_of",
+    ),
+    "llamaherd.auth": (
+        "authorized", "control_token", "is_local", "json_body", "require_read", "require_token",
+        "token_matches",
+    ),
+    "llamaherd.cli": ("AppContext", "pass_app"),
+    "llamaherd.client": ("ControlClient",),
+    "llamaherd.clock": ("clock", "host_id"),
+    "llamaherd.credentials": (
+        "CredentialError", "CredentialStore", "check_name", "credential_files", "format_ref",
+        "parse_ref",
+    ),
+    "llamaherd.durations": ("parse_duration",),
+    "llamaherd.engine": ("Engine",),
+    "llamaherd.logview": ("event_summary:summary",),
+    "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
+    "llamaherd.providers": (
+        "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
+        "post_json", "scrub",
+    ),
+    "llamaherd.scheduler": ("scheduler_info",),
+    "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
+    "llamaherd.sources": ("HmacSource", "body_digest"),
+    "llamaherd.status": (
+        "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
+    ),
+    "llamaherd.store": ("RunRow", "Store", "StoreError"),
+    "llamaherd.types": (
+        "AuthError", "ConfigError", "CredentialField", "CredentialInvalid", "CredentialType",
+        "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
+        "ModelConfig", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
+        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "Tool", "ToolCall",
+        "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",
+        "Usage", "WebhookSource",
+    ),
+    "llamaherd.waits": ("MISSING", "lookup"),
+}  # fmt: skip
+_WHERE: dict[str, tuple[str, str]] = {
+    public: (module, attribute or public)
+    for module, names in _SOURCES.items()
+    for public, _, attribute in (name.partition(":") for name in names)
+}
+
+__all__ = ["__version__", "hookimpl", *sorted(_WHERE)]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module 'llamaherd.api' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

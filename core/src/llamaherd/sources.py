@@ -1,0 +1,126 @@
+"""A base for webhook sources signed with an HMAC of the raw body, the scheme most services use
+(GitHub, Sentry, Linear, the generic source): subclass it, set the header names, and override
+``normalise`` (the fields filters match) and, where the service differs, ``signed_message`` or
+``load_json``. Header dicts passed in have lower-cased names.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from llamaherd.signatures import hmac_digest, signature_matches
+from llamaherd.waits import lookup
+
+
+def body_digest(body: bytes) -> str:
+    """Stand-in delivery id for senders that send none: the same body is the same delivery."""
+    return hashlib.sha256(body).hexdigest()
+
+
+# ``[webhooks.<name>]`` keys that set header names, and the attribute each sets (``configured``).
+HEADER_KEYS = {
+    "signatureHeader": "signature_header",
+    "deliveryHeader": "delivery_header",
+    "eventHeader": "event_header",
+    "eventField": "event_field",
+}
+
+
+class HmacSource:
+    """Deliveries signed with an HMAC-SHA256 of the raw body (hex unless ``signature_encoding``
+    says ``base64``), optionally behind a prefix such as ``sha256=``. A subclass sets ``name``,
+    ``description``, ``credential_type`` and ``schema`` (``WebhookSource``)."""
+
+    signature_header = "X-Signature-256"
+    signature_prefix = "sha256="
+    signature_encoding = "hex"
+    delivery_header = "X-Delivery-Id"
+    event_header = "X-Event"
+    event_field = "event"
+
+    def configured(self, config: dict[str, Any]) -> HmacSource:
+        """A copy using the header names a ``[webhooks.<name>]`` table sets (those of
+        ``HEADER_KEYS`` that this source's ``schema`` declares)."""
+        source = copy.copy(self)
+        schema = getattr(self, "schema", {})
+        for key, attr in HEADER_KEYS.items():
+            if key in config and key in schema:
+                setattr(source, attr, str(config[key]))
+        return source
+
+    def signed_message(self, headers: dict[str, str], body: bytes) -> bytes:
+        """What the sender signs: the raw body (Slack-style schemes sign more)."""
+        return body
+
+    def verify(self, headers: dict[str, str], body: bytes, secrets: list[str]) -> bool:
+        """True when the signature header holds the HMAC under one of ``secrets``. Every
+        secret is compared in constant time, so timing reveals nothing."""
+        given = headers.get(self.signature_header.lower(), "").strip()
+        if self.signature_prefix and given.lower().startswith(self.signature_prefix):
+            given = given[len(self.signature_prefix) :]
+        if self.signature_encoding == "hex":
+            given = given.lower()
+        message = self.signed_message(headers, body)
+        expected = [hmac_digest(s, message, encoding=self.signature_encoding) for s in secrets]
+        return signature_matches(given, expected)
+
+    def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        """Normalised fields of a delivery; ValueError when the body is not a JSON object."""
+        payload = self.load_json(headers, body)
+        event = headers.get(self.event_header.lower()) or lookup(payload, self.event_field)
+        fields = self.normalise(event if isinstance(event, str) else None, payload)
+        fields["delivery"] = headers.get(self.delivery_header.lower()) or body_digest(body)
+        return fields
+
+    def load_json(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"body is not valid JSON: {exc}") from None
+        if not isinstance(payload, dict):
+            raise ValueError("body must be a JSON object")
+        return payload
+
+    def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
+        """Filterable fields; a generic sender may use GitHub-like keys or flat ones."""
+
+        def pick(*paths: str) -> Any:
+            for path in paths:
+                value = lookup(payload, path)
+                if isinstance(value, str | int) and not isinstance(value, bool):
+                    return value
+            return None
+
+        labels = payload.get("labels")
+        return {
+            "event": event,
+            "action": pick("action"),
+            "repo": pick("repository.full_name", "repo"),
+            "org": pick("organization.login", "org"),
+            "sender": pick("sender.login", "sender"),
+            "number": pick("number"),
+            "ref": pick("ref"),
+            "branch": pick("branch"),
+            "labels": [str(label) for label in labels] if isinstance(labels, list) else [],
+            "author": pick("author"),
+            "conclusion": pick("conclusion"),
+            "payload": payload,
+        }
+
+    def request_headers(
+        self, body: bytes, event: str | None, delivery: str, secret: str | None
+    ) -> dict[str, str]:
+        """Headers a genuine sender would send with ``body`` (``al webhooks test``, tests)."""
+        headers = {"Content-Type": "application/json", self.delivery_header: delivery}
+        if event:
+            headers[self.event_header] = event
+        if secret is not None:
+            lowered = {k.lower(): v for k, v in headers.items()}
+            mac = hmac_digest(
+                secret, self.signed_message(lowered, body), encoding=self.signature_encoding
+            )
+            headers[self.signature_header] = self.signature_prefix + mac
+        return headers
