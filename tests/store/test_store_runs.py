@@ -185,26 +185,13 @@ def test_agent_state_events_and_pause(store: Store) -> None:
     assert store.paused() == (False, set())
 
 
-def test_cron_ticks_once(store: Store) -> None:
-    assert store.last_tick("alpha") is None
-    assert store.claim_tick("alpha", 60.0)
-    assert not store.claim_tick("alpha", 60.0)
-    assert store.claim_tick("alpha", 120.0) and store.claim_tick("beta", 60.0)
-    assert store.last_tick("alpha") == 120.0
-
-
-def test_deliveries_receipts_and_dead_letters(store: Store) -> None:
-    assert store.record_delivery(
-        "github", "d1", {"X-GitHub-Event": "push"}, b"{}", 202, "queued", ["a"]
-    )
-    assert not store.record_delivery("github", "d1", {}, b"{}", 202, "queued", ["a"])
-    assert store.record_delivery("gitlab", "d1", {}, b"\x00\xff", 401, "bad signature", [])
-    assert store.record_delivery("github", None, {}, b"", 202, "no match", [])
-    assert store.record_delivery("github", None, {}, b"", 202, "no match", [])
-    assert store.delivery_seen("github", "d1") and not store.delivery_seen("github", "d2")
-    assert len(store.deliveries()) == 4
-    (dead,) = store.deliveries(dead_letters=True)
-    assert dead["body"] == b"\x00\xff" and dead["status"] == 401
+def test_trigger_ticks_once(store: Store) -> None:
+    assert store.last_tick("cron:alpha") is None
+    assert store.claim_tick("cron:alpha", 60.0)
+    assert not store.claim_tick("cron:alpha", 60.0)
+    assert store.claim_tick("cron:alpha", 120.0) and store.claim_tick("cron:beta", 60.0)
+    assert store.claim_tick("watch:alpha", 60.0), "keys of another trigger type are their own"
+    assert store.last_tick("cron:alpha") == 120.0
 
 
 def test_hosts(store: Store, clock) -> None:
@@ -239,8 +226,8 @@ def test_prune_keeps_recent_and_live(store: Store, clock) -> None:
     old = running(store)
     store.add_event(old.id, "log", {})
     store.transition(old.id, "done")
-    store.claim_tick("alpha", clock.now)
-    store.record_delivery("github", "old", {}, b"", 202, "queued", ["alpha"])
+    store.claim_tick("cron:alpha", clock.now - 60)
+    store.claim_tick("cron:alpha", clock.now)
     live = running(store)
     clock.advance(20 * 86400)
     recent = running(store)
@@ -248,4 +235,5 @@ def test_prune_keeps_recent_and_live(store: Store, clock) -> None:
     assert store.prune(14) >= 4
     assert store.get_run(old.id) is None and store.events(old.id) == []
     assert store.get_run(live.id) is not None and store.get_run(recent.id) is not None
-    assert store.last_tick("alpha") is not None and store.deliveries() == []
+    assert store.last_tick("cron:alpha") == clock.now - 20 * 86400, "the latest tick is kept"
+    assert store._m.TriggerTick.select().count() == 1, "older ticks go"

@@ -24,6 +24,8 @@ What is here, by topic:
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
+- for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
+  ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
   ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
@@ -85,7 +87,7 @@ if TYPE_CHECKING:
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest
     from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
-    from llamaherd.store import RunRow, Store, StoreError
+    from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.types import (
         AuthError,
         ConfigError,
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
         SandboxError,
         SandboxSpec,
         StagedFile,
+        TableSet,
         Tool,
         ToolCall,
         ToolSpec,
@@ -155,12 +158,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
     ),
-    "llamaherd.store": ("RunRow", "Store", "StoreError"),
+    "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.types": (
         "AuthError", "ConfigError", "CredentialField", "CredentialInvalid", "CredentialType",
         "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
         "ModelConfig", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "Tool", "ToolCall",
+        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
+        "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",
         "Usage", "WebhookSource",
     ),

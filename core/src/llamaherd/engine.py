@@ -38,7 +38,9 @@ class Engine:
 
         self.project = project
         self.registry = registry()
-        self.store = Store.open(project.database_url, str(project.root))
+        self.store = Store.open(
+            project.database_url, str(project.root), tables=self.registry.table_sets.values()
+        )
         self.credentials = CredentialStore()
         self.host = host or host_id()
         self.wakeup = threading.Event()  # set when work may be claimable

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         RunContext,
         RunResult,
         Runtime,
+        TableSet,
         TriggerType,
         WebhookSource,
     )
@@ -88,6 +89,17 @@ def register_providers(register: Callable[[Provider], None]) -> None:
 
     :param register: call with each :class:`~llamaherd.types.Provider`; its ``schema`` adds
         keys to the ``[models.<name>]`` tables that use it.
+    """
+
+
+@hookspec
+def register_tables(register: Callable[[TableSet], None]) -> None:
+    """Register the plugin's own tables in the store, created and migrated when a store opens.
+
+    :param register: call with each :class:`~llamaherd.types.TableSet` (a name, a schema
+        version, a function defining its peewee models on a given database, its migration steps,
+        an optional prune). The plugin reaches its bound models with ``store.tables(name)`` and
+        writes them inside ``store.atomic()``; versions are recorded per name in the store.
     """
 
 

@@ -7,6 +7,7 @@ stevedore (a plugin that fails to import becomes one warning), filtered by ``AL_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import re
@@ -37,6 +38,7 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_credential_types": ("credential_types", types.CredentialType),
     "register_language_skills": ("language_skills", types.LanguageSkill),
     "register_providers": ("providers", types.Provider),
+    "register_tables": ("table_sets", types.TableSet),
 }
 # A registered name: a plain word that can be a config value and a path segment.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -197,12 +199,17 @@ def _version(distribution: str) -> str | None:
 
 def nonconformance(obj: Any, protocol: type) -> str | None:
     """Why ``obj`` does not implement ``protocol`` (its annotated attributes and methods, then
-    ``types.OPTIONAL_MEMBERS``), or None when it does. Checked at registration, so a broken
+    ``types.OPTIONAL_MEMBERS``; for a value type such as ``TableSet``, being one), or None when
+    it does. Checked at registration, so a broken
     object is refused with one warning instead of failing later in some command."""
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return f"{type(obj).__name__} has no valid `name` (got {name!r})"
     label = f"{protocol.__name__} {name!r}"
+    if dataclasses.is_dataclass(protocol):  # a value type: its constructor checked its fields
+        if isinstance(obj, protocol):
+            return None
+        return f"{type(obj).__name__} {name!r} is not a {protocol.__name__} (build it with one)"
     hints = typing.get_type_hints(protocol)
     for member, hint in hints.items():
         if not hasattr(obj, member):
@@ -254,6 +261,7 @@ class Registry:
     credential_types: dict[str, Any]
     language_skills: dict[str, Any]
     providers: dict[str, Any]
+    table_sets: dict[str, types.TableSet]
 
     def __init__(self, manager: PluginManager):
         self.owner: dict[tuple[str, str], str] = {}

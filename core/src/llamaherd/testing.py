@@ -20,7 +20,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
 And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
 distribution into the running environment for a test; ``wait_until(predicate, ...)``, bounded
 polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
-``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2).
+``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
+``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -106,6 +107,21 @@ def postgres_schema(server_url: str, prefix: str = "t_") -> Iterator[tuple[str, 
         yield name, f"{server_url}{sep}options=-csearch_path%3D{name}"
     finally:
         _pg_execute(server_url, f"DROP SCHEMA {name} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database URL for a fresh store, once per backend: an SQLite file under ``tmp_path``,
+    then a throwaway PostgreSQL schema (skipped unless ``AL_TEST_POSTGRES_URL`` names a
+    server). For plugins' table sets, which must work on both."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/.al/work-queue.db"
+        return
+    server = os.environ.get("AL_TEST_POSTGRES_URL")
+    if not server:
+        pytest.skip("AL_TEST_POSTGRES_URL is not set")
+    with postgres_schema(server) as (_, url):
+        yield url
 
 
 def wait_until(

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from peewee import Database, Model
+
     from llamaherd.project import Agent, Project
+    from llamaherd.store.schema import Tables
 
 # --------------------------------------------------------------------------- errors
 
@@ -454,6 +457,46 @@ class WebhookSource(Protocol):
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """Return {"event", "action", "delivery", "payload", ...} normalised fields."""
         ...
+
+
+@dataclass(frozen=True)
+class TableSet:
+    """A plugin's own tables in the store (``register_tables``): its receipts, its state.
+
+    ``define(db)`` declares the plugin's peewee models on the database it is given (each with
+    ``class Meta: database = db``) and returns them; core calls it for each store it opens.
+    ``version`` is the schema those models describe (start at 1). Opening a store creates tables
+    that are missing (an existing table of the same name is adopted as it is) and, when the
+    ``meta`` table records an older version for ``name``, runs each of ``migrations``
+    (``(version, step(db, tables))``, ascending) above it, in one transaction with the new
+    stamp. A step keeps every row and uses portable schema operations (SQLite and PostgreSQL);
+    a new table needs no step. ``prune(tables, cutoff)``, when given, deletes rows older than
+    ``cutoff`` (epoch seconds, ``historyRetentionDays`` ago) and returns how many; the
+    scheduler calls it with core's own upkeep.
+
+    A plugin reaches the bound models with ``store.tables(name)`` (``app.state.engine.store``
+    in a route), writes them inside ``store.atomic()`` and reads them inside ``store.guard()``;
+    ``store.clock()`` is the time to stamp rows with. peewee is then the plugin's own
+    dependency."""
+
+    name: str
+    version: int
+    define: Callable[[Database], Sequence[type[Model]]]
+    migrations: Sequence[tuple[int, Callable[[Database, Tables], None]]] = ()
+    prune: Callable[[Tables, float], int] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.version, int) or self.version < 1:
+            raise ValueError(f"table set {self.name!r}: version must be an integer >= 1")
+        if not callable(self.define) or (self.prune is not None and not callable(self.prune)):
+            raise ValueError(f"table set {self.name!r}: define and prune must be functions")
+        steps = [version for version, _ in self.migrations]
+        if steps != sorted(set(steps)) or any(not 1 < v <= self.version for v in steps):
+            raise ValueError(
+                f"table set {self.name!r}: migration versions must ascend, each above 1 and "
+                f"at most {self.version} (got {steps})"
+            )
 
 
 # --------------------------------------------------------------------------- what a plugin may add

@@ -110,6 +110,11 @@ class Server:
         sent.update(headers or {})
         return self.http.post(f"{self.url}/webhooks/{source}", data=raw, headers=sent, timeout=10)
 
+    def receipts(self, dead_letters=False):
+        from llamaherd_webhooks.receipts import Receipts
+
+        return Receipts(self.engine.store).recent(dead_letters=dead_letters)
+
     def depth(self):
         return {k: v for k, v in self.engine.store.queue_depth().items() if v}
 

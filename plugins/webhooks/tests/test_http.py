@@ -11,7 +11,7 @@ def test_signed_pull_request_routes_to_the_matching_agent_only(server):
     assert response.json()["agents"] == ["reviewer"] and response.json()["matched"] == 1
     assert response.json()["delivery"] == "d-1"
     assert server.depth() == {"reviewer": 1}
-    [receipt] = server.engine.store.deliveries()
+    [receipt] = server.receipts()
     assert receipt["delivery_id"] == "d-1" and receipt["matched"] == ["reviewer"]
     assert not any("signature" in name for name in receipt["headers"]), "no signatures kept"
 
@@ -23,7 +23,7 @@ def test_bad_or_missing_signature_is_401_and_nothing_queued(server):
         server.send("hooks", {"event": "deploy", "env": "prod"}, secret="wrong").status_code == 401
     )
     assert server.depth() == {}
-    dead = server.engine.store.deliveries(dead_letters=True)
+    dead = server.receipts(dead_letters=True)
     assert [d["status"] for d in dead] == [401, 401, 401]
     assert all(d["delivery_id"] is None for d in dead), "a forged delivery id is not kept"
 
@@ -107,7 +107,7 @@ def test_hibernating_agent_is_refused_and_recorded(server):
     assert response.status_code == 202
     assert "reviewer" in response.json()["refused"]
     assert server.depth() == {}
-    assert "refused" in server.engine.store.deliveries()[0]["result"]
+    assert "refused" in server.receipts()[0]["result"]
 
 
 def test_waiting_run_is_resumed_by_a_matching_delivery(server):
@@ -130,5 +130,5 @@ def test_waiting_run_is_resumed_by_a_matching_delivery(server):
 def test_unverified_dead_letters_keep_only_a_prefix_of_the_body(server):
     big = {"padding": "x" * 100_000}
     assert server.send("github", big, secret="forged").status_code == 401
-    [dead] = server.engine.store.deliveries(dead_letters=True)
+    [dead] = server.receipts(dead_letters=True)
     assert len(dead["body"]) == 4096

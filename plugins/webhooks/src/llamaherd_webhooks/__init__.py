@@ -1,7 +1,7 @@
 """llamaherd-webhooks: Trigger: HTTP webhooks with a generic HMAC source and wait matching.
 
-Only hooks live here; the route, source and command modules load inside them so ``al --help``
-stays fast.
+Only hooks live here; the route, source, table and command modules load inside them so
+``al --help`` stays fast.
 """
 
 from llamaherd import hookimpl
@@ -26,6 +26,13 @@ def register_credential_types(register):
     from llamaherd_webhooks.sources import WebhookSecret
 
     register(WebhookSecret())
+
+
+@hookimpl
+def register_tables(register):
+    from llamaherd_webhooks.receipts import TABLES
+
+    register(TABLES)
 
 
 @hookimpl

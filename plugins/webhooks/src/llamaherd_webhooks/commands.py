@@ -179,10 +179,11 @@ def _scheduler_url(project: Any) -> str:
 def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
     """Recent deliveries and dead letters."""
     from llamaherd.api import Store
+    from llamaherd_webhooks.receipts import Receipts
 
     store = Store.open(app.project.database_url, str(app.project.root))
     try:
-        rows = store.deliveries(limit=limit, dead_letters=dead)
+        rows = Receipts(store).recent(limit=limit, dead_letters=dead)
     finally:
         store.close()
     if as_json:

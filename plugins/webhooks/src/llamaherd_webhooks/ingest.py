@@ -1,4 +1,4 @@
-"""One delivery, start to end: size, signature, parse, dedupe, route, record.
+"""One delivery, start to end: size, signature, parse, dedupe, route, record (``receipts``).
 
 HTTP-free so the route, ``al webhooks replay`` and tests share it. ``engine`` is the running
 Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamaherd_webhooks.matching import matching_agents
+from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.trigger import make_event
 
 log = logging.getLogger("llamaherd.webhooks")
@@ -80,6 +81,7 @@ class Ingest:
 
     def __init__(self, engine: Any):
         self.engine = engine
+        self.receipts = Receipts(engine.store)
 
     def source(self, name: str) -> SourceConfig | Outcome:
         return resolve_source(self.engine.project, self.engine.registry, name)
@@ -118,7 +120,7 @@ class Ingest:
                 config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
             )
             return Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
-        if self.engine.store.delivery_seen(config.name, delivery):
+        if self.receipts.seen(config.name, delivery):
             return Outcome(200, {"delivery": delivery, "duplicate": True})
         return self._route(config, delivery, headers, body, fields)
 
@@ -186,6 +188,6 @@ class Ingest:
         result: str,
         matched: list[str],
     ) -> None:
-        self.engine.store.record_delivery(
+        self.receipts.record(
             config.name, delivery, safe_headers(headers), body, status, result, matched
         )

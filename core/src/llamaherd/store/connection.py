@@ -1,0 +1,326 @@
+"""The store's connection: opening a database, write transactions, errors, prepared statements.
+
+Every other module of the store builds on ``Connection``: it runs one statement on this thread's
+connection (``_exec``), groups statements into one write transaction (``_write``, and
+``atomic()`` for callers), and turns a database failure into one ``StoreError`` line naming the
+database and what to do (``guarded`` on each public method).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import peewee as pw
+
+from llamaherd.types import LlamaherdError
+
+DEFAULT_URL = "sqlite:///.al/work-queue.db"
+BUSY_TIMEOUT = 10.0
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "synchronous": "normal",  # with WAL: durable against a killed process, fsync at checkpoints
+    "cache_size": -16000,
+    "temp_store": "memory",
+}
+# PostgreSQL advisory lock classes (first key of pg_advisory_xact_lock(int, int)), one place so
+# no two concerns ever share one by accident.
+PG_SCHEMA, PG_CLAIM, PG_QUEUE, PG_GLOBAL = 7401, 7402, 7403, 7404
+# Errors of the database layer that mean "this database cannot be used right now".
+DATABASE_ERRORS = (pw.PeeweeException, sqlite3.Error, OSError)
+
+
+class StoreError(LlamaherdError):
+    """The database cannot be used (corrupt, read-only, disk full, locked by another writer)."""
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def guarded(method: Callable[P, T]) -> Callable[P, T]:
+    """Turn a database failure into one StoreError line naming the database and what to do."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except StoreError:
+            raise
+        except DATABASE_ERRORS as exc:
+            raise args[0]._failure(exc) from exc  # type: ignore[attr-defined]
+
+    return wrapper
+
+
+def explain(where: str, timeout: float, exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    low = text.lower()
+    if "://" in where:  # a server: the file-level advice below does not apply
+        return f"database {where}: {text}"
+    if "locked" in low or "busy" in low:
+        return (
+            f"database {where} is locked: another process held it past the {timeout:g}s busy "
+            "timeout; retry, or stop the process that holds it"
+        )
+    if "not a database" in low or "malformed" in low or "corrupt" in low:
+        return (
+            f"database {where} is corrupt ({text}): move it aside to start afresh "
+            "(queued work in it is lost) or restore a backup"
+        )
+    if "readonly" in low or "read-only" in low or "unable to open" in low or "denied" in low:
+        return f"database {where} cannot be written ({text}): check the permissions of the file and its directory"
+    if "full" in low or "no space" in low:
+        return f"database {where}: the disk is full ({text}); free some space and retry"
+    return f"database {where}: {text}"
+
+
+def display_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
+    """A peewee database for ``url``, its display name and its busy timeout."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    timeout = float(query.pop("timeout", BUSY_TIMEOUT))
+    if parts.scheme == "sqlite":
+        name = parts.path[1:] if parts.path.startswith("/") else parts.path
+        if name in ("", ":memory:"):
+            raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
+        path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(explain(str(path), timeout, exc)) from exc
+        db = pw.SqliteDatabase(
+            str(path), pragmas=SQLITE_PRAGMAS, timeout=timeout, lock_type="IMMEDIATE"
+        )
+        return db, str(path), timeout
+    from playhouse import db_url  # late: it loads the PostgreSQL driver, which SQLite never needs
+
+    try:
+        db = db_url.connect(
+            parts._replace(query=urlencode(query)).geturl(),
+            unquote_password=True,
+            unquote_user=True,
+        )
+    except (RuntimeError, ValueError) as exc:
+        raise StoreError(f"database {display_url(url)}: {exc}") from exc
+    if not isinstance(db, pw.PostgresqlDatabase):
+        raise StoreError(
+            f"database {display_url(url)}: only sqlite:// and postgresql:// are supported"
+        )
+    return db, display_url(url), timeout
+
+
+_SQLITE_WRITERS: dict[str, threading.RLock] = {}
+_SQLITE_WRITERS_GUARD = threading.Lock()
+
+
+def _sqlite_writer(path: str) -> threading.RLock:
+    """The process-wide write mutex of one SQLite file (re-entrant: transactions nest)."""
+    with _SQLITE_WRITERS_GUARD:
+        return _SQLITE_WRITERS.setdefault(os.path.realpath(path), threading.RLock())
+
+
+# ---------------------------------------------------------------------------------- SQL text
+def columns(names: tuple[str, ...] | list[str]) -> str:
+    """Quoted column names for SQL (some are keywords: trigger, at, type, key, value)."""
+    return ", ".join(f'"{name}"' for name in names)
+
+
+def marks(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join("?" for _ in names)
+
+
+def assignments(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f'"{name}" = ?' for name in names)
+
+
+# (write: SQL with ``?`` placeholders -> this backend's SQL, postgres?) -> {name: statement}
+Statements = Callable[[Callable[[str], str], bool], dict[str, str]]
+
+
+def prepare(db: pw.Database, builders: Iterable[Statements]) -> SimpleNamespace:
+    """Every hot-path statement of every concern, written once with this backend's placeholder
+    (peewee's query builder costs more than the query itself on SQLite), as ``_sql.<name>``."""
+
+    def write(sql: str) -> str:
+        return " ".join(sql.split()).replace("?", db.param)
+
+    pg = isinstance(db, pw.PostgresqlDatabase)
+    prepared: dict[str, str] = {}
+    for build in builders:
+        statements = build(write, pg)
+        clash = prepared.keys() & statements.keys()
+        assert not clash, f"statement names used twice: {sorted(clash)}"
+        prepared.update(statements)
+    return SimpleNamespace(**prepared)
+
+
+# ---------------------------------------------------------------------------------- connection
+class Connection:
+    """One database, shared by the threads of a process (peewee keeps a connection per thread)."""
+
+    _m: SimpleNamespace  # the bound core models (``schema.define_models``)
+    _sql: SimpleNamespace  # prepared statements (``prepare``)
+
+    def __init__(
+        self, db: pw.Database, where: str, timeout: float, clock: Callable[[], float]
+    ) -> None:
+        self._db = db
+        self._where = where
+        self._timeout = timeout
+        self._clock = clock
+        self._pg = isinstance(db, pw.PostgresqlDatabase)
+        self._writer = contextlib.nullcontext() if self._pg else _sqlite_writer(where)
+        # Statements built from column names at run time, written once each.
+        self._built: dict[tuple[Any, ...], str] = {}
+
+    @property
+    def url_display(self) -> str:
+        """The database path or URL, without a password."""
+        return self._where
+
+    def clock(self) -> float:
+        """The store's time (epoch seconds) that stamps what it writes: use it for rows of a
+        plugin's own tables too, so they age with the rest (``prune``)."""
+        return self._clock()
+
+    @guarded
+    def close(self) -> None:
+        """Close this thread's connection (other threads' close when they end)."""
+        self._db.close()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction around several calls (each joins it): all or nothing. A plugin
+        writes its own tables inside one too; a database failure becomes a ``StoreError``."""
+        with self.guard(), self._write():
+            yield
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """A block whose database failures become one ``StoreError`` line (and a dead
+        connection is dropped): for a plugin's reads of its own tables, outside ``atomic()``."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except DATABASE_ERRORS as exc:
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        self._drop_broken_connection()
+        return StoreError(explain(self._where, self._timeout, exc))
+
+    def _reason(self, exc: Exception) -> str:
+        """One line on why a plugin's part failed: a database failure explained as core's are
+        (and a dead connection dropped), anything else by its type and message."""
+        if isinstance(exc, StoreError):
+            return str(exc)
+        if isinstance(exc, DATABASE_ERRORS):
+            return str(self._failure(exc))
+        return f"{type(exc).__name__}: {exc}"
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction: BEGIN IMMEDIATE on SQLite, READ COMMITTED on PostgreSQL.
+
+        On SQLite the threads of one process also queue on a mutex first: SQLite's busy handler
+        polls in steps of milliseconds, a mutex hands over at once. The SQLite transaction is
+        driven on the connection itself (peewee's transaction objects cost more than a commit
+        of a queue item); a nested call joins the open transaction."""
+        if self._pg:
+            with self._db.atomic():
+                yield
+            return
+        with self._writer:
+            conn = self._db.connection()
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    if conn.in_transaction:
+                        conn.rollback()
+                except sqlite3.Error:
+                    self._db.close()  # never join a transaction that could not be rolled back
+                raise
+
+    def _drop_broken_connection(self) -> None:
+        """After a failure, close this thread's connection if it is dead (a restarted
+        PostgreSQL server), so the next call connects afresh instead of failing forever."""
+        if self._pg and not self._db.is_closed() and not self._db.is_connection_usable():
+            with contextlib.suppress(pw.PeeweeException):
+                self._db.close()
+
+    def _exec(self, sql: str, params: tuple | list = ()) -> Any:
+        """Run one statement on this thread's connection; return the cursor."""
+        if self._pg:
+            return self._db.execute_sql(sql, params)
+        return self._db.connection().execute(sql, params)
+
+    def _value(self, sql: str, params: tuple | list = ()) -> Any:
+        """The first column of the first row, or None when there is no row."""
+        row = self._exec(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def _insert(self, table: str, values: dict[str, Any], suffix: str = "") -> Any:
+        """INSERT ``values`` into ``table`` (with ``suffix``: ON CONFLICT, RETURNING); columns
+        whose value is None are left out, to their NULL default (binding None costs more)."""
+        names = tuple(name for name, value in values.items() if value is not None)
+        sql = self._statement(
+            ("insert", table, names, suffix),
+            lambda: f"INSERT INTO {table} ({columns(names)}) VALUES ({marks(names)}) {suffix}",
+        )
+        return self._exec(sql, [values[name] for name in names])
+
+    def _statement(self, key: tuple[Any, ...], build: Callable[[], str]) -> str:
+        """A statement that depends on column names, built once per ``key``."""
+        sql = self._built.get(key)
+        if sql is None:
+            sql = self._built[key] = " ".join(build().split()).replace("?", self._db.param)
+        return sql
+
+    def _upsert(self, model: type[pw.Model], **values: Any) -> None:
+        """Insert or overwrite by primary key (portable, unlike REPLACE)."""
+        meta = model._meta
+        names = tuple(values)
+
+        def build() -> str:
+            key = meta.primary_key.name
+            sets = ", ".join(f'"{name}" = excluded."{name}"' for name in names if name != key)
+            return (
+                f"INSERT INTO {meta.table_name} ({columns(names)}) VALUES ({marks(names)}) "
+                f'ON CONFLICT ("{key}") DO UPDATE SET {sets}'
+            )
+
+        sql = self._statement(("upsert", meta.table_name, names), build)
+        self._exec(sql, [meta.fields[name].db_value(values[name]) for name in names])
+
+    def _pg_lock(self, kind: int, key: str | None = None) -> None:
+        """Serialise with other PostgreSQL sessions until this transaction ends."""
+        if self._pg:
+            if key is None:
+                self._exec("SELECT pg_advisory_xact_lock(%s, 0)", (kind,))
+            else:
+                self._exec("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, key))

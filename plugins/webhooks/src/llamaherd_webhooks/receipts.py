@@ -1,0 +1,114 @@
+"""Delivery receipts: this plugin's own table in the store (``register_tables``).
+
+Every request to ``/webhooks/<source>`` leaves one receipt: its source, delivery id, headers
+(those that may hold a secret left out), body, the status it was answered with, what became of
+it and the agents it matched. A receipt answered with status >= 400 is a dead letter. A repeated
+delivery id of one source is recognised by the unique ``(source, delivery_id)`` index.
+
+The table is ``deliveries``, the name it had when core kept it: a database that has it is
+adopted with its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import peewee as pw
+
+from llamaherd.api import JSONText, Store, Tables, TableSet
+
+NAME = "webhooks"
+
+
+def define(db: pw.Database) -> Sequence[type[pw.Model]]:
+    class Delivery(pw.Model):
+        source = pw.TextField()
+        delivery_id = pw.TextField(null=True)
+        at = pw.DoubleField(index=True)
+        headers = JSONText()
+        body = pw.BlobField()
+        status = pw.IntegerField()
+        result = pw.TextField()
+        matched = JSONText()
+
+        class Meta:
+            database = db
+            table_name = "deliveries"
+            indexes = ((("source", "delivery_id"), True),)
+
+    return [Delivery]
+
+
+def prune(tables: Tables, cutoff: float) -> int:
+    """Receipts older than ``cutoff`` go with the rest of the history."""
+    return tables.Delivery.delete().where(tables.Delivery.at < cutoff).execute()
+
+
+TABLES = TableSet(
+    name=NAME,
+    version=1,
+    define=define,
+    prune=prune,
+    description="Receipts of webhook deliveries, dead letters included.",
+)
+
+
+# The two statements every delivery runs, written once: peewee's query builder costs more than
+# the statement itself (portable SQL; ``?`` becomes the backend's placeholder).
+_SEEN = "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
+_RECORD = (
+    'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched) '
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+
+class Receipts:
+    """The delivery receipts of one store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _model(self) -> Any:
+        return self.store.tables(NAME).Delivery
+
+    def _run(self, Delivery: Any, sql: str, params: tuple[Any, ...]) -> Any:
+        db = Delivery._meta.database
+        return db.execute_sql(sql.replace("?", db.param), params)
+
+    def record(
+        self,
+        source: str,
+        delivery_id: str | None,
+        headers: dict[str, str],
+        body: bytes,
+        status: int,
+        result: str,
+        matched: list[str],
+    ) -> bool:
+        """Keep a receipt; False when (source, delivery_id) was already recorded."""
+        Delivery = self._model()
+        params = (
+            source, delivery_id, self.store.clock(), Delivery.headers.db_value(headers),
+            Delivery.body.db_value(bytes(body)), status, result,
+            Delivery.matched.db_value(list(matched)),
+        )  # fmt: skip
+        with self.store.atomic():
+            return self._run(Delivery, _RECORD, params).rowcount == 1
+
+    def seen(self, source: str, delivery_id: str) -> bool:
+        """Whether ``source`` already delivered ``delivery_id``."""
+        Delivery = self._model()
+        with self.store.guard():
+            return self._run(Delivery, _SEEN, (source, delivery_id)).fetchone() is not None
+
+    def recent(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]:
+        """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
+        result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
+        Delivery = self._model()
+        query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
+        if dead_letters:
+            query = query.where(Delivery.status >= 400)
+        names = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
+        with self.store.guard():
+            return [{**{n: getattr(d, n) for n in names}, "body": bytes(d.body)} for d in query]
