@@ -41,6 +41,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
     DEFAULTS,
@@ -95,8 +96,9 @@ MODEL_KEYS: dict[str, Any] = {
         "description": 'How the provider authenticates, e.g. "api_key" (provider default).',
     },
     "thinkingLevel": {
-        "type": "string",
-        "description": 'Extended thinking effort where supported, e.g. "off", "low", "medium", "high".',
+        "enum": list(THINKING_LEVELS),
+        "description": "Thinking/reasoning effort; each provider sends it as its API's setting "
+        "(a thinking budget, `reasoning_effort`, ...). Unset: the model's default.",
     },
     "base_url": {
         "type": "string",
