@@ -219,7 +219,7 @@ def section(
         lines += [f"{'#' * (level + 1)} {heading}", ""]
         lines += table(scalar_rows(extra, then.get("required", [])))
     for key, sub in properties.items():
-        path = title.strip("`[]").removesuffix(".<name>")
+        path = title.strip("`[]")
         if is_table(sub):
             lines += section(f"`[{_join(path, key)}]`", sub, level + 1)
         elif _item_table(sub):

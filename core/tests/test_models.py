@@ -20,6 +20,7 @@ from llamaherd.types import (
     ConfigError,
     Fatal,
     Message,
+    Pricing,
     RateLimited,
     Reply,
     Transient,
@@ -318,3 +319,127 @@ def test_models_must_be_a_list_of_names(env):
     with pytest.raises(ConfigError, match="expected a list") as err:
         env.make("str")
     assert err.value.key == "models"
+
+
+# --------------------------------------------------------------------------- prices and cost
+
+
+def test_a_providers_verdict_wins_over_the_status():
+    body = json.dumps({"error": {"message": "Insufficient credits"}})
+    assert type(http_error("p", 402, {}, body, [], Unavailable)) is Unavailable
+    assert type(http_error("p", 400, {}, "bad key", [], AuthError)) is AuthError
+    assert type(http_error("p", 498, {}, "{}", [], Transient)) is Transient
+
+
+def test_retry_delay_in_a_google_error_body():
+    detail = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"}
+    body = json.dumps({"error": {"code": 429, "details": [{"@type": "x"}, detail]}})
+    assert http_error("g", 429, {}, body, []).retry_after == 37.0
+    assert http_error("g", 429, {"retry-after": "2"}, body, []).retry_after == 2.0
+
+
+def test_price_lookup_matches_snapshots_only():
+    from llamaherd.pricing import price_for
+
+    table = {
+        "gpt-4o": Pricing(2.5, 10),
+        "claude-opus-4": Pricing(15, 75),
+        "gemini-2.0-flash": Pricing(0.1, 0.4),
+        "mistral-large-latest": Pricing(0.5, 1.5),
+    }
+    assert price_for(table, "gpt-4o-2024-08-06") == table["gpt-4o"]
+    assert price_for(table, "claude-opus-4-20250514") == table["claude-opus-4"]
+    assert price_for(table, "gemini-2.0-flash-001") == table["gemini-2.0-flash"]
+    assert price_for(table, "mistral-large-latest") == table["mistral-large-latest"]
+    for other in ("gpt-4o-mini", "claude-opus-4-5", "mistral-large-2411", "gpt-4"):
+        assert price_for(table, other) is None, other
+    assert price_for({**table, "*": Pricing(0, 0)}, "anything") == Pricing(0, 0)
+
+
+def test_cost_of_cached_and_written_prompt_tokens():
+    from llamaherd.pricing import cost_usd
+
+    usage = Usage(input_tokens=10_000, output_tokens=1_000, cached_input_tokens=6_000,
+                  cache_write_tokens=3_000)  # fmt: skip
+    full = Pricing(3.0, 15.0, cached_input=0.3, cache_write=3.75)
+    expected = (1_000 * 3.0 + 6_000 * 0.3 + 3_000 * 3.75 + 1_000 * 15.0) / 1e6
+    assert cost_usd(usage, full) == pytest.approx(expected)
+    # Without cache rates every prompt token is billed as input.
+    assert cost_usd(usage, Pricing(3.0, 15.0)) == pytest.approx((10_000 * 3.0 + 15_000) / 1e6)
+
+
+def test_cost_precedence_config_then_reported_then_table():
+    from llamaherd.pricing import call_cost
+
+    table = {"m": Pricing(1.0, 1.0)}
+    usage = Usage(1_000_000, 0)
+    assert call_cost(usage, None, table, "m") == 1.0
+    assert call_cost(Usage(1_000_000, 0, cost_usd=0.5), None, table, "m") == 0.5
+    assert call_cost(Usage(1_000_000, 0, cost_usd=0.5), Pricing(2.0, 2.0), table, "m") == 2.0
+    assert call_cost(usage, None, table, "unknown") is None
+
+
+class PricedProvider(FakeProvider):
+    prices = {"m1": Pricing(3.0, 15.0)}
+
+
+def test_model_call_events_carry_the_cost(env):
+    provider = PricedProvider("fake")
+    chain = env.make(providers={"fake": provider})
+    reply = ask(chain)  # FakeProvider reports Usage(10, 3)
+    expected = (10 * 3.0 + 3 * 15.0) / 1e6
+    assert reply.usage.cost_usd == pytest.approx(expected)
+    (call,) = [d for k, d in env.events if k == "model_call"]
+    assert call["cost_usd"] == pytest.approx(expected) and call["cached_input_tokens"] == 0
+
+
+def test_failed_attempts_cost_nothing_and_unknown_prices_are_none(env):
+    env.provider.queue = [RateLimited("slow", retry_after=0)]
+    ask(env.make())
+    costs = [d["cost_usd"] for k, d in env.events if k == "model_call"]
+    assert costs == [0.0, None]  # the 429 billed nothing; "m1" has no price in FakeProvider
+
+
+@pytest.mark.parametrize(
+    ("pricing", "ok"),
+    [
+        ("{ input = 3.0, output = 15 }", True),
+        ("{ input = 3.0, output = 15.0, cached_input = 0.3, cache_write = 3.75 }", True),
+        ("{ input = 3.0 }", False),
+        ("{ input = -1, output = 1 }", False),
+        ("{ input = 1, output = 1, per = 1000 }", False),
+        ('"cheap"', False),
+    ],
+)
+def test_pricing_in_the_model_table(env, pricing, ok):
+    env.project.config(f'[models.x]\nprovider = "fake"\nmodel = "c"\npricing = {pricing}\n')
+    env.project.add_agent("a", 'models = ["x"]\n')
+    if ok:
+        assert env.make("a").models[0].pricing.input == 3.0
+        return
+    with pytest.raises(ConfigError) as err:
+        env.make("a")
+    assert err.value.key == "models.x.pricing" and "USD per million tokens" in str(err.value)
+
+
+def test_base_url_has_two_spellings(env):
+    env.project.config('[models.x]\nprovider = "fake"\nmodel = "c"\nbaseUrl = "http://h:1/v1"\n')
+    env.project.add_agent("a", 'models = ["x"]\n')
+    assert env.make("a").models[0].base_url == "http://h:1/v1"
+    env.project.config(
+        '[models.x]\nprovider = "fake"\nmodel = "c"\nbaseUrl = "http://h:1/v1"\n'
+        'base_url = "http://other:2/v1"\n'
+    )
+    with pytest.raises(ConfigError, match="set either baseUrl or base_url"):
+        env.make("a")
+
+
+class CheckingProvider(FakeProvider):
+    def validate(self, model):
+        return [] if model.base_url else ["needs base_url"]
+
+
+def test_a_providers_own_checks_stop_the_chain(env):
+    with pytest.raises(ConfigError, match="needs base_url") as err:
+        env.make(providers={"fake": CheckingProvider("fake")})
+    assert err.value.key == "models.first"

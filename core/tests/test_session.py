@@ -564,3 +564,87 @@ def test_missing_runtime_is_a_clear_error(engine):
     assert (final.state, final.exit_code) == ("error", 1)
     assert "runtime.type: runtime 'moon' is not installed" in final.reason
     assert [e["type"] for e in engine.store.events(final.id)][-2:] == ["run_error", "state"]
+
+
+# ------------------------------------------------------------------------------ usage and cost
+
+TWO_TURNS = """
+[[turns]]
+tool_calls = [{name = "bash", arguments = {command = "echo one"}}]
+[[turns]]
+text = "Finished."
+"""
+
+
+def model_calls(engine: Any, run_id: str) -> list[dict[str, Any]]:
+    return [e["data"] for e in engine.store.events(run_id) if e["type"] == "model_call"]
+
+
+def test_the_transcript_keeps_the_runs_tokens_and_cost(engine):
+    engine.project.config["models"]["scripted"]["pricing"] = {"input": 1000.0, "output": 2000.0}
+    add_agent(engine, "priced", TWO_TURNS)
+    final = run(engine, "priced")
+    assert final.state == "done"
+    calls = model_calls(engine, final.id)
+    assert len(calls) == 2
+    for call in calls:
+        expected = (call["input_tokens"] * 1000.0 + call["output_tokens"] * 2000.0) / 1e6
+        assert call["cost_usd"] == pytest.approx(expected) and call["cost_usd"] > 0
+    meta = engine.store.get_run(final.id).transcript[0]
+    assert meta["role"] == "meta"
+    assert meta["input_tokens"] == sum(c["input_tokens"] for c in calls)
+    assert meta["output_tokens"] == sum(c["output_tokens"] for c in calls)
+    assert meta["cost_usd"] == pytest.approx(sum(c["cost_usd"] for c in calls))
+    assert (meta["unpriced_turns"], meta["cached_input_tokens"]) == (0, 0)
+
+
+def test_an_offline_model_costs_nothing(engine):
+    add_agent(engine, "free", TWO_TURNS)
+    final = run(engine, "free")
+    assert [c["cost_usd"] for c in model_calls(engine, final.id)] == [0.0, 0.0]
+    meta = engine.store.get_run(final.id).transcript[0]
+    assert (meta["cost_usd"], meta["unpriced_turns"]) == (0.0, 0)
+
+
+class SigningProvider:
+    """A model whose replies carry opaque provider_data (as thinking blocks and thought
+    signatures do) that must come back with its assistant turn; unpriced."""
+
+    name = "signing"
+    description = "test"
+    schema: dict[str, Any] = {}
+    credential_type = None
+    seen: list[Any] = []
+
+    def complete(self, messages, tools, model, options):
+        from llamaherd.types import Reply, ToolCall, Usage
+
+        assistant = [m for m in messages if m.role == "assistant"]
+        self.seen.append([m.provider_data for m in assistant])
+        if not assistant:
+            call = ToolCall("c1", "bash", {"command": "true"})
+            return Reply("", [call], Usage(7, 3), provider_data={"signing": {"sig": "s-1"}})
+        return Reply("done", usage=Usage(9, 1))
+
+
+class SigningPlugin:
+    from llamaherd import hookimpl
+
+    @hookimpl
+    def register_providers(self, register):
+        register(SigningProvider())
+
+
+def test_provider_data_goes_back_with_its_turn_and_unpriced_turns_are_counted(
+    engine, registered_plugin
+):
+    engine.registry = registered_plugin(SigningPlugin(), "signing-test")
+    engine.project.config["models"]["signed"] = {"provider": "signing", "model": "m"}
+    SigningProvider.seen = []
+    add_agent(engine, "signer", "").config["models"] = ["signed"]
+    final = run(engine, "signer")
+    assert final.state == "done", final.reason
+    assert SigningProvider.seen == [[], [{"signing": {"sig": "s-1"}}]]
+    meta = engine.store.get_run(final.id).transcript[0]
+    assert (meta["cost_usd"], meta["unpriced_turns"], meta["input_tokens"]) == (0, 2, 16)
+    assert [c["cost_usd"] for c in model_calls(engine, final.id)] == [None, None]

@@ -11,7 +11,8 @@ What is here, by topic:
   ``TriggerContext``/``TriggerEvent``/``EmitResult``, ``WebhookSource``, ``Runtime`` with
   ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
-  ``ToolSpec``/``Reply``/``Usage``/``ModelConfig``, and ``RunResult`` for ``run_finished``;
+  ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table), and
+  ``RunResult`` for ``run_finished``;
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
         LlamaherdError,
         Message,
         ModelConfig,
+        Pricing,
         Provider,
         ProviderError,
         RateLimited,
@@ -162,7 +164,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.types": (
         "AuthError", "ConfigError", "CredentialField", "CredentialInvalid", "CredentialType",
         "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
-        "ModelConfig", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
+        "ModelConfig", "Pricing", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",

@@ -18,8 +18,10 @@ env var named by the provider's optional ``key_env``. A provider with ``key_requ
 ``al creds add``.
 
 Events (``on_event(kind, data)``), never with keys or prompt text:
-``model_call`` {model, provider, duration_ms, input_tokens, output_tokens, ok, error_class} for
-every attempt; ``provider_error`` {model, provider, error_class, message, attempt, action
+``model_call`` {model, provider, duration_ms, input_tokens, output_tokens, cached_input_tokens,
+cost_usd, ok, error_class} for every attempt (``cost_usd`` by ``llamaherd.pricing``: the table's
+``pricing``, else the API's own figure, else the provider's ``prices``; None when unknown, 0 for
+a failed attempt, which bills nothing; the reply's ``usage.cost_usd`` carries it to the session); ``provider_error`` {model, provider, error_class, message, attempt, action
 (retry | fallback | skip), delay_s} for every retry, fallback and breaker skip.
 """
 
@@ -33,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamaherd.pricing import call_cost, parse_pricing
 from llamaherd.providers import scrub
 from llamaherd.types import (
     AuthError,
@@ -47,6 +50,7 @@ from llamaherd.types import (
     ToolSpec,
     Transient,
     Unavailable,
+    Usage,
 )
 
 MAX_RETRIES = 5
@@ -60,8 +64,10 @@ CORE_KEYS = {
     "authType": "auth_type",
     "thinkingLevel": "thinking_level",
     "base_url": "base_url",
+    "baseUrl": "base_url",  # Action Llama's spelling
     "max_tokens": "max_tokens",
     "temperature": "temperature",
+    "pricing": "pricing",
 }
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh")
 
@@ -156,9 +162,22 @@ def resolve_model(project: Any, name: str, registry: Any, key_lookup: KeyLookup)
         raise ConfigError(
             file, f"models.{name}.provider", f"provider {provider_name!r} is not installed{hint}"
         )
-    config = _model_config(file, name, table)
+    config = model_config(file, name, table)
+    problems = provider_problems(provider, config)
+    if problems:
+        raise ConfigError(file, f"models.{name}", problems[0])
     secrets = _attach_key(file, config, table, provider, key_lookup)
     return ModelEntry(config, provider, secrets)
+
+
+def provider_problems(provider: Any, config: ModelConfig) -> list[str]:
+    """What the provider's optional ``validate(model)`` finds wrong with a model's table."""
+    validate = getattr(provider, "validate", None)
+    return [str(problem) for problem in validate(config)] if validate else []
+
+
+def _is_url(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"https?://", value) is not None
 
 
 # Value checks of the core keys: (predicate, what was expected).
@@ -166,10 +185,8 @@ MODEL_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model": (lambda v: isinstance(v, str) and v != "", "a model id string"),
     "authType": (lambda v: isinstance(v, str), 'a string such as "api_key"'),
     "thinkingLevel": (lambda v: v in THINKING_LEVELS, "one of " + ", ".join(THINKING_LEVELS)),
-    "base_url": (
-        lambda v: isinstance(v, str) and re.match(r"https?://", v) is not None,
-        "an http:// or https:// URL",
-    ),
+    "base_url": (_is_url, "an http:// or https:// URL"),
+    "baseUrl": (_is_url, "an http:// or https:// URL"),
     "max_tokens": (
         lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
         "a positive integer",
@@ -178,10 +195,15 @@ MODEL_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
         lambda v: isinstance(v, int | float) and not isinstance(v, bool),
         "a number",
     ),
+    "pricing": (
+        lambda v: parse_pricing(v) is not None,
+        "a table of USD per million tokens: input and output (required), cached_input, "
+        "cache_write; numbers >= 0",
+    ),
 }
 
 
-def _model_config(file: str, name: str, table: dict[str, Any]) -> ModelConfig:
+def model_config(file: str, name: str, table: dict[str, Any]) -> ModelConfig:
     values = {attr: table[key] for key, attr in CORE_KEYS.items() if key in table}
     extra = {k: v for k, v in table.items() if k not in CORE_KEYS and k != "credential"}
     for key, (ok, expected) in MODEL_CHECKS.items():
@@ -189,6 +211,12 @@ def _model_config(file: str, name: str, table: dict[str, Any]) -> ModelConfig:
             raise ConfigError(file, f"models.{name}.{key}", f"expected {expected}")
     if "model" not in table:
         raise ConfigError(file, f"models.{name}.model", "required: the provider's model id")
+    if table.get("baseUrl", table.get("base_url")) != table.get("base_url", table.get("baseUrl")):
+        raise ConfigError(
+            file, f"models.{name}.baseUrl", "set either baseUrl or base_url, not two different URLs"
+        )
+    if "pricing" in values:
+        values["pricing"] = parse_pricing(values["pricing"])
     return ModelConfig(name=name, extra=extra, **values)
 
 
@@ -346,19 +374,28 @@ class ModelChain:
             error = Fatal(f"{entry.provider.name}: internal error ({type(exc).__name__})")
             raise error from exc
         finally:
-            usage = reply.usage if reply is not None else None
+            usage = reply.usage if reply is not None else Usage()
+            if reply is not None:
+                usage.cost_usd = self._cost(entry, usage)
             self.on_event(
                 "model_call",
                 {
                     "model": entry.config.name,
                     "provider": entry.provider.name,
                     "duration_ms": round((time.monotonic() - started) * 1000, 1),
-                    "input_tokens": usage.input_tokens if usage else 0,
-                    "output_tokens": usage.output_tokens if usage else 0,
+                    "input_tokens": usage.input_tokens,
+                    "output_tokens": usage.output_tokens,
+                    "cached_input_tokens": usage.cached_input_tokens,
+                    "cost_usd": usage.cost_usd if reply is not None else 0.0,
                     "ok": error is None,
                     "error_class": type(error).__name__ if error else None,
                 },
             )
+
+    @staticmethod
+    def _cost(entry: ModelEntry, usage: Usage) -> float | None:
+        prices = getattr(entry.provider, "prices", None) or {}
+        return call_cost(usage, entry.config.pricing, prices, entry.config.model)
 
     def _problem(
         self, entry: ModelEntry, exc: ProviderError | None, action: str, attempt: int, delay: float

@@ -2,9 +2,11 @@
 a model API's replies into a ``Reply`` or a classified ``ProviderError``.
 
 ``post_json`` posts with this thread's ``requests`` session and classifies failures
-(``http_error``: 401/403 -> AuthError, 404 or the provider's own verdict -> Unavailable, 429 ->
-RateLimited with its retry-after, 408/5xx -> Transient, else Fatal), never naming the URL or a
-secret in the message.
+(``http_error``: the provider's own verdict first, then 401/403 -> AuthError, 404 ->
+Unavailable, 429 -> RateLimited with its retry-after, 408/5xx -> Transient, else Fatal), never
+naming the URL or a secret in the message. A provider gives its verdict with ``classify(status,
+body)``, returning the ProviderError class a reply means for it (OpenRouter's 402: out of
+credits, so Unavailable) or None for the default.
 """
 
 from __future__ import annotations
@@ -100,32 +102,72 @@ def error_detail(body: str) -> tuple[str, str]:
     return str(kind), str(message)
 
 
+def body_retry_delay(body: str) -> float | None:
+    """Seconds from a ``google.rpc.RetryInfo`` detail (``"retryDelay": "37s"``) in an error
+    body: Google's APIs say when to come back there rather than in a header."""
+    import json
+
+    try:
+        details = json.loads(body)["error"]["details"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    for detail in details if isinstance(details, list) else []:
+        delay = detail.get("retryDelay") if isinstance(detail, dict) else None
+        if isinstance(delay, str) and delay.endswith("s"):
+            try:
+                return max(0.0, float(delay[:-1]))
+            except ValueError:
+                return None
+    return None
+
+
+def default_class(status: int) -> type[ProviderError]:
+    """The error class an HTTP status means when the provider has no verdict of its own."""
+    if status in (401, 403):
+        return AuthError
+    if status == 404:
+        return Unavailable
+    if status == 429:
+        return RateLimited
+    if status == 408 or status >= 500:
+        return Transient
+    return Fatal
+
+
 def http_error(
     provider: str,
     status: int,
     headers: Mapping[str, str],
     body: str,
     secrets: Iterable[str | None],
-    unavailable: bool = False,
+    kind: type[ProviderError] | None = None,
 ) -> ProviderError:
-    """Classify an HTTP error reply. ``unavailable`` is the provider's own verdict that the
-    model is out (quota, credits), which makes the chain fall back without retrying."""
-    kind, message = error_detail(body)
-    detail = scrub(f"{kind}: {message}" if kind else message, secrets)[:300]
+    """The ProviderError for an HTTP error reply: ``kind`` when the provider has classified it
+    (``classify``), else by status. Its message names the provider, the status and the
+    server's scrubbed explanation, except for AuthError, whose message is fixed."""
+    kind = kind or default_class(status)
+    code, message = error_detail(body)
+    detail = scrub(f"{code}: {message}" if code else message, secrets)[:300]
     where = f"{provider}: HTTP {status}" + (f" ({detail})" if detail else "")
-    if status in (401, 403):
+    if kind is AuthError:
         # The server's text may quote the key; a fixed message is enough to act on.
         return AuthError(f"{provider}: the key was refused (HTTP {status}); check the credential")
-    if unavailable or status == 404:
-        return Unavailable(where)
     retry_after = parse_retry_after(headers)
-    if status == 429:
+    if retry_after is None:
+        retry_after = body_retry_delay(body)
+    if kind is RateLimited:
         return RateLimited(where, retry_after=retry_after)
-    if status == 408 or status >= 500:
-        error = Transient(where)
+    error = kind(where)
+    if isinstance(error, Transient) and not isinstance(error, Unavailable):
         error.retry_after = retry_after  # 503/529 may say when to come back
-        return error
-    return Fatal(where)
+    return error
+
+
+Classify = Callable[[int, str], "type[ProviderError] | None"]
+
+
+def no_verdict(status: int, body: str) -> type[ProviderError] | None:
+    return None
 
 
 _local = threading.local()
@@ -151,10 +193,11 @@ def post_json(
     *,
     timeout: tuple[float, float],
     secrets: Iterable[str | None],
-    unavailable: Callable[[int, str], bool] = lambda status, body: False,
+    classify: Classify = no_verdict,
 ) -> dict[str, Any]:
     """POST ``body`` as JSON and return the JSON object answered, or raise a ProviderError
-    whose message names ``provider`` and never the URL or the secrets."""
+    whose message names ``provider`` and never the URL or the secrets. ``classify(status,
+    body)`` is the provider's own verdict on an error reply (see the module docstring)."""
     import requests
 
     secrets = list(secrets)
@@ -169,9 +212,7 @@ def post_json(
     status = response.status_code
     if status >= 400:
         text = response.text
-        raise http_error(
-            provider, status, response.headers, text, secrets, unavailable(status, text)
-        )
+        raise http_error(provider, status, response.headers, text, secrets, classify(status, text))
     try:
         data = response.json()
     except ValueError:

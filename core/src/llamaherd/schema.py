@@ -41,6 +41,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
     DEFAULTS,
@@ -95,10 +96,20 @@ MODEL_KEYS: dict[str, Any] = {
         "description": 'How the provider authenticates, e.g. "api_key" (provider default).',
     },
     "thinkingLevel": {
-        "type": "string",
-        "description": 'Extended thinking effort where supported, e.g. "off", "low", "medium", "high".',
+        "enum": list(THINKING_LEVELS),
+        "description": "Thinking/reasoning effort; each provider sends it as its API's setting "
+        "(a thinking budget, `reasoning_effort`, ...). Unset: the model's default.",
     },
-    "base_url": {"type": "string", "description": "API base URL (proxies, compatible servers)."},
+    "base_url": {
+        "type": "string",
+        "pattern": "^https?://",
+        "description": "API base URL (proxies, compatible servers); default: the provider's.",
+    },
+    "baseUrl": {
+        "type": "string",
+        "pattern": "^https?://",
+        "description": "Action Llama's spelling of `base_url`.",
+    },
     "max_tokens": _int("Maximum output tokens per model turn.", minimum=1),
     "temperature": {
         "type": "number",
@@ -110,6 +121,28 @@ MODEL_KEYS: dict[str, Any] = {
         "type": "string",
         "default": "default",
         "description": 'Key credential: an instance of the provider\'s credential type ("work") or "type:instance".',
+    },
+    "pricing": {
+        "type": "object",
+        "description": "USD per million tokens, for the `cost_usd` of each call; overrides the "
+        "provider's price table and the cost its API reports. E.g. "
+        "`pricing = { input = 3.0, output = 15.0, cached_input = 0.3 }`.",
+        "properties": {
+            "input": {"type": "number", "minimum": 0, "description": "Prompt tokens."},
+            "output": {"type": "number", "minimum": 0, "description": "Output tokens."},
+            "cached_input": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Prompt tokens read from the prompt cache (default: `input`).",
+            },
+            "cache_write": {
+                "type": "number",
+                "minimum": 0,
+                "description": "Prompt tokens written to the prompt cache (default: `input`).",
+            },
+        },
+        "required": ["input", "output"],
+        "additionalProperties": False,
     },
 }
 
@@ -614,6 +647,8 @@ class _Checker:
                 file,
                 ["models", name],
             )
+            if provider:
+                self.provider_checks(name, model, self.registry.providers[provider])
             if provider and name in used:
                 self.model_key(name, model, self.registry.providers[provider])
         for name, source in _tables(config.get("webhooks")):
@@ -633,6 +668,17 @@ class _Checker:
                     self.registry.webhook_sources[kind],
                     source,
                 )
+
+    def provider_checks(self, name: str, model: dict[str, Any], provider: Any) -> None:
+        """The provider's own ``validate(model)``, once the table's values are sound."""
+        from llamaherd.models import model_config, provider_problems
+
+        try:
+            config = model_config("config.toml", name, model)
+        except ConfigError:
+            return  # the schema reported it
+        for problem in provider_problems(provider, config):
+            self.add("config.toml", f"models.{name}", problem)
 
     def model_key(self, name: str, model: dict[str, Any], provider: Any) -> None:
         """A model some agent uses needs its key: in the store or in the provider's env var.

@@ -29,6 +29,7 @@ from llamaherd.types import (
     Sandbox,
     ToolCall,
     ToolSpec,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -47,6 +48,17 @@ AUTH_PATTERN = re.compile(
     re.IGNORECASE,
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Running totals in the transcript's meta entry. cost_usd sums the turns whose price was known
+# (llamaherd.pricing); unpriced_turns counts the others, so a total is never silently partial.
+COUNTERS = (
+    "turns",
+    "auth_failures",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cost_usd",
+    "unpriced_turns",
+)
 
 
 # ------------------------------------------------------------------------------ shared types
@@ -221,7 +233,7 @@ class Session:
             self.meta, self.messages = {"role": "meta"}, list(transcript)
         self.meta.setdefault("cwd", ctx.sandbox.workdir if ctx.sandbox else "/")
         self.meta.setdefault("env", {})
-        for key in ("turns", "auth_failures", "input_tokens", "output_tokens"):
+        for key in COUNTERS:
             self.meta.setdefault(key, 0)
 
     # -------------------------------------------------------------- state
@@ -283,7 +295,11 @@ class Session:
                 continue
             if self.cancel.is_set():
                 return Outcome("cancelled")
-            self.messages.append(Message("assistant", reply.text, reply.tool_calls).to_dict())
+            # provider_data (thinking blocks, thought signatures) must go back with the turn.
+            assistant = Message(
+                "assistant", reply.text, reply.tool_calls, provider_data=reply.provider_data
+            )
+            self.messages.append(assistant.to_dict())
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
@@ -334,13 +350,22 @@ class Session:
         ]
         reply = self.chain.complete(messages, specs, self.options)
         self.meta["turns"] += 1
-        self.meta["input_tokens"] += reply.usage.input_tokens
-        self.meta["output_tokens"] += reply.usage.output_tokens
+        self._count_usage(reply.usage)
         if reply.text.strip():
             self.ctx.log(
                 "assistant", {"text": truncate(reply.text, 2000), "turn": self.meta["turns"]}
             )
         return reply
+
+    def _count_usage(self, usage: Usage) -> None:
+        """The run's running totals: tokens, and cost where the turn's price was known."""
+        self.meta["input_tokens"] += usage.input_tokens
+        self.meta["output_tokens"] += usage.output_tokens
+        self.meta["cached_input_tokens"] += usage.cached_input_tokens
+        if usage.cost_usd is None:
+            self.meta["unpriced_turns"] += 1
+        else:
+            self.meta["cost_usd"] = round(self.meta["cost_usd"] + usage.cost_usd, 10)
 
     def _run_tools(self, calls: list[ToolCall]) -> Deferred | None:
         deferred = None

@@ -134,8 +134,28 @@ class ToolSpec:
 
 @dataclass
 class Usage:
+    """Tokens of one model call. ``input_tokens`` counts every prompt token, the cached ones
+    included: ``cached_input_tokens`` of them were read from the provider's prompt cache and
+    ``cache_write_tokens`` written to it (both billed at their own rates). ``cost_usd`` is what
+    the call cost: the provider sets it when its API reports a figure (OpenRouter); the model
+    chain fills it in from the price table otherwise (None: no price known)."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """USD per million tokens. ``cached_input`` prices prompt-cache reads and ``cache_write``
+    prompt-cache writes; each defaults to ``input`` when the model has no such rate."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
 
 
 @dataclass
@@ -160,6 +180,7 @@ class ModelConfig:
     max_tokens: int | None = None
     temperature: float | None = None
     api_key: str | None = None
+    pricing: Pricing | None = None  # the table's `pricing`: overrides the provider's prices
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -427,6 +448,12 @@ class LanguageSkill(Protocol):
 
 @runtime_checkable
 class Provider(Protocol):
+    """A model API. Optional members (``OPTIONAL_MEMBERS``): ``key_env``, ``key_required``,
+    ``prices`` (model id -> ``Pricing``, the defaults each call's ``cost_usd`` is computed from;
+    ``llamaherd.pricing`` says how ids match) and ``validate(model)`` (problems of a
+    ``[models.<name>]`` table that its schema cannot express, for ``al validate`` and run start).
+    """
+
     name: str
     description: str
     schema: dict[str, Any]  # extra keys allowed in a [models.<name>] table for this provider
@@ -547,5 +574,7 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
     Provider: {
         "key_env": str,  # env var holding the key when no credential is stored
         "key_required": bool,  # False: a local server that takes no key
+        "prices": dict,  # model id -> Pricing: the defaults cost_usd is computed from
+        "validate": METHOD,  # (model: ModelConfig) -> list[str]: problems a schema cannot say
     },
 }

@@ -137,7 +137,7 @@ def test_official_api_uses_max_completion_tokens_and_reasoning_effort():
     cfg = ModelConfig(
         name="o", provider="openai", model="o4", max_tokens=99, thinking_level="xhigh"
     )
-    body = request_body([Message("user", "x")], [], cfg)
+    body = request_body([Message("user", "x")], [], cfg, provider().preset)
     assert body["max_completion_tokens"] == 99 and "max_tokens" not in body
     assert body["reasoning_effort"] == "high"
 

@@ -274,7 +274,12 @@ def test(app: AppContext, ref: str) -> None:
     if validate is None:
         click.echo(f"ok: {shown}: all fields present ({type_name} has no online check)")
         return
-    redactor = Redactor(values.values())  # a plugin's error text must not leak the value
+    # A plugin's text must not leak a secret; non-secret fields (a username) may be shown.
+    redactor = Redactor(
+        values[field.name]
+        for field in credential_type.fields
+        if field.secret and field.name in values
+    )
     try:
         detail = validate(values)
     except CredentialInvalid as exc:

@@ -37,7 +37,15 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
     table.add_column("registers", overflow="fold")  # never cut a name off with "…"
     for row in rows:
         table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
-    Console(soft_wrap=True).print(table)
+    console = Console(soft_wrap=True)
+    if console.is_terminal:
+        console.print(table)
+        return
+    # Piped: one line per plugin whatever its length (for grep), without trailing padding.
+    wide = Console(soft_wrap=True, width=100_000)
+    with wide.capture() as captured:
+        wide.print(table)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def _registers(row: dict[str, Any]) -> str:

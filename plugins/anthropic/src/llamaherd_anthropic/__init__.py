@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.api import Message, ModelConfig, ModelKey, Reply, ToolSpec
+from llamaherd.api import Message, ModelConfig, ModelKey, Pricing, Reply, ToolSpec
 
 SCHEMA: dict[str, Any] = {
     "timeout": {
@@ -34,6 +34,12 @@ class AnthropicProvider:
     schema = SCHEMA
     credential_type = "anthropic_key"
     key_env = "ANTHROPIC_API_KEY"
+
+    @property
+    def prices(self) -> dict[str, Pricing]:
+        from llamaherd_anthropic.prices import PRICES
+
+        return PRICES
 
     def complete(
         self,

@@ -14,9 +14,11 @@ from llamaherd.api import (
     Fatal,
     Message,
     ModelConfig,
+    ProviderError,
     Reply,
     ToolCall,
     ToolSpec,
+    Unavailable,
     Usage,
     http_timeout,
     post_json,
@@ -41,7 +43,7 @@ def complete(messages: list[Message], tools: list[ToolSpec], model: ModelConfig)
         request_body(messages, tools, model),
         timeout=http_timeout(model),
         secrets=[model.api_key, model.base_url],
-        unavailable=_out_of_credit,
+        classify=_classify,
     )
     return parse_reply(data)
 
@@ -60,9 +62,11 @@ def headers(model: ModelConfig) -> dict[str, str]:
     raise Fatal(f"{PROVIDER}: authType {auth!r} is not supported (api_key, oauth_token)")
 
 
-def _out_of_credit(status: int, body: str) -> bool:
+def _classify(status: int, body: str) -> type[ProviderError] | None:
     # A 400 about the credit balance will not clear within a retry window: fall back.
-    return status == 400 and "credit balance" in body.lower()
+    if status == 400 and "credit balance" in body.lower():
+        return Unavailable
+    return None
 
 
 def request_body(
@@ -206,5 +210,11 @@ def _usage(usage: Any) -> Usage:
         value = usage.get(key)
         return value if isinstance(value, int) else 0
 
-    cached = count("cache_creation_input_tokens") + count("cache_read_input_tokens")
-    return Usage(input_tokens=count("input_tokens") + cached, output_tokens=count("output_tokens"))
+    # input_tokens counts only what came after the last cache breakpoint; the prompt is all three.
+    read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")
+    return Usage(
+        input_tokens=count("input_tokens") + read + written,
+        output_tokens=count("output_tokens"),
+        cached_input_tokens=read,
+        cache_write_tokens=written,
+    )

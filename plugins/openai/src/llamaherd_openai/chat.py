@@ -4,11 +4,15 @@ Tool-call arguments arrive as a JSON string. When that string is not a JSON obje
 kept, with ``{INVALID_ARGUMENTS: "<what was wrong>"}`` as its arguments, so the session answers
 the model with an error result and the model can try again; one malformed call does not end
 the run.
+
+The services differ in the details a ``Preset`` carries (``presets.py``); this module is the
+part they share.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from llamaherd.api import (
@@ -24,32 +28,33 @@ from llamaherd.api import (
     http_timeout,
     post_json,
 )
-
-PROVIDER = "openai"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-# thinkingLevel -> reasoning_effort (sent only when thinkingLevel is set and not "off").
-EFFORT = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
+from llamaherd_openai.presets import Preset
 
 
-def complete(messages: list[Message], tools: list[ToolSpec], model: ModelConfig) -> Reply:
-    """One ``POST {base_url}/chat/completions`` turn."""
-    base_url = (model.base_url or DEFAULT_BASE_URL).rstrip("/")
+def complete(
+    messages: list[Message], tools: list[ToolSpec], model: ModelConfig, preset: Preset
+) -> Reply:
+    """One ``POST {base_url}/chat/completions`` turn for ``preset``'s service."""
+    base_url = (model.base_url or preset.base_url or "").rstrip("/")
+    if not base_url:
+        raise Fatal(f"{preset.name}: no base_url set for model {model.name!r}")
     secrets = [model.api_key, model.base_url]
     data = post_json(
-        PROVIDER,
+        preset.name,
         f"{base_url}/chat/completions",
         headers(model),
-        request_body(messages, tools, model),
+        request_body(messages, tools, model, preset),
         timeout=http_timeout(model),
         secrets=secrets,
-        unavailable=_out_of_quota,
+        classify=preset.classify,
     )
     if "choices" not in data and "error" in data:
         # Some gateways (OpenRouter) answer 200 with an error object carrying the real status.
         code = data["error"].get("code") if isinstance(data["error"], dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else 502
-        raise http_error(PROVIDER, status, {}, json.dumps(data), secrets)
-    return parse_reply(data)
+        text = json.dumps(data)
+        raise http_error(preset.name, status, {}, text, secrets, preset.classify(status, text))
+    return parse_reply(data, preset)
 
 
 def headers(model: ModelConfig) -> dict[str, str]:
@@ -59,16 +64,16 @@ def headers(model: ModelConfig) -> dict[str, str]:
     return result
 
 
-def _out_of_quota(status: int, body: str) -> bool:
-    # OpenAI says 429 for an exhausted quota too; waiting will not refill it.
-    return status == 429 and "insufficient_quota" in body
-
-
 def request_body(
-    messages: list[Message], tools: list[ToolSpec], model: ModelConfig
+    messages: list[Message], tools: list[ToolSpec], model: ModelConfig, preset: Preset
 ) -> dict[str, Any]:
     """The JSON body of one Chat Completions request."""
-    body: dict[str, Any] = {"model": model.model, "messages": [_wire(m) for m in messages]}
+    wire_id = preset.call_id or str
+    body: dict[str, Any] = {
+        "model": model.model,
+        "messages": [_wire(m, preset.name, wire_id) for m in messages],
+        **preset.body,
+    }
     if tools:
         body["tools"] = [
             {
@@ -82,19 +87,15 @@ def request_body(
             for t in tools
         ]
     if model.max_tokens:
-        # api.openai.com wants the newer name (reasoning models refuse max_tokens); compatible
-        # servers know the classic one.
-        key = "max_tokens" if model.base_url else "max_completion_tokens"
-        body[key] = model.max_tokens
+        body[preset.max_tokens_key(model)] = model.max_tokens
     if model.temperature is not None:
         body["temperature"] = model.temperature
-    effort = EFFORT.get(model.thinking_level or "off")
-    if effort:
-        body["reasoning_effort"] = effort
+    if model.thinking_level:
+        body.update(preset.reasoning(model.thinking_level, model.model))
     return body
 
 
-def _wire(message: Message) -> dict[str, Any]:
+def _wire(message: Message, provider: str, wire_id: Callable[[str], str]) -> dict[str, Any]:
     if message.role in ("system", "user"):
         return {"role": message.role, "content": message.content}
     if message.role == "assistant":
@@ -102,7 +103,7 @@ def _wire(message: Message) -> dict[str, Any]:
         if message.tool_calls:
             wire["tool_calls"] = [
                 {
-                    "id": call.id,
+                    "id": wire_id(call.id),
                     "type": "function",
                     "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
                 }
@@ -111,37 +112,38 @@ def _wire(message: Message) -> dict[str, Any]:
         return wire
     if message.role == "tool":
         if not message.tool_call_id:
-            raise Fatal(f"{PROVIDER}: a tool result has no tool_call_id")
+            raise Fatal(f"{provider}: a tool result has no tool_call_id")
         # Chat Completions has no error flag on tool results; say it in the text.
         content = f"ERROR: {message.content}" if message.is_error else message.content
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
-    raise Fatal(f"{PROVIDER}: cannot send a message with role {message.role!r}")
+        return {"role": "tool", "tool_call_id": wire_id(message.tool_call_id), "content": content}
+    raise Fatal(f"{provider}: cannot send a message with role {message.role!r}")
 
 
-def parse_reply(data: dict[str, Any]) -> Reply:
+def parse_reply(data: dict[str, Any], preset: Preset) -> Reply:
     """A Reply from a Chat Completions response; any other shape is Fatal."""
+    provider = preset.name
     choices = data.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
-        raise Fatal(f"{PROVIDER}: unexpected reply (expected choices[0].message)")
+        raise Fatal(f"{provider}: unexpected reply (expected choices[0].message)")
     text = message.get("content") or ""
     raw_calls = message.get("tool_calls") or []
     if not isinstance(text, str) or not isinstance(raw_calls, list):
-        raise Fatal(f"{PROVIDER}: unexpected reply (content must be text, tool_calls a list)")
+        raise Fatal(f"{provider}: unexpected reply (content must be text, tool_calls a list)")
     return Reply(
         text=text,
-        tool_calls=[_tool_call(raw, index) for index, raw in enumerate(raw_calls)],
-        usage=_usage(data.get("usage")),
+        tool_calls=[_tool_call(provider, raw, index) for index, raw in enumerate(raw_calls)],
+        usage=_usage(data.get("usage"), preset.reports_cost),
         stop_reason=choice.get("finish_reason"),
     )
 
 
-def _tool_call(raw: Any, index: int) -> ToolCall:
+def _tool_call(provider: str, raw: Any, index: int) -> ToolCall:
     function = raw.get("function") if isinstance(raw, dict) else None
     name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str) or not name:
-        raise Fatal(f"{PROVIDER}: unexpected tool call (expected function.name)")
+        raise Fatal(f"{provider}: unexpected tool call (expected function.name)")
     # Some local servers leave out the id; the transcript still needs one to pair the result.
     call_id = raw.get("id") or f"call_{index}"
     return ToolCall(id=str(call_id), name=name, arguments=_arguments(function.get("arguments")))
@@ -161,11 +163,25 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return value
 
 
-def _usage(usage: Any) -> Usage:
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _usage(usage: Any, reports_cost: bool) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt, completion = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    # Some services (xAI) leave reasoning tokens out of completion_tokens but not out of
+    # total_tokens; they are billed as output either way.
+    output = max(completion, _count(usage.get("total_tokens")) - prompt)
+    cost = usage.get("cost") if reports_cost else None
     return Usage(
-        input_tokens=prompt if isinstance(prompt, int) else 0,
-        output_tokens=completion if isinstance(completion, int) else 0,
+        input_tokens=prompt,
+        output_tokens=output,
+        cached_input_tokens=min(cached, prompt),
+        cost_usd=float(cost)
+        if isinstance(cost, int | float) and not isinstance(cost, bool)
+        else None,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.api import Message, ModelConfig, Reply, ToolSpec
+from llamaherd.api import Message, ModelConfig, Pricing, Reply, ToolSpec
 
 SCHEMA: dict[str, Any] = {
     "script": {
@@ -27,6 +27,7 @@ class ScriptedProvider:
     description = "Deterministic offline replies from the agent's script.toml (demo, tests)."
     schema = SCHEMA
     credential_type = None
+    prices = {"*": Pricing(0.0, 0.0)}  # offline: every call is free (unless a table says otherwise)
 
     def complete(
         self,
