@@ -653,9 +653,12 @@ class _Checker:
                 self.add("config.toml", f"models.{name}", message + hint)
 
     def credential(self, file: str, path: list[Any], owner: Any, table: dict[str, Any]) -> None:
-        """Check that the credential an object needs (``owner.credential_type``) is stored."""
+        """Check that the credential an object needs (``owner.credential_type``) is stored: the
+        instance the table names under that type's name (Action Llama's spelling,
+        ``x_twitter_api = "bot"``), else under ``credential``."""
         ctype = getattr(owner, "credential_type", None)
-        instance = table.get("credential", "default")
+        instance = table.get(ctype) if isinstance(table.get(ctype), str) else None
+        instance = instance or table.get("credential", "default")
         if ctype and isinstance(instance, str):
             message = self.missing_credential(ctype, instance)
             if message:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from llamaherd.api import HmacSource
+from llamaherd.api import HmacSource, WebhookFilter
 
 
 def _login(obj: Any) -> str | None:
@@ -37,7 +37,17 @@ class GitHubSource(HmacSource):
     name = "github"
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
-    schema: dict[str, Any] = {}
+    schema: dict[str, Any] = {
+        "github_webhook_secret": {
+            "type": "string",
+            "description": "Instance of github_webhook_secret (Action Llama's spelling of "
+            "`credential`).",
+        }
+    }
+    filters = {
+        **HmacSource.filters,
+        "org": WebhookFilter("org", "Organisation (one; `orgs` takes several).", fold=True),
+    }
     signature_header = "X-Hub-Signature-256"
     delivery_header = "X-GitHub-Delivery"
     event_header = "X-GitHub-Event"
