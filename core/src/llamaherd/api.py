@@ -23,7 +23,7 @@ What is here, by topic:
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
-  types ``ServiceCredential`` and ``call_service``); the project
+  types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
         scrub,
     )
     from llamaherd.scheduler import scheduler_info
-    from llamaherd.services import ServiceCredential, call_service
+    from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest, clip, pick
     from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
@@ -159,7 +159,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     # ``TriggerType.bind(registry)`` gets it: a type built on other plugins' objects.
     "llamaherd.plugins": ("Registry",),
     "llamaherd.scheduler": ("scheduler_info",),
-    "llamaherd.services": ("ServiceCredential", "call_service"),
+    "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
     "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "pick"),
     "llamaherd.status": (

@@ -3,7 +3,8 @@ export each field under a fixed env var name and check themselves with one cheap
 
 ``ServiceCredential`` is the declarative form of such a type; ``call_service`` is the identity
 call behind ``validate(values)`` (``al creds test``), with every failure turned into a
-``CredentialInvalid`` that names the URL and never the credential.
+``CredentialInvalid`` that names the URL and never the credential; ``check_secret`` is the
+local check of a signing secret no service API can test.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from llamaherd.types import CredentialField, CredentialInvalid
 
 TIMEOUT = 10.0
+MIN_SECRET = 8  # webhook signing secrets are longer: a shorter value is a paste error
 
 
 class ServiceCredential:
@@ -69,3 +71,14 @@ def call_service(
         return response.json()
     except ValueError:
         raise CredentialInvalid(f"{service} answered without a JSON body at {url}") from None
+
+
+def check_secret(service: str, value: str, minimum: int = MIN_SECRET) -> str:
+    """``validate`` of a webhook signing secret, which no service lets one test online: it must
+    have ``minimum`` characters or more."""
+    if len(value.strip()) < minimum:
+        raise CredentialInvalid(
+            f"a {service} signing secret has at least {minimum} characters: copy it again "
+            "from the service's settings"
+        )
+    return f"looks like a {service} signing secret (checked locally: no API can test it)"

@@ -513,12 +513,19 @@ class WebhookServer:
         delivery: str | None = None,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        renew: bool = True,
     ) -> Any:
-        """POST ``payload`` as JSON (or ``body`` as is) to ``/webhooks/<name>`` with the headers
-        the source's ``request_headers`` gives (signed with ``secret``; None: unsigned), then
-        ``headers`` on top."""
+        """POST ``payload`` as JSON (or ``body`` as is) to ``/webhooks/<name>`` as delivery
+        ``delivery`` (default: a new id) with the headers the source's ``request_headers``
+        gives (signed with ``secret``; None: unsigned), then ``headers`` on top. A source that
+        keeps a timestamp or the delivery id inside the body gets them set first (its
+        ``renew``), unless ``renew`` is False."""
+        source = self.source(name)
         raw = body if body is not None else json.dumps(payload).encode()
-        sent = self.source(name).request_headers(raw, event, delivery or str(uuid.uuid4()), secret)
+        delivery = delivery or str(uuid.uuid4())
+        if renew and hasattr(source, "renew"):
+            raw = source.renew(raw, delivery)
+        sent = source.request_headers(raw, event, delivery, secret)
         sent.update(headers or {})
         return self.http.post(f"{self.url}/webhooks/{name}", data=raw, headers=sent, timeout=10)
 

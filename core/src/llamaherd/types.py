@@ -478,8 +478,8 @@ class WebhookSource(Protocol):
     """A webhook source type (``[webhooks.<name>] type = ...``): verifies and parses deliveries.
 
     Optional members (``OPTIONAL_MEMBERS``): ``filters`` (its ``[[webhooks]]`` filter keys),
-    ``secret_field``, ``configured(table)``, ``request_headers(...)``, ``reply(fields, routed)``,
-    ``answer_get(query, secrets)``, ``signs_with_private_key``."""
+    ``secret_field``, ``configured(table)``, ``request_headers(...)``, ``renew(body, delivery)``,
+    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``."""
 
     name: str
     description: str
@@ -535,6 +535,10 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "secret_field": str,  # field of credential_type holding the secret (default "secret")
         "configured": METHOD,  # (table) -> WebhookSource set up for one [webhooks.<name>]
         "request_headers": METHOD,  # (body, event, delivery, secret) -> headers a sender sends
+        # (body, delivery) -> bytes: a recorded body made a new delivery, for a test: the
+        # timestamp signed inside it set to now (Linear's webhookTimestamp), its delivery id
+        # set to ``delivery`` (Slack's event_id, a Discord interaction's id).
+        "renew": METHOD,
         # (fields, routed) -> WebhookReply | None: the answer to a verified delivery instead of
         # the default receipt; ``routed`` is None for an ignored one (a challenge, a ping), else
         # the receipt (agents, queued, duplicate, ...).

@@ -154,7 +154,11 @@ def test(
     sign = getattr(config.source, "request_headers", None)
     if sign is None:
         raise LlamaherdError(f"{config.kind} sources cannot sign a test delivery")
-    headers = sign(body, event, str(uuid.uuid4()), _signing_key(config, key_env))
+    delivery = str(uuid.uuid4())
+    renew = getattr(config.source, "renew", None)
+    if renew is not None:  # a recorded payload's id and signed timestamp are old by now
+        body = renew(body, delivery)
+    headers = sign(body, event, delivery, _signing_key(config, key_env))
     url = f"{_scheduler_url(app.project)}/webhooks/{name}"
     try:
         response = requests.post(url, data=body, headers=headers, timeout=30)
