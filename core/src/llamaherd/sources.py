@@ -150,10 +150,14 @@ class HmacSource:
         headers = {"Content-Type": "application/json", self.delivery_header: delivery}
         if event:
             headers[self.event_header] = event
-        if secret is not None:
-            lowered = {k.lower(): v for k, v in headers.items()}
-            mac = hmac_digest(
-                secret, self.signed_message(lowered, body), encoding=self.signature_encoding
-            )
-            headers[self.signature_header] = self.signature_prefix + mac
-        return headers
+        return self.signed(headers, body, secret)
+
+    def signed(self, headers: dict[str, str], body: bytes, secret: str | None) -> dict[str, str]:
+        """``headers`` plus the signature a sender holding ``secret`` adds (None: unsigned)."""
+        if secret is None:
+            return headers
+        lowered = {k.lower(): v for k, v in headers.items()}
+        mac = hmac_digest(
+            secret, self.signed_message(lowered, body), encoding=self.signature_encoding
+        )
+        return {**headers, self.signature_header: self.signature_prefix + mac}
