@@ -158,7 +158,10 @@ def test(
     renew = getattr(config.source, "renew", None)
     if renew is not None:  # a recorded payload's id and signed timestamp are old by now
         body = renew(body, delivery)
-    headers = sign(body, event, delivery, _signing_key(config, key_env))
+    try:
+        headers = sign(body, event, delivery, _signing_key(config, key_env))
+    except ValueError as exc:  # a signing key the source cannot use (not a private key)
+        raise LlamaherdError(f"cannot sign a {config.kind} delivery: {exc}") from None
     url = f"{_scheduler_url(app.project)}/webhooks/{name}"
     try:
         response = requests.post(url, data=body, headers=headers, timeout=30)
