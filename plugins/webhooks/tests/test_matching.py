@@ -106,7 +106,8 @@ def test_entry_schema_has_every_installed_types_keys():
     schema = entry_schema({"generic": GenericSource(), "chat": ChatSource()})
     properties = schema["properties"]
     assert {"source", "events", "match", "repos", "channels", "commands"} <= set(properties)
-    assert "(sources of type chat)" in properties["channels"]["description"]
+    assert properties["channels"]["description"] == "chat: Channel IDs."
+    assert properties["repos"]["description"].startswith("generic: Repository full names")
     assert schema["additionalProperties"] is False
 
 

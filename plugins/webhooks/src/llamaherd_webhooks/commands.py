@@ -189,9 +189,8 @@ def _signing_key(config: Any, key_env: str | None) -> str | None:
     if getattr(config.source, "signs_with_private_key", False):
         raise LlamaherdError(
             f"{config.kind} deliveries are signed with the sender's private key, which llamaherd "
-            "never stores: pass a test key pair's private key with --signing-key-env "
-            "(its public key stored in the source's credential), or queue the payload without "
-            "a signature with `al webhooks replay FIXTURE --run`"
+            "never stores: sign with a test key pair's private key (--signing-key-env), or "
+            "queue the payload unsigned with `al webhooks replay FIXTURE --run`"
         )
     secrets = source_secrets(CredentialStore(), config)
     if not secrets and not config.allow_unsigned:

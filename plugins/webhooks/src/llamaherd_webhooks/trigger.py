@@ -81,17 +81,23 @@ def entry_schema(sources: dict[str, WebhookSource]) -> dict[str, Any]:
     (which of them an entry may use depends on its source's type: ``WebhooksTrigger.validate``)."""
     properties = dict(COMMON_PROPERTIES)
     for key, declared in filter_owners(sources).items():
-        description = next(spec.description for spec in declared.values())
-        properties[key] = {
-            **_STRINGS,
-            "description": f"{description} (sources of type {', '.join(declared)})".lstrip(),
-        }
+        properties[key] = {**_STRINGS, "description": _describe(declared)}
     return {
         "type": "object",
         "additionalProperties": False,
         "required": ["source"],
         "properties": properties,
     }
+
+
+def _describe(declared: dict[str, WebhookFilter]) -> str:
+    """One filter key's description, per source type: ``github, generic: ...; slack: ...``."""
+    types: dict[str, list[str]] = {}
+    for kind, spec in declared.items():
+        types.setdefault(spec.description.strip().rstrip("."), []).append(kind)
+    return (
+        "; ".join(f"{', '.join(kinds)}: {text}".rstrip(": ") for text, kinds in types.items()) + "."
+    )
 
 
 def agent_schema(sources: dict[str, WebhookSource]) -> dict[str, Any]:
@@ -186,10 +192,10 @@ class WebhooksTrigger:
         return problems
 
     def _misplaced(self, key: str, kind: str, name: str, allowed: list[str]) -> str:
-        owners = ", ".join(filter_owners(self.sources).get(key, {}))
+        owners = ", ".join(filter_owners(self.sources).get(key, {})) or "no installed"
         return (
-            f'not a filter of {kind} source "{name}" (it is one of type {owners}); '
-            f"{kind} filters: {', '.join(allowed)}"
+            f'not a filter of source "{name}" (type {kind}), only of {owners} sources; '
+            f"its filters: {', '.join(allowed)}"
         )
 
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
