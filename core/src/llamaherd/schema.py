@@ -330,6 +330,22 @@ def _document(title: str, properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _SourceKeys:
+    """A webhook source's table keys: its fragment, and the instance of its credential type
+    under that type's name (Action Llama's spelling of ``credential``: ``x_twitter_api =
+    "bot"``)."""
+
+    def __init__(self, source: Any):
+        properties, required = fragment(source)
+        ctype = getattr(source, "credential_type", None)
+        if ctype:
+            properties.setdefault(
+                ctype,
+                {"type": "string", "description": f"Instance of {ctype} (as `credential`)."},
+            )
+        self.schema = {"type": "object", "properties": properties, "required": required}
+
+
 class Schemas:
     """The assembled schemas of one registry, with validators compiled once."""
 
@@ -343,9 +359,8 @@ class Schemas:
         self.project_base = Draft202012Validator(_document("project config.toml", PROJECT_KEYS))
         self.runtimes = _variants(RUNTIME_KEYS, registry.runtimes, "[runtime]")
         self.models = _variants(MODEL_KEYS, registry.providers, "model", MODEL_REQUIRED)
-        self.webhook_sources = _variants(
-            WEBHOOK_SOURCE_KEYS, registry.webhook_sources, "webhook source"
-        )
+        self.sources = {name: _SourceKeys(obj) for name, obj in registry.webhook_sources.items()}
+        self.webhook_sources = _variants(WEBHOOK_SOURCE_KEYS, self.sources, "webhook source")
 
     def project_schema(self) -> dict[str, Any]:
         """The project ``config.toml`` schema as documented by ``al schema --project``."""
@@ -355,7 +370,7 @@ class Schemas:
         model["required"] = MODEL_REQUIRED
         properties["models"]["additionalProperties"] = model
         properties["webhooks"]["additionalProperties"] = _tagged(
-            WEBHOOK_SOURCE_KEYS, "type", registry.webhook_sources, "A webhook source.", None
+            WEBHOOK_SOURCE_KEYS, "type", self.sources, "A webhook source.", None
         )
         return _document("llamaherd project config.toml", properties)
 

@@ -14,7 +14,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   Engine with the TriggerContext a scheduler gives it, recording what it emits;
 - ``webhook_server``: ``webhook_server(config, agents, credentials)`` serves a project's
   webhook routes from a real Engine on 127.0.0.1, with a client that signs each delivery as the
-  source's real sender does, and claims the queued runs to show their prompts;
+  source's real sender does, and claims the queued runs to show their prompts and the waits
+  their events satisfy;
 - ``fake_service``: ``fake_service(routes)`` serves a web service stand-in on 127.0.0.1 (each
   ``(method, path)`` answered by a function of the request), for credential types' ``validate``
   tests against a service's wire format;
@@ -544,6 +545,21 @@ class WebhookServer:
 
         agent = self.engine.project.agents[run.agent]
         return build_prompts(agent, self.engine.registry, run.trigger)[1]
+
+    def trigger_block(self, run: Any) -> list[str]:
+        """The lines of the ``<webhook-trigger>`` block ``run``'s prompt ends with."""
+        prompt = self.prompt(run)
+        return prompt[prompt.index("<webhook-trigger>") :].splitlines()
+
+    def waits_for(self, run: Any, wait_filter: dict[str, Any]) -> bool:
+        """Whether a ``wait_for_trigger(wait_filter)`` would take the event that queued
+        ``run`` (``type`` defaults to ``webhooks``)."""
+        from llamaherd.types import TriggerEvent
+        from llamaherd.waits import filter_matches
+
+        trigger = run.trigger
+        event = TriggerEvent(run.agent, "webhook", trigger["payload"], source=trigger["source"])
+        return filter_matches(self.engine.registry, {"type": "webhooks", **wait_filter}, event)
 
     def close(self) -> None:
         self.engine.close()

@@ -10,7 +10,6 @@ import time
 import pytest
 from llamaherd_linear.source import LinearSource
 
-from llamaherd.api import TriggerEvent
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "lin_wh_secret_for_tests"
@@ -142,8 +141,7 @@ def test_signed_issue_queues_a_run_whose_prompt_has_the_fields(server):
     assert response.status_code == 202, response.text
     assert response.json()["agents"] == ["bobs", "triage"]
     runs = [server.next_run(), server.next_run()]
-    prompt = server.prompt(next(r for r in runs if r.agent == "triage"))
-    block = prompt[prompt.index("<webhook-trigger>") :]
+    block = server.trigger_block(next(r for r in runs if r.agent == "triage"))
     for line in (
         "source: linear",
         "event: issues",
@@ -156,7 +154,7 @@ def test_signed_issue_queues_a_run_whose_prompt_has_the_fields(server):
         "assignee: bob@acme.dev",
         'labels: ["Bug"]',
     ):
-        assert f"\n{line}\n" in block, line
+        assert line in block, line
 
 
 def test_stale_bad_or_missing_signatures_are_401(server):
@@ -191,13 +189,9 @@ def test_filters(server):
 def test_wait_filters_use_linears_keys(server):
     server.send("linear", ISSUE_CREATED, secret=SECRET)
     run = server.next_run()
-    event = TriggerEvent(run.agent, "webhook", run.trigger["payload"], source="linear")
-    waits = server.engine.registry.trigger_types["webhooks"]
-    assert waits.matches(
-        {"type": "webhooks", "event": "issues", "team": "eng", "number": 42}, event
-    )
-    assert waits.matches({"type": "webhooks", "organization": ORG, "label": "Bug"}, event)
-    assert not waits.matches({"type": "webhooks", "assignee": "carol@acme.dev"}, event)
+    assert server.waits_for(run, {"event": "issues", "team": "eng", "number": 42})
+    assert server.waits_for(run, {"organization": ORG, "label": "Bug"})
+    assert not server.waits_for(run, {"assignee": "carol@acme.dev"})
 
 
 def test_signature_fuzz(server):

@@ -12,7 +12,6 @@ import json
 import pytest
 from llamaherd_mintlify.source import MintlifySource
 
-from llamaherd.api import TriggerEvent
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "mintlify-shared-secret"
@@ -97,8 +96,7 @@ def test_signed_failure_queues_a_run_whose_prompt_has_the_fields(server):
     response = server.send("docs", FAILED, secret=SECRET)
     assert response.status_code == 202, response.text
     assert response.json()["agents"] == ["fixer", "legacy"]
-    prompt = server.prompt(server.next_run())
-    block = prompt[prompt.index("<webhook-trigger>") :]
+    block = server.trigger_block(server.next_run())
     for line in (
         "source: docs",
         "event: deployment",
@@ -110,7 +108,7 @@ def test_signed_failure_queues_a_run_whose_prompt_has_the_fields(server):
         "conclusion: failure",
         "body: Build failed: Broken link in /quickstart",
     ):
-        assert f"\n{line}\n" in block, line
+        assert line in block, line
 
 
 def test_bad_or_missing_signatures_are_401(server):
@@ -136,10 +134,8 @@ def test_filters(server):
 def test_wait_filters_use_mintlifys_keys(server):
     server.send("docs", FAILED, secret=SECRET)
     run = server.next_run()
-    event = TriggerEvent(run.agent, "webhook", run.trigger["payload"], source="docs")
-    waits = server.engine.registry.trigger_types["webhooks"]
-    assert waits.matches({"type": "webhooks", "project": "acme-docs", "action": "failed"}, event)
-    assert not waits.matches({"type": "webhooks", "branch": "release/*"}, event)
+    assert server.waits_for(run, {"project": "acme-docs", "action": "failed"})
+    assert not server.waits_for(run, {"branch": "release/*"})
 
 
 def test_signature_fuzz(server):

@@ -9,7 +9,6 @@ import json
 import pytest
 from llamaherd_sentry.source import SentrySource
 
-from llamaherd.api import TriggerEvent
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "sentry-client-secret"
@@ -128,8 +127,7 @@ def test_signed_issue_queues_a_run_whose_prompt_has_the_fields(server):
     assert response.json()["agents"] == ["triage"]
     run = server.next_run()
     assert run.agent == "triage"
-    prompt = server.prompt(run)
-    block = prompt[prompt.index("<webhook-trigger>") :]
+    block = server.trigger_block(run)
     for line in (
         "source: sentry",
         "event: issue",
@@ -140,8 +138,8 @@ def test_signed_issue_queues_a_run_whose_prompt_has_the_fields(server):
         "sender: Sentry",
         "delivery: r-1",
     ):
-        assert f"\n{line}\n" in block, line
-    assert '"shortId": "FRONT-END-9"' in block  # the full payload follows
+        assert line in block, line
+    assert '      "shortId": "FRONT-END-9",' in block  # the full payload follows
 
 
 def test_bad_missing_or_other_secret_signatures_are_401(server):
@@ -177,11 +175,9 @@ def test_filters(server):
 def test_wait_filters_use_sentrys_keys(server):
     server.send("sentry", ISSUE_CREATED, event="issue", secret=SECRET)
     run = server.next_run()
-    event = TriggerEvent(run.agent, "webhook", run.trigger["payload"], source="sentry")
-    waits = server.engine.registry.trigger_types["webhooks"]
-    assert waits.matches({"type": "webhooks", "resource": "issue", "project": "front-*"}, event)
-    assert not waits.matches({"type": "webhooks", "resources": ["event_alert"]}, event)
-    assert waits.matches({"type": "webhooks", "number": "FRONT-END-9"}, event)
+    assert server.waits_for(run, {"resource": "issue", "project": "front-*"})
+    assert not server.waits_for(run, {"resources": ["event_alert"]})
+    assert server.waits_for(run, {"number": "FRONT-END-9"})
 
 
 def test_signature_fuzz(server):

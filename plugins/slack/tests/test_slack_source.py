@@ -11,7 +11,6 @@ import time
 import pytest
 from llamaherd_slack.source import SlackSource
 
-from llamaherd.api import TriggerEvent
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "slack-signing-secret-for-tests"
@@ -128,8 +127,7 @@ def test_signed_mention_queues_a_run_whose_prompt_has_the_fields(server):
     response = server.send("slack", APP_MENTION, delivery="Ev1", secret=SECRET)
     assert response.status_code == 202, response.text
     assert response.json()["agents"] == ["helper"]
-    prompt = server.prompt(server.next_run())
-    block = prompt[prompt.index("<webhook-trigger>") :]
+    block = server.trigger_block(server.next_run())
     for line in (
         "source: slack",
         "event: app_mention",
@@ -138,7 +136,7 @@ def test_signed_mention_queues_a_run_whose_prompt_has_the_fields(server):
         "body: <@U0LAN0Z89> is it everything a river should be?",
         "delivery: Ev1",
     ):
-        assert f"\n{line}\n" in block, line
+        assert line in block, line
 
 
 def test_retries_are_duplicates(server):
@@ -187,13 +185,9 @@ def test_filters(server):
 def test_wait_filters_use_slacks_keys(server):
     server.send("slack", APP_MENTION, secret=SECRET)
     run = server.next_run()
-    event = TriggerEvent(run.agent, "webhook", run.trigger["payload"], source="slack")
-    waits = server.engine.registry.trigger_types["webhooks"]
-    assert waits.matches(
-        {"type": "webhooks", "event": "app_mention", "channel": "C123ABC456"}, event
-    )
-    assert waits.matches({"type": "webhooks", "team_id": "T123ABC456", "user": "U123ABC456"}, event)
-    assert not waits.matches({"type": "webhooks", "channels": ["C999"]}, event)
+    assert server.waits_for(run, {"event": "app_mention", "channel": "C123ABC456"})
+    assert server.waits_for(run, {"team_id": "T123ABC456", "user": "U123ABC456"})
+    assert not server.waits_for(run, {"channels": ["C999"]})
 
 
 def test_signature_fuzz(server):

@@ -10,7 +10,6 @@ import json
 import pytest
 from llamaherd_twitter.source import TwitterSource
 
-from llamaherd.api import TriggerEvent
 from llamaherd.testing import fuzz_webhook_source
 
 # The consumer secret and token of X's published CRC examples.
@@ -153,8 +152,7 @@ def test_signed_tweet_queues_a_run_whose_prompt_has_the_fields(server):
     response = server.send("x", TWEET, secret=SECRET)
     assert response.status_code == 202, response.text
     assert response.json()["agents"] == ["replier"]
-    prompt = server.prompt(server.next_run())
-    block = prompt[prompt.index("<webhook-trigger>") :]
+    block = server.trigger_block(server.next_run())
     for line in (
         "source: x",
         "event: tweet_create_events",
@@ -162,7 +160,7 @@ def test_signed_tweet_queues_a_run_whose_prompt_has_the_fields(server):
         "url: https://twitter.com/TwitterAPI/status/1050118621198921728",
         "sender: TwitterAPI",
     ):
-        assert f"\n{line}\n" in block, line
+        assert line in block, line
 
 
 def test_bad_or_missing_signatures_are_401(server):
@@ -185,12 +183,8 @@ def test_filters(server):
 def test_wait_filters_use_twitters_keys(server):
     server.send("x", TWEET, secret=SECRET)
     run = server.next_run()
-    event = TriggerEvent(run.agent, "webhook", run.trigger["payload"], source="x")
-    waits = server.engine.registry.trigger_types["webhooks"]
-    assert waits.matches(
-        {"type": "webhooks", "event": "tweet_create_events", "user": "2244994945"}, event
-    )
-    assert not waits.matches({"type": "webhooks", "users": ["1"]}, event)
+    assert server.waits_for(run, {"event": "tweet_create_events", "user": "2244994945"})
+    assert not server.waits_for(run, {"users": ["1"]})
 
 
 def test_signature_fuzz(server):

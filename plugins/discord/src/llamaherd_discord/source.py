@@ -36,10 +36,6 @@ DEFERRED_MESSAGE = 5  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: "thinking..." unti
 DEFERRED_UPDATE = 6  # DEFERRED_UPDATE_MESSAGE: a component click acknowledged
 AUTOCOMPLETE_RESULT = 8
 EPHEMERAL = 64  # message flag: only the user who interacted sees it
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of discord_bot (Action Llama's spelling of `credential`).",
-}
 
 
 def _key(hex_key: str) -> Ed25519PublicKey | None:
@@ -71,7 +67,7 @@ class DiscordSource:
     credential_type = "discord_bot"
     secret_field = "public_key"
     signs_with_private_key = True
-    schema: dict[str, Any] = {"discord_bot": INSTANCE_KEY}
+    schema: dict[str, Any] = {}
     filters = {
         "guilds": WebhookFilter("guild", "Discord server (guild) IDs."),
         "channels": WebhookFilter(

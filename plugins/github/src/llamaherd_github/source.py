@@ -37,13 +37,7 @@ class GitHubSource(HmacSource):
     name = "github"
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
-    schema: dict[str, Any] = {
-        "github_webhook_secret": {
-            "type": "string",
-            "description": "Instance of github_webhook_secret (Action Llama's spelling of "
-            "`credential`).",
-        }
-    }
+    schema: dict[str, Any] = {}
     filters = {
         **HmacSource.filters,
         "org": WebhookFilter("org", "Organisation (one; `orgs` takes several).", fold=True),

@@ -16,10 +16,6 @@ from llamaherd.api import HmacSource, WebhookFilter, clip, clock, fresh, pick
 
 TOLERANCE = 60.0  # seconds, as Linear's documentation recommends
 EVENTS = {"Issue": "issues", "Comment": "issue_comment"}
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of linear_webhook_secret (Action Llama's spelling of `credential`).",
-}
 
 
 def _people(person: Any) -> list[str]:
@@ -42,7 +38,7 @@ class LinearSource(HmacSource):
     name = "linear"
     description = "Linear webhooks (Linear-Signature, webhookTimestamp within a minute)."
     credential_type = "linear_webhook_secret"
-    schema: dict[str, Any] = {"linear_webhook_secret": INSTANCE_KEY}
+    schema: dict[str, Any] = {}
     signature_header = "Linear-Signature"
     signature_prefix = ""
     delivery_header = "Linear-Delivery"

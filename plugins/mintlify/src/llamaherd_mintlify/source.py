@@ -21,10 +21,6 @@ CONCLUSIONS = {
     "succeeded": "success",
     "success": "success",
 }
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of mintlify_webhook_secret (Action Llama's spelling of `credential`).",
-}
 PROJECTS = "Mintlify project names (or organization, when the body names no project)."
 
 
@@ -35,7 +31,6 @@ class MintlifySource(HmacSource):
     description = "Mintlify webhooks (HMAC-SHA256 of the body in X-Mintlify-Signature)."
     credential_type = "mintlify_webhook_secret"
     schema: dict[str, Any] = {
-        "mintlify_webhook_secret": INSTANCE_KEY,
         "signatureHeader": {"type": "string", "default": "X-Mintlify-Signature"},
     }
     signature_header = "X-Mintlify-Signature"

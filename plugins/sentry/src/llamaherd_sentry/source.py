@@ -12,11 +12,6 @@ from typing import Any
 
 from llamaherd.api import HmacSource, WebhookFilter, clip, pick
 
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of sentry_client_secret (Action Llama's spelling of `credential`).",
-}
-
 
 class SentrySource(HmacSource):
     """WebhookSource ``sentry``."""
@@ -24,7 +19,7 @@ class SentrySource(HmacSource):
     name = "sentry"
     description = "Sentry integration webhooks (Sentry-Hook-Signature)."
     credential_type = "sentry_client_secret"
-    schema: dict[str, Any] = {"sentry_client_secret": INSTANCE_KEY}
+    schema: dict[str, Any] = {}
     signature_header = "Sentry-Hook-Signature"
     signature_prefix = ""
     delivery_header = "Request-ID"

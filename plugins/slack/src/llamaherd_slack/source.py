@@ -28,10 +28,6 @@ TIMESTAMP_HEADER = "X-Slack-Request-Timestamp"
 TOLERANCE = 300.0  # seconds: Slack's documented replay window
 # Request types that are answered and never queued.
 IGNORED = {"url_verification", "app_rate_limited"}
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of slack_signing_secret (Action Llama's spelling of `credential`).",
-}
 
 
 class SlackSource(HmacSource):
@@ -40,7 +36,7 @@ class SlackSource(HmacSource):
     name = "slack"
     description = "Slack Events API (X-Slack-Signature v0, url_verification answered)."
     credential_type = "slack_signing_secret"
-    schema: dict[str, Any] = {"slack_signing_secret": INSTANCE_KEY}
+    schema: dict[str, Any] = {}
     signature_header = "X-Slack-Signature"
     signature_prefix = "v0="
     filters = {

@@ -28,10 +28,6 @@ METADATA = {"for_user_id", "user_has_blocked"}
 # (it is the same HMAC as a POST's signature), so a token with a brace is refused too.
 MAX_CRC_TOKEN = 512
 USERS = "Subscribed user IDs (the body's for_user_id)."
-INSTANCE_KEY = {
-    "type": "string",
-    "description": "Instance of x_twitter_api (Action Llama's spelling of `credential`).",
-}
 
 
 def _tweet_url(tweet: Any) -> str | None:
@@ -61,7 +57,7 @@ class TwitterSource(HmacSource):
     )
     credential_type = "x_twitter_api"
     secret_field = "consumer_secret"
-    schema: dict[str, Any] = {"x_twitter_api": INSTANCE_KEY}
+    schema: dict[str, Any] = {}
     signature_header = "X-Twitter-Webhooks-Signature"
     signature_prefix = "sha256="
     signature_encoding = "base64"
