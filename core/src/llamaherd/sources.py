@@ -38,6 +38,16 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str | None:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is not one (for code that must not raise on
+    a hostile body: freshness checks, test helpers)."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
 def body_digest(body: bytes) -> str:
     """Stand-in delivery id for senders that send none: the same body is the same delivery."""
     return hashlib.sha256(body).hexdigest()

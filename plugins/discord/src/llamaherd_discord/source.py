@@ -16,7 +16,16 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from llamaherd.api import WebhookFilter, WebhookReply, body_digest, clip, clock, fresh, pick
+from llamaherd.api import (
+    WebhookFilter,
+    WebhookReply,
+    body_digest,
+    clip,
+    clock,
+    fresh,
+    json_object,
+    pick,
+)
 
 SIGNATURE_HEADER = "X-Signature-Ed25519"
 TIMESTAMP_HEADER = "X-Signature-Timestamp"
@@ -153,11 +162,8 @@ class DiscordSource:
 
     def renew(self, body: bytes, delivery: str) -> bytes:
         """A recorded interaction as a new one: its ``id`` set to ``delivery``."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return body
-        if not isinstance(payload, dict) or payload.get("type") in (None, PING):
+        payload = json_object(body)
+        if payload is None or payload.get("type") in (None, PING):
             return body
         return json.dumps({**payload, "id": delivery}).encode()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llamaherd.api import HmacSource, WebhookFilter, clip, clock, fresh, pick
+from llamaherd.api import HmacSource, WebhookFilter, clip, clock, fresh, json_object, pick
 
 TOLERANCE = 60.0  # seconds, as Linear's documentation recommends
 EVENTS = {"Issue": "issues", "Comment": "issue_comment"}
@@ -58,21 +58,14 @@ class LinearSource(HmacSource):
         ``webhookTimestamp``: within a minute of now."""
         if not super().verify(headers, body, secrets):
             return False
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return False
-        stamp = payload.get("webhookTimestamp") if isinstance(payload, dict) else None
+        stamp = (json_object(body) or {}).get("webhookTimestamp")
         return fresh(stamp, clock(), TOLERANCE)
 
     def renew(self, body: bytes, delivery: str) -> bytes:
         """The body with ``webhookTimestamp`` set to now (a test delivery of a recorded one;
         the delivery id travels in a header)."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return body
-        if not isinstance(payload, dict):
+        payload = json_object(body)
+        if payload is None:
             return body
         return json.dumps({**payload, "webhookTimestamp": int(clock() * 1000)}).encode()
 
@@ -111,8 +104,5 @@ class LinearSource(HmacSource):
         self, body: bytes, event: str | None, delivery: str, secret: str | None
     ) -> dict[str, str]:
         """Linear's headers; ``Linear-Event`` is the entity type (``Issue``) of the body."""
-        try:
-            kind = pick(json.loads(body), "type")
-        except (ValueError, UnicodeDecodeError):
-            kind = None
+        kind = pick(json_object(body), "type")
         return super().request_headers(body, kind or event, delivery, secret)

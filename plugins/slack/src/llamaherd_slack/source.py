@@ -21,6 +21,7 @@ from llamaherd.api import (
     clip,
     clock,
     fresh,
+    json_object,
     pick,
 )
 
@@ -98,11 +99,8 @@ class SlackSource(HmacSource):
 
     def renew(self, body: bytes, delivery: str) -> bytes:
         """A recorded event as a new one: ``event_id`` set to ``delivery``."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return body
-        if not isinstance(payload, dict) or payload.get("type") != "event_callback":
+        payload = json_object(body)
+        if payload is None or payload.get("type") != "event_callback":
             return body
         return json.dumps({**payload, "event_id": delivery}).encode()
 
