@@ -113,11 +113,10 @@ class DiscordSource:
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """An interaction's fields; a PING comes back as ``ignore`` (answered, never queued)."""
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"body is not valid JSON: {exc}") from None
-        kind = payload.get("type") if isinstance(payload, dict) else None
+        payload = json_object(body)
+        if payload is None:
+            raise ValueError("body is not a JSON object")
+        kind = payload.get("type")
         if isinstance(kind, bool) or (kind != PING and kind not in EVENTS):
             raise ValueError(f"not a Discord interaction (type {kind!r})")
         if kind == PING:
