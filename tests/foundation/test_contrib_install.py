@@ -13,7 +13,7 @@ from llamaherd.testing import pip_installed
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib"
 EXAMPLES = {
     "llamaherd-example-trigger": CONTRIB / "example-trigger",
-    "llamaherd-sentry": CONTRIB / "sentry",
+    "llamaherd-pager": CONTRIB / "pager",
 }
 
 
@@ -35,10 +35,10 @@ def test_contrib_plugins_appear_without_changing_core(installed_contrib, al, tmp
     agent = json.loads(al("schema", "--agent").stdout)
     assert agent["properties"]["watch"]["required"] == ["paths"]
     assert "interval" in agent["properties"]["watch"]["properties"]
-    if "llamaherd-sentry" in installed_contrib:
+    if "llamaherd-pager" in installed_contrib:
         (credential_type,) = [
             item.removeprefix("credential-type:")
-            for item in rows["sentry"]["registers"]
+            for item in rows["pager"]["registers"]
             if item.startswith("credential-type:")
         ]
         assert credential_type in agent["properties"]["credentials"]["items"]["examples"]

@@ -8,7 +8,8 @@ plugin importing one helper does not pay for the database layer or the HTTP stac
 What is here, by topic:
 
 - protocols a plugin implements, and the values that cross them: ``TriggerType`` with
-  ``TriggerContext``/``TriggerEvent``/``EmitResult``, ``WebhookSource``, ``Runtime`` with
+  ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
+  ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
   ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table), and
@@ -18,10 +19,12 @@ What is here, by topic:
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``) and ``HmacSource``,
-  a base for sources signed with an HMAC of the body (``body_digest``); provider HTTP
+  a base for sources signed with an HMAC of the body (``body_digest``), with ``pick``,
+  ``clip`` and ``json_object`` for reading payloads into normalised fields; provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
-  ``format_ref``, ``check_name``, ``credential_files``); the project
+  ``format_ref``, ``check_name``, ``credential_files``, and for web services'
+  types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
@@ -74,6 +77,7 @@ if TYPE_CHECKING:
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
     from llamaherd.logview import summary as event_summary
+    from llamaherd.plugins import Registry
     from llamaherd.project import Agent, Project, load_project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
@@ -85,8 +89,9 @@ if TYPE_CHECKING:
         scrub,
     )
     from llamaherd.scheduler import scheduler_info
+    from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
-    from llamaherd.sources import HmacSource, body_digest
+    from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
     from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.types import (
@@ -125,6 +130,8 @@ if TYPE_CHECKING:
         TriggerType,
         Unavailable,
         Usage,
+        WebhookFilter,
+        WebhookReply,
         WebhookSource,
     )
     from llamaherd.waits import MISSING, lookup
@@ -154,9 +161,12 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
     ),
+    # ``TriggerType.bind(registry)`` gets it: a type built on other plugins' objects.
+    "llamaherd.plugins": ("Registry",),
     "llamaherd.scheduler": ("scheduler_info",),
+    "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
     "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
-    "llamaherd.sources": ("HmacSource", "body_digest"),
+    "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
     ),
@@ -168,7 +178,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",
-        "Usage", "WebhookSource",
+        "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),
 }  # fmt: skip

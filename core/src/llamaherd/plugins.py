@@ -271,6 +271,20 @@ class Registry:
             # Call each implementation ourselves so we know which plugin registered what.
             for impl in reversed(hook.get_hookimpls()):
                 self._collect(manager, kind, protocol, impl)
+        self._bind()
+
+    def _bind(self) -> None:
+        """Hand the complete registry to the trigger types that build on other plugins'
+        objects (``TriggerType.bind``); one that fails is a warning, like a failing hook."""
+        for name, trigger in self.trigger_types.items():
+            bind = getattr(trigger, "bind", None)
+            if bind is None:
+                continue
+            try:
+                bind(self)
+            except Exception as exc:  # a broken plugin must not take the CLI down
+                plugin = self.owner[("trigger_types", name)]
+                _warn(f"plugin {plugin!r} failed in bind: {type(exc).__name__}: {exc}")
 
     def _collect(self, manager: PluginManager, kind: str, protocol: type, impl: Any) -> None:
         plugin = impl.plugin_name
@@ -337,10 +351,29 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("trigger_types", "webhooks"): "llamaherd-webhooks",
     ("webhook_sources", "github"): "llamaherd-github",
     ("webhook_sources", "generic"): "llamaherd-webhooks",
+    ("webhook_sources", "sentry"): "llamaherd-sentry",
+    ("webhook_sources", "linear"): "llamaherd-linear",
+    ("webhook_sources", "slack"): "llamaherd-slack",
+    ("webhook_sources", "discord"): "llamaherd-discord",
+    ("webhook_sources", "mintlify"): "llamaherd-mintlify",
+    ("webhook_sources", "twitter"): "llamaherd-twitter",
     ("credential_types", "github_token"): "llamaherd-github",
     ("credential_types", "git_ssh"): "llamaherd-github",
     ("credential_types", "github_webhook_secret"): "llamaherd-github",
     ("credential_types", "webhook_secret"): "llamaherd-webhooks",
+    ("credential_types", "sentry_token"): "llamaherd-sentry",
+    ("credential_types", "sentry_client_secret"): "llamaherd-sentry",
+    ("credential_types", "linear_token"): "llamaherd-linear",
+    ("credential_types", "linear_oauth"): "llamaherd-linear",
+    ("credential_types", "linear_webhook_secret"): "llamaherd-linear",
+    ("credential_types", "slack_bot_token"): "llamaherd-slack",
+    ("credential_types", "slack_signing_secret"): "llamaherd-slack",
+    ("credential_types", "discord_bot"): "llamaherd-discord",
+    ("credential_types", "mintlify_token"): "llamaherd-mintlify",
+    ("credential_types", "mintlify_webhook_secret"): "llamaherd-mintlify",
+    ("credential_types", "x_twitter_api"): "llamaherd-twitter",
+    ("credential_types", "x_twitter_user_oauth1"): "llamaherd-twitter",
+    ("credential_types", "x_twitter_user_oauth2"): "llamaherd-twitter",
     ("credential_types", "anthropic_key"): "llamaherd-anthropic",
     ("credential_types", "openai_key"): "llamaherd-openai",
     ("credential_types", "groq_key"): "llamaherd-openai",
@@ -357,20 +390,6 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("credential_types", "reddit_oauth"): "llamaherd-credentials-extra",
     ("credential_types", "vultr_api_key"): "llamaherd-credentials-extra",
     ("credential_types", "vps_ssh"): "llamaherd-credentials-extra",
-    # The webhook-service plugins' types (one distribution per service).
-    ("credential_types", "sentry_token"): "llamaherd-sentry",
-    ("credential_types", "sentry_client_secret"): "llamaherd-sentry",
-    ("credential_types", "linear_token"): "llamaherd-linear",
-    ("credential_types", "linear_oauth"): "llamaherd-linear",
-    ("credential_types", "linear_webhook_secret"): "llamaherd-linear",
-    ("credential_types", "slack_bot_token"): "llamaherd-slack",
-    ("credential_types", "slack_signing_secret"): "llamaherd-slack",
-    ("credential_types", "discord_bot"): "llamaherd-discord",
-    ("credential_types", "mintlify_token"): "llamaherd-mintlify",
-    ("credential_types", "mintlify_webhook_secret"): "llamaherd-mintlify",
-    ("credential_types", "x_twitter_api"): "llamaherd-twitter",
-    ("credential_types", "x_twitter_user_oauth1"): "llamaherd-twitter",
-    ("credential_types", "x_twitter_user_oauth2"): "llamaherd-twitter",
     # Agent config.toml keys that a trigger plugin adds.
     ("agent_keys", "schedule"): "llamaherd-cron",
     ("agent_keys", "timezone"): "llamaherd-cron",

@@ -363,6 +363,22 @@ def _document(title: str, properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _SourceKeys:
+    """A webhook source's table keys: its fragment, and the instance of its credential type
+    under that type's name (Action Llama's spelling of ``credential``: ``x_twitter_api =
+    "bot"``)."""
+
+    def __init__(self, source: Any):
+        properties, required = fragment(source)
+        ctype = getattr(source, "credential_type", None)
+        if ctype:
+            properties.setdefault(
+                ctype,
+                {"type": "string", "description": f"Instance of {ctype} (as `credential`)."},
+            )
+        self.schema = {"type": "object", "properties": properties, "required": required}
+
+
 class Schemas:
     """The assembled schemas of one registry, with validators compiled once."""
 
@@ -376,9 +392,8 @@ class Schemas:
         self.project_base = Draft202012Validator(_document("project config.toml", PROJECT_KEYS))
         self.runtimes = _variants(RUNTIME_KEYS, registry.runtimes, "[runtime]")
         self.models = _variants(MODEL_KEYS, registry.providers, "model", MODEL_REQUIRED)
-        self.webhook_sources = _variants(
-            WEBHOOK_SOURCE_KEYS, registry.webhook_sources, "webhook source"
-        )
+        self.sources = {name: _SourceKeys(obj) for name, obj in registry.webhook_sources.items()}
+        self.webhook_sources = _variants(WEBHOOK_SOURCE_KEYS, self.sources, "webhook source")
 
     def project_schema(self) -> dict[str, Any]:
         """The project ``config.toml`` schema as documented by ``al schema --project``."""
@@ -388,7 +403,7 @@ class Schemas:
         model["required"] = MODEL_REQUIRED
         properties["models"]["additionalProperties"] = model
         properties["webhooks"]["additionalProperties"] = _tagged(
-            WEBHOOK_SOURCE_KEYS, "type", registry.webhook_sources, "A webhook source.", None
+            WEBHOOK_SOURCE_KEYS, "type", self.sources, "A webhook source.", None
         )
         return _document("llamaherd project config.toml", properties)
 
@@ -699,9 +714,12 @@ class _Checker:
                 self.add("config.toml", f"models.{name}", message + hint)
 
     def credential(self, file: str, path: list[Any], owner: Any, table: dict[str, Any]) -> None:
-        """Check that the credential an object needs (``owner.credential_type``) is stored."""
+        """Check that the credential an object needs (``owner.credential_type``) is stored: the
+        instance the table names under that type's name (Action Llama's spelling,
+        ``x_twitter_api = "bot"``), else under ``credential``."""
         ctype = getattr(owner, "credential_type", None)
-        instance = table.get("credential", "default")
+        instance = table.get(ctype) if isinstance(table.get(ctype), str) else None
+        instance = instance or table.get("credential", "default")
         if ctype and isinstance(instance, str):
             message = self.missing_credential(ctype, instance)
             if message:

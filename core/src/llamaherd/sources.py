@@ -12,7 +12,40 @@ import json
 from typing import Any
 
 from llamaherd.signatures import hmac_digest, signature_matches
+from llamaherd.types import WebhookFilter
 from llamaherd.waits import lookup
+
+# Characters of a free-text field (a message, a comment) kept in the normalised fields; the full
+# text stays in the payload.
+TEXT_LIMIT = 4000
+
+
+def pick(data: Any, *paths: str) -> Any:
+    """The first string or number (not a boolean) found at one of the dotted ``paths``, else
+    None: how sources read payloads whose shape varies by event (and may be hostile)."""
+    for path in paths:
+        value = lookup(data, path)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def clip(text: Any, limit: int = TEXT_LIMIT) -> str | None:
+    """A free-text field for the prompt: at most ``limit`` characters (``...`` marks a cut),
+    None when it is not text or is empty."""
+    if not isinstance(text, str) or not text:
+        return None
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is not one (for code that must not raise on
+    a hostile body: freshness checks, test helpers)."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
 
 
 def body_digest(body: bytes) -> str:
@@ -29,6 +62,22 @@ HEADER_KEYS = {
 }
 
 
+# The filter keys of repository events (GitHub's, and the generic source's GitHub-like fields):
+# filter key -> the field of ``HmacSource.normalise`` it matches.
+REPOSITORY_FILTERS: dict[str, WebhookFilter] = {
+    "actions": WebhookFilter("action", "Payload actions (opened, closed, ...)."),
+    "repos": WebhookFilter("repo", 'Repository full names; globs allowed ("org/*").', True, True),
+    "orgs": WebhookFilter("org", "Organisations.", fold=True),
+    "branches": WebhookFilter(
+        "branch", "Pushed branch, or a pull request's base branch; globs allowed.", glob=True
+    ),
+    "labels": WebhookFilter("labels", "Any of these labels is present."),
+    "assignee": WebhookFilter("assignees", "Assigned to any of these logins.", fold=True),
+    "author": WebhookFilter("author", "Opened or pushed by any of these logins.", fold=True),
+    "conclusions": WebhookFilter("conclusion", "Check/workflow run conclusions."),
+}
+
+
 class HmacSource:
     """Deliveries signed with an HMAC-SHA256 of the raw body (hex unless ``signature_encoding``
     says ``base64``), optionally behind a prefix such as ``sha256=``. A subclass sets ``name``,
@@ -40,6 +89,7 @@ class HmacSource:
     delivery_header = "X-Delivery-Id"
     event_header = "X-Event"
     event_field = "event"
+    filters = REPOSITORY_FILTERS
 
     def configured(self, config: dict[str, Any]) -> HmacSource:
         """A copy using the header names a ``[webhooks.<name>]`` table sets (those of
@@ -87,26 +137,19 @@ class HmacSource:
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
         """Filterable fields; a generic sender may use GitHub-like keys or flat ones."""
 
-        def pick(*paths: str) -> Any:
-            for path in paths:
-                value = lookup(payload, path)
-                if isinstance(value, str | int) and not isinstance(value, bool):
-                    return value
-            return None
-
         labels = payload.get("labels")
         return {
             "event": event,
-            "action": pick("action"),
-            "repo": pick("repository.full_name", "repo"),
-            "org": pick("organization.login", "org"),
-            "sender": pick("sender.login", "sender"),
-            "number": pick("number"),
-            "ref": pick("ref"),
-            "branch": pick("branch"),
+            "action": pick(payload, "action"),
+            "repo": pick(payload, "repository.full_name", "repo"),
+            "org": pick(payload, "organization.login", "org"),
+            "sender": pick(payload, "sender.login", "sender"),
+            "number": pick(payload, "number"),
+            "ref": pick(payload, "ref"),
+            "branch": pick(payload, "branch"),
             "labels": [str(label) for label in labels] if isinstance(labels, list) else [],
-            "author": pick("author"),
-            "conclusion": pick("conclusion"),
+            "author": pick(payload, "author"),
+            "conclusion": pick(payload, "conclusion"),
             "payload": payload,
         }
 
@@ -117,10 +160,14 @@ class HmacSource:
         headers = {"Content-Type": "application/json", self.delivery_header: delivery}
         if event:
             headers[self.event_header] = event
-        if secret is not None:
-            lowered = {k.lower(): v for k, v in headers.items()}
-            mac = hmac_digest(
-                secret, self.signed_message(lowered, body), encoding=self.signature_encoding
-            )
-            headers[self.signature_header] = self.signature_prefix + mac
-        return headers
+        return self.signed(headers, body, secret)
+
+    def signed(self, headers: dict[str, str], body: bytes, secret: str | None) -> dict[str, str]:
+        """``headers`` plus the signature a sender holding ``secret`` adds (None: unsigned)."""
+        if secret is None:
+            return headers
+        lowered = {k.lower(): v for k, v in headers.items()}
+        mac = hmac_digest(
+            secret, self.signed_message(lowered, body), encoding=self.signature_encoding
+        )
+        return {**headers, self.signature_header: self.signature_prefix + mac}

@@ -12,12 +12,20 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   teardown;
 - ``started_trigger``: ``started_trigger(trigger, project)`` starts a trigger type on a real
   Engine with the TriggerContext a scheduler gives it, recording what it emits;
+- ``webhook_server``: ``webhook_server(config, agents, credentials)`` serves a project's
+  webhook routes from a real Engine on 127.0.0.1, with a client that signs each delivery as the
+  source's real sender does, and claims the queued runs to show their prompts and the waits
+  their events satisfy;
+- ``fake_service``: ``fake_service(routes)`` serves a web service stand-in on 127.0.0.1 (each
+  ``(method, path)`` answered by a function of the request), for credential types' ``validate``
+  tests against a service's wire format;
 - ``model_server``: a model API stand-in on 127.0.0.1 (real HTTP) answering queued replies and
   recording every request, for provider plugins' wire-format tests;
 - ``chain_env``: builds a :class:`llamaherd.models.ModelChain` for a throwaway agent over the
   real plugin registry, with a controllable circuit-breaker clock and recorded events.
 
-And ``pip_installed(path, distribution)``, a context manager that really installs a plugin
+And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook source's
+signature checks (needs hypothesis); ``pip_installed(path, distribution)``, a context manager that really installs a plugin
 distribution into the running environment for a test; ``wait_until(predicate, ...)``, bounded
 polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
@@ -492,6 +500,182 @@ def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
             process.stop()
 
 
+class WebhookServer:
+    """A real Engine of a project serving every plugin's routes on 127.0.0.1. No dispatcher
+    runs: what a delivery queued stays queued until ``next_run`` claims it."""
+
+    def __init__(self, project: TmpProject):
+        import requests
+
+        from llamaherd.engine import Engine
+
+        self.engine = Engine(project.load())
+        self.engine.serve("127.0.0.1", 0)
+        self.url = self.engine.gateway_url
+        self.http = requests.Session()
+
+    def source(self, name: str) -> Any:
+        """The webhook source of ``[webhooks.<name>]``, set up for that table."""
+        table = self.engine.project.config["webhooks"][name]
+        source = self.engine.registry.webhook_sources[table.get("type", "generic")]
+        return source.configured(table) if hasattr(source, "configured") else source
+
+    def send(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        secret: str | None,
+        event: str | None = None,
+        delivery: str | None = None,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        renew: bool = True,
+    ) -> Any:
+        """POST ``payload`` as JSON (or ``body`` as is) to ``/webhooks/<name>`` as delivery
+        ``delivery`` (default: a new id) with the headers the source's ``request_headers``
+        gives (signed with ``secret``; None: unsigned), then ``headers`` on top. A source that
+        keeps a timestamp or the delivery id inside the body gets them set first (its
+        ``renew``), unless ``renew`` is False."""
+        source = self.source(name)
+        raw = body if body is not None else json.dumps(payload).encode()
+        delivery = delivery or str(uuid.uuid4())
+        if renew and hasattr(source, "renew"):
+            raw = source.renew(raw, delivery)
+        sent = source.request_headers(raw, event, delivery, secret)
+        sent.update(headers or {})
+        return self.http.post(f"{self.url}/webhooks/{name}", data=raw, headers=sent, timeout=10)
+
+    def depth(self) -> dict[str, int]:
+        """Queued items per agent (agents with none left out)."""
+        return {agent: n for agent, n in self.engine.store.queue_depth().items() if n}
+
+    def next_run(self) -> Any:
+        """Claim the next queued item as the dispatcher would: its Run (None when none)."""
+        claimed = self.engine.claim()
+        return None if claimed is None else claimed[1]
+
+    def prompt(self, run: Any) -> str:
+        """The user prompt ``run`` starts with, built as its session builds it."""
+        from llamaherd.prompts import build_prompts
+
+        agent = self.engine.project.agents[run.agent]
+        return build_prompts(agent, self.engine.registry, run.trigger)[1]
+
+    def trigger_block(self, run: Any) -> list[str]:
+        """The lines of the ``<webhook-trigger>`` block ``run``'s prompt ends with."""
+        prompt = self.prompt(run)
+        return prompt[prompt.index("<webhook-trigger>") :].splitlines()
+
+    def waits_for(self, run: Any, wait_filter: dict[str, Any]) -> bool:
+        """Whether a ``wait_for_trigger(wait_filter)`` would take the event that queued
+        ``run`` (``type`` defaults to ``webhooks``)."""
+        from llamaherd.types import TriggerEvent
+        from llamaherd.waits import filter_matches
+
+        trigger = run.trigger
+        event = TriggerEvent(run.agent, "webhook", trigger["payload"], source=trigger["source"])
+        return filter_matches(self.engine.registry, {"type": "webhooks", **wait_filter}, event)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def fuzz_webhook_source(
+    server: WebhookServer,
+    name: str,
+    *,
+    secret: str,
+    wrong_secret: str,
+    header_names: Sequence[str],
+    examples: int = 60,
+) -> None:
+    """Property tests (hypothesis) of ``/webhooks/<name>`` on ``server``: whatever headers (of
+    ``header_names`` and a few common ones, any values) and body arrive, unsigned or signed by a
+    sender holding ``wrong_secret``, the answer is 401 and nothing is queued; any body signed
+    with ``secret`` is answered 200, 202, 400 or 401 (a stale timestamp inside it), never a
+    5xx or a failure to process."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    sendable = re.compile(r"^\S[^\r\n]*$|^$")  # no line breaks, no leading space (requests')
+    text = st.text(
+        st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_characters="\x7f"),
+        max_size=80,
+    ).filter(sendable.match)
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+    bodies = st.one_of(st.binary(max_size=2048), json_values.map(lambda v: json.dumps(v).encode()))
+    names = [*header_names, "Content-Type", "X-Anything"]
+    headers = st.dictionaries(st.sampled_from(names), text, max_size=6)
+    source = server.source(name)
+    url = f"{server.url}/webhooks/{name}"
+    fuzz = settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
+    @fuzz
+    @given(headers=headers, body=bodies, forged=st.booleans())
+    def refused(headers: dict[str, str], body: bytes, forged: bool) -> None:
+        if forged:  # well-formed, but made with a secret the receiver does not hold
+            headers = {**headers, **source.request_headers(body, None, "fuzz", wrong_secret)}
+        response = server.http.post(url, data=body, headers=headers, timeout=10)
+        assert response.status_code == 401, (response.status_code, response.text)
+        assert server.depth() == {}
+
+    @fuzz
+    @given(headers=headers, body=bodies)
+    def signed(headers: dict[str, str], body: bytes) -> None:
+        sent = {**headers, **source.request_headers(body, None, str(uuid.uuid4()), secret)}
+        response = server.http.post(url, data=body, headers=sent, timeout=10)
+        assert response.status_code in (200, 202, 400, 401), (response.status_code, response.text)
+
+    refused()
+    signed()
+
+
+@pytest.fixture
+def webhook_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., WebhookServer]]:
+    """``webhook_server(config, agents={name: config.toml}, credentials={(type, instance):
+    values})``: a :class:`WebhookServer` of a new project with that ``config.toml``, those agents
+    and those credentials in a store of its own; closed at teardown."""
+    monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
+    started: list[WebhookServer] = []
+
+    def start(
+        config: str,
+        agents: dict[str, str] | None = None,
+        credentials: dict[tuple[str, str], dict[str, str]] | None = None,
+    ) -> WebhookServer:
+        from llamaherd.credentials import CredentialStore
+
+        store = CredentialStore()
+        for (type_name, instance), values in (credentials or {}).items():
+            store.write(type_name, instance, values)
+        project = TmpProject(tmp_path / f"project-{len(started)}")
+        project.config(config)
+        for name, agent_config in (agents or {}).items():
+            project.add_agent(name, agent_config)
+        started.append(WebhookServer(project))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.close()
+
+
 class ModelServer(ThreadingHTTPServer):
     """Answers POSTs from ``replies`` (status, body, headers, delay) and records each request
     as {path, headers, body}. With nothing queued it answers 500, or, with ``repeat_last``,
@@ -560,6 +744,81 @@ def model_server():
     yield server
     server.shutdown()
     server.server_close()
+
+
+# What a fake_service route answers: (status, JSON-able body), given the request.
+Route = Callable[[dict[str, Any]], tuple[int, Any]]
+
+
+class FakeService(ThreadingHTTPServer):
+    """A web service stand-in: ``routes[(method, path)]`` answers each request, given
+    ``{"method", "path", "query", "headers", "body"}`` (headers lower-cased, body parsed as JSON
+    when it is); an unknown route answers 404. Every request is recorded in ``requests``."""
+
+    daemon_threads = True
+
+    def __init__(self, routes: dict[tuple[str, str], Route]) -> None:
+        super().__init__(("127.0.0.1", 0), _ServiceHandler)
+        self.routes = routes
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _ServiceHandler(BaseHTTPRequestHandler):
+    server: FakeService
+
+    def _answer(self) -> None:
+        from urllib.parse import parse_qsl, urlsplit
+
+        raw = self.rfile.read(int(self.headers.get("content-length", 0) or 0))
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", "replace")
+        url = urlsplit(self.path)
+        request = {
+            "method": self.command,
+            "path": url.path,
+            "query": dict(parse_qsl(url.query)),
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body,
+        }
+        self.server.requests.append(request)
+        route = self.server.routes.get((self.command, url.path))
+        status, answer = route(request) if route else (404, {"error": "no such route"})
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _answer  # noqa: N815 (http.server's names)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_service() -> Iterator[Callable[[dict[tuple[str, str], Route]], FakeService]]:
+    """``fake_service(routes)``: a started :class:`FakeService`; all are stopped at teardown."""
+    started: list[FakeService] = []
+
+    def start(routes: dict[tuple[str, str], Route]) -> FakeService:
+        server = FakeService(routes)
+        threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.shutdown()
+            server.server_close()
 
 
 def chat_reply(text: str = "", tool_calls: Sequence[tuple[str, dict[str, Any]]] = ()) -> dict:

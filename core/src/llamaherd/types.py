@@ -285,7 +285,8 @@ class TriggerType(Protocol):
     events; default ``name``), ``while_hibernating`` (its events still start runs of a
     hibernating agent; default False, so a hibernating agent refuses them and drops those
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
-    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``."""
+    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``,
+    ``bind(registry)``."""
 
     name: str
     description: str
@@ -470,9 +471,45 @@ class Provider(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class WebhookFilter:
+    """A filter key a webhook source adds to ``[[webhooks]]`` entries and ``wait_for_trigger``
+    filters (``channels = ["C0123"]``): it matches when any of the entry's values equals the
+    event's normalised ``field`` (any item of it, for a list field)."""
+
+    field: str  # the normalised field of ``parse``'s result it compares with
+    description: str = ""  # shown in `al schema` and the configuration reference
+    glob: bool = False  # values may be fnmatch patterns ("acme/*")
+    fold: bool = False  # compared case-insensitively
+    # An event without the field passes (Discord's ``commands`` do not filter a button click).
+    skip_when_absent: bool = False
+
+
+@dataclass
+class WebhookReply:
+    """An HTTP answer a webhook source gives instead of the default JSON receipt: a challenge
+    (Slack's ``url_verification``, X's CRC), a protocol reply (Discord's PONG, a deferred
+    interaction response). ``body`` is sent byte for byte."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+
+    @classmethod
+    def json(cls, value: Any, status: int = 200) -> WebhookReply:
+        """Compact JSON, as the services document their expected answers."""
+        import json
+
+        return cls(status, json.dumps(value, separators=(",", ":")).encode())
+
+
 @runtime_checkable
 class WebhookSource(Protocol):
-    """A webhook source type (``[webhooks.<name>] type = ...``): verifies and parses deliveries."""
+    """A webhook source type (``[webhooks.<name>] type = ...``): verifies and parses deliveries.
+
+    Optional members (``OPTIONAL_MEMBERS``): ``filters`` (its ``[[webhooks]]`` filter keys),
+    ``secret_field``, ``configured(table)``, ``request_headers(...)``, ``renew(body, delivery)``,
+    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``."""
 
     name: str
     description: str
@@ -559,10 +596,27 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
         "describe": METHOD,  # (agent) -> str | None: one line for `al stat` and the dashboard
+        # (registry) -> None: called once the registry holding it is complete, for a type built
+        # on other plugins' objects (the webhooks trigger on every installed webhook source).
+        "bind": METHOD,
     },
     WebhookSource: {
+        "filters": dict,  # filter key -> WebhookFilter: its keys in [[webhooks]] and waits
+        "secret_field": str,  # field of credential_type holding the secret (default "secret")
         "configured": METHOD,  # (table) -> WebhookSource set up for one [webhooks.<name>]
         "request_headers": METHOD,  # (body, event, delivery, secret) -> headers a sender sends
+        # (body, delivery) -> bytes: a recorded body made a new delivery, for a test: the
+        # timestamp signed inside it set to now (Linear's webhookTimestamp), its delivery id
+        # set to ``delivery`` (Slack's event_id, a Discord interaction's id).
+        "renew": METHOD,
+        # (fields, routed) -> WebhookReply | None: the answer to a verified delivery instead of
+        # the default receipt; ``routed`` is None for an ignored one (a challenge, a ping), else
+        # the receipt (agents, queued, duplicate, ...).
+        "reply": METHOD,
+        "answer_get": METHOD,  # (query, secrets) -> WebhookReply | None: GET /webhooks/<name>
+        # The sender signs with a private key and the stored credential holds only the public
+        # key (Discord): `al webhooks test` needs the private key of a test key pair.
+        "signs_with_private_key": bool,
     },
     Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
     CredentialType: {

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from llamaherd_webhooks.matching import entry_matches, lookup
-from llamaherd_webhooks.trigger import WebhooksTrigger, make_event
+from llamaherd_webhooks.matching import entry_matches, lookup, normalise_filter
+from llamaherd_webhooks.sources import GenericSource
+from llamaherd_webhooks.trigger import WebhooksTrigger, entry_schema, make_event
 
-from llamaherd.api import TriggerEvent
+from llamaherd.api import TriggerEvent, WebhookFilter
+
+FILTERS = GenericSource.filters
 
 FIELDS = {
     "event": "pull_request",
@@ -56,10 +59,56 @@ FIELDS = {
             {"source": "gh", "actions": ["opened"], "repos": ["acme/widgets"], "branches": ["dev"]},
             False,
         ),
+        ({"source": "gh", "channels": ["C1"]}, False),  # not a filter of this source's type
     ],
 )
 def test_entry_filters(entry, expected):
-    assert entry_matches(entry, "gh", FIELDS) is expected
+    assert entry_matches(entry, "gh", FIELDS, FILTERS) is expected
+
+
+CHAT = {
+    "channels": WebhookFilter("channel", "Channel IDs."),
+    "commands": WebhookFilter("command", "Commands.", skip_when_absent=True),
+    "teams": WebhookFilter("team", "Teams.", fold=True, glob=True),
+}
+
+
+@pytest.mark.parametrize(
+    ("entry", "fields", "expected"),
+    [
+        ({"channels": "C1"}, {"channel": "C1"}, True),
+        ({"channels": ["C2", "C1"]}, {"channel": "C1"}, True),
+        ({"channels": "C2"}, {"channel": "C1"}, False),
+        ({"channels": "C1"}, {}, False),  # absent: no match
+        ({"commands": "deploy"}, {}, True),  # absent, and the filter skips it
+        ({"commands": "deploy"}, {"command": "deploy"}, True),
+        ({"commands": "deploy"}, {"command": "status"}, False),
+        ({"teams": "ACME-*"}, {"team": "acme-eu"}, True),
+        ({"repos": "acme/*"}, {"repo": "acme/x"}, False),  # a key this type lacks
+    ],
+)
+def test_a_source_types_own_filters(entry, fields, expected):
+    assert entry_matches({"source": "chat", **entry}, "chat", fields, CHAT) is expected
+
+
+def test_singular_spellings_follow_the_source_types_keys():
+    assert normalise_filter(
+        {"channel": 1, "branch": 2, "event": 3, "number": 4}, {**CHAT, **FILTERS}
+    ) == {"channels": 1, "branches": 2, "events": 3, "number": 4}
+
+
+class ChatSource(GenericSource):
+    name = "chat"
+    filters = CHAT
+
+
+def test_entry_schema_has_every_installed_types_keys():
+    schema = entry_schema({"generic": GenericSource(), "chat": ChatSource()})
+    properties = schema["properties"]
+    assert {"source", "events", "match", "repos", "channels", "commands"} <= set(properties)
+    assert properties["channels"]["description"] == "chat: Channel IDs."
+    assert properties["repos"]["description"].startswith("generic: Repository full names")
+    assert schema["additionalProperties"] is False
 
 
 def test_lookup_paths():
@@ -71,7 +120,8 @@ def test_lookup_paths():
 
 def test_wait_filter_matches_webhook_events_with_singular_keys():
     trigger = WebhooksTrigger()
-    event = make_event("agent", "gh", FIELDS)
+    trigger.sources = {"generic": GenericSource(), "chat": ChatSource()}
+    event = make_event("agent", "gh", "generic", FIELDS)
     assert trigger.matches({"source": "gh", "event": "pull_request", "repo": "acme/widgets"}, event)
     assert trigger.matches({"events": ["pull_request"]}, event)  # any source
     assert not trigger.matches({"event": "push"}, event)
@@ -79,10 +129,15 @@ def test_wait_filter_matches_webhook_events_with_singular_keys():
     assert not trigger.matches({"type": "webhooks", "number": 8}, event)
     assert trigger.matches({"type": "webhooks", "payload.pull_request.draft": False}, event)
     assert not trigger.matches({}, TriggerEvent(agent="a", kind="agent"))
+    chat = make_event("agent", "room", "chat", {"event": "message", "channel": "C1"})
+    assert trigger.matches({"channel": "C1"}, chat)
+    assert not trigger.matches({"channel": "C2"}, chat)
+    assert not trigger.matches({"channel": "C1"}, event), "a key the event's type lacks"
 
 
 def test_event_payload_and_dedupe_key():
-    event = make_event("reviewer", "gh", {**FIELDS, "delivery": "d-1"})
+    event = make_event("reviewer", "gh", "github", {**FIELDS, "delivery": "d-1"})
     assert event.kind == "webhook" and event.source == "gh"
     assert event.payload["source"] == "gh" and event.payload["payload"] == FIELDS["payload"]
+    assert event.payload["source_type"] == "github"
     assert event.dedupe_key == "gh:d-1:reviewer"

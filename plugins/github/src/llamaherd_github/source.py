@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from llamaherd.api import HmacSource
+from llamaherd.api import HmacSource, WebhookFilter
 
 
 def _login(obj: Any) -> str | None:
@@ -38,6 +38,10 @@ class GitHubSource(HmacSource):
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
     schema: dict[str, Any] = {}
+    filters = {
+        **HmacSource.filters,
+        "org": WebhookFilter("org", "Organisation (one; `orgs` takes several).", fold=True),
+    }
     signature_header = "X-Hub-Signature-256"
     delivery_header = "X-GitHub-Delivery"
     event_header = "X-GitHub-Event"

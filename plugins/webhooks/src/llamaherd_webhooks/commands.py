@@ -76,17 +76,19 @@ def replay(
     app: AppContext, fixture: Path, source_name: str | None, event: str | None, run_: bool
 ) -> None:
     """Show which agents a payload FIXTURE would trigger (no signature check)."""
-    from llamaherd_webhooks.matching import matching_agents
+    from llamaherd_webhooks.matching import filters_of, matching_agents
     from llamaherd_webhooks.trigger import make_event
 
     name = _source_name(app.project, source_name)
     config = _resolve(app, name)
     headers, body = _fixture(fixture)
     delivery = f"replay-{uuid.uuid4()}"
-    synthetic = config.source.request_headers(body, event, delivery, None)
+    sign = getattr(config.source, "request_headers", None)
+    synthetic = sign(body, event, delivery, None) if sign else {}
     headers = {**{k.lower(): v for k, v in synthetic.items()}, **headers}
-    if event:
-        headers[config.source.event_header.lower()] = event
+    event_header = getattr(config.source, "event_header", None)
+    if event and event_header:  # --event wins over the fixture's recorded header
+        headers[event_header.lower()] = event
     try:
         fields = config.source.parse(headers, body)
     except ValueError as exc:
@@ -95,7 +97,7 @@ def replay(
         click.echo(f"{name}: {fields.get('event')} is acknowledged and ignored (no run)")
         return
     fields["delivery"] = delivery  # a replay is a new delivery, never a duplicate
-    agents = matching_agents(app.project.agents, name, fields)
+    agents = matching_agents(app.project.agents, name, fields, filters_of(config.source))
     what = fields.get("event") or "?"
     if fields.get("action"):
         what += f".{fields['action']}"
@@ -107,7 +109,7 @@ def replay(
     engine = Engine(app.project)
     try:
         for agent in agents:
-            answer = engine.emit(make_event(agent, name, fields))
+            answer = engine.emit(make_event(agent, name, config.kind, fields))
             state = (
                 f"refused: {answer.refused}" if answer.refused else f"queued item {answer.queued}"
             )
@@ -127,28 +129,39 @@ def replay(
     help="JSON payload file.",
 )
 @click.option("--source", "source_name", help="Webhook source (default: the agent's first).")
+@click.option(
+    "--signing-key-env",
+    "key_env",
+    metavar="VAR",
+    help="Sign with the value of $VAR instead of the stored secret (for a source signed with "
+    "a private key, such as discord: the private key of a test key pair).",
+)
 @pass_app
 def test(
-    app: AppContext, agent: str, event: str, payload_file: Path, source_name: str | None
+    app: AppContext,
+    agent: str,
+    event: str,
+    payload_file: Path,
+    source_name: str | None,
+    key_env: str | None,
 ) -> None:
     """Send a correctly signed delivery to the running scheduler and print its answer."""
     import requests
 
-    from llamaherd.api import CredentialStore
-    from llamaherd_webhooks.ingest import source_secrets
-
     name = _source_name(app.project, source_name, app.project.agent(agent))
     config = _resolve(app, name)
     _, body = _fixture(payload_file)
-    secrets = source_secrets(CredentialStore(), config)
-    if not secrets and not config.allow_unsigned:
-        ctype = config.source.credential_type
-        raise LlamaherdError(
-            f"no secret for source {name!r}: add it with `al creds add {ctype}:{config.instance}`"
-        )
-    headers = config.source.request_headers(
-        body, event, str(uuid.uuid4()), secrets[0] if secrets else None
-    )
+    sign = getattr(config.source, "request_headers", None)
+    if sign is None:
+        raise LlamaherdError(f"{config.kind} sources cannot sign a test delivery")
+    delivery = str(uuid.uuid4())
+    renew = getattr(config.source, "renew", None)
+    if renew is not None:  # a recorded payload's id and signed timestamp are old by now
+        body = renew(body, delivery)
+    try:
+        headers = sign(body, event, delivery, _signing_key(config, key_env))
+    except ValueError as exc:  # a signing key the source cannot use (not a private key)
+        raise LlamaherdError(f"cannot sign a {config.kind} delivery: {exc}") from None
     url = f"{_scheduler_url(app.project)}/webhooks/{name}"
     try:
         response = requests.post(url, data=body, headers=headers, timeout=30)
@@ -158,6 +171,35 @@ def test(
         ) from None
     click.echo(f"HTTP {response.status_code}")
     click.echo(response.text)
+
+
+def _signing_key(config: Any, key_env: str | None) -> str | None:
+    """What ``al webhooks test`` signs with: ``$key_env``, else the stored secret (None for an
+    unsigned source without one)."""
+    import os
+
+    from llamaherd.api import CredentialStore
+    from llamaherd_webhooks.ingest import source_secrets
+
+    if key_env is not None:
+        value = os.environ.get(key_env, "").strip()
+        if not value:
+            raise LlamaherdError(f"--signing-key-env: environment variable {key_env} is not set")
+        return value
+    if getattr(config.source, "signs_with_private_key", False):
+        raise LlamaherdError(
+            f"{config.kind} deliveries are signed with the sender's private key, which llamaherd "
+            "never stores: sign with a test key pair's private key (--signing-key-env), or "
+            "queue the payload unsigned with `al webhooks replay FIXTURE --run`"
+        )
+    secrets = source_secrets(CredentialStore(), config)
+    if not secrets and not config.allow_unsigned:
+        ctype = config.source.credential_type
+        raise LlamaherdError(
+            f"no secret for source {config.name!r}: add it with "
+            f"`al creds add {ctype}:{config.instance}`"
+        )
+    return secrets[0] if secrets else None
 
 
 def _scheduler_url(project: Any) -> str:

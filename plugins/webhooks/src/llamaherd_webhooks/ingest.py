@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from llamaherd_webhooks.matching import matching_agents
+from llamaherd.api import WebhookReply
+from llamaherd_webhooks.matching import filters_of, matching_agents
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.trigger import make_event
 
@@ -26,10 +27,11 @@ UNVERIFIED_BODY_KEPT = 4096
 
 @dataclass
 class Outcome:
-    """An HTTP answer: status code and JSON body."""
+    """An HTTP answer: status code and JSON body, unless the source gave its own ``reply``."""
 
     status: int
     body: dict[str, Any] = field(default_factory=dict)
+    reply: WebhookReply | None = None
 
 
 @dataclass
@@ -37,6 +39,7 @@ class SourceConfig:
     """A ``[webhooks.<name>]`` table resolved against the installed source types."""
 
     name: str
+    kind: str  # the source's type
     source: Any  # WebhookSource, configured for this table
     instance: str
     allow_unsigned: bool
@@ -61,19 +64,36 @@ def resolve_source(project: Any, registry: Any, name: str) -> SourceConfig | Out
         return Outcome(404, {"error": f"webhook source {name!r}: type {kind!r} is not installed"})
     if hasattr(source, "configured"):
         source = source.configured(table)
+    # Action Llama's spelling names the instance under the credential type's own name.
+    instance = table.get(source.credential_type) if source.credential_type else None
     return SourceConfig(
         name=name,
+        kind=kind,
         source=source,
-        instance=str(table.get("credential", "default")),
+        instance=str(instance if isinstance(instance, str) else table.get("credential", "default")),
         allow_unsigned=bool(table.get("allowUnsigned", False)),
         max_body=int(table.get("maxBodyBytes", DEFAULT_MAX_BODY)),
     )
 
 
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
-    """The source's signing secret from its credential (``CredentialStore``), if stored."""
+    """The source's signing secret (or public key) from its credential (``CredentialStore``),
+    if stored: the field ``secret_field`` names, ``secret`` by default."""
+    if not config.source.credential_type:
+        return []
     values = credentials.read(config.source.credential_type, config.instance)
-    return [values["secret"]] if values and values.get("secret") else []
+    secret = (values or {}).get(getattr(config.source, "secret_field", "secret"))
+    return [secret] if secret else []
+
+
+def answer(config: SourceConfig, fields: dict[str, Any], outcome: Outcome) -> Outcome:
+    """``outcome``, with the source's own reply to this delivery when it has one (a challenge
+    answered, Discord's deferred response)."""
+    reply = getattr(config.source, "reply", None)
+    if reply is not None:
+        routed = None if fields.get("ignore") else outcome.body
+        outcome.reply = reply(fields, routed)
+    return outcome
 
 
 class Ingest:
@@ -119,10 +139,28 @@ class Ingest:
             self._record(
                 config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
             )
-            return Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
-        if self.receipts.seen(config.name, delivery):
-            return Outcome(200, {"delivery": delivery, "duplicate": True})
-        return self._route(config, delivery, headers, body, fields)
+            outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+        elif self.receipts.seen(config.name, delivery):
+            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+        else:
+            outcome = self._route(config, delivery, headers, body, fields)
+        return answer(config, fields, outcome)
+
+    def challenge(self, config: SourceConfig, query: dict[str, str]) -> Outcome:
+        """A GET to the source's URL: its ``answer_get`` reply (X's CRC), 405 for a source
+        that takes no GET, 401 without a secret to answer with, 400 for a GET that is no
+        challenge. Nothing is stored or queued."""
+        answer_get = getattr(config.source, "answer_get", None)
+        if answer_get is None:
+            return Outcome(405, {"error": f"{config.kind} sources take POST only"})
+        secrets = source_secrets(self.engine.credentials, config)
+        if not secrets:
+            log.warning("webhook %s: no secret to answer a challenge with", config.name)
+            return Outcome(401, {"error": "no secret to answer the challenge with"})
+        reply = answer_get(query, secrets)
+        if reply is None:
+            return Outcome(400, {"error": "not a challenge this source answers"})
+        return Outcome(reply.status, reply=reply)
 
     def _verified(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> bool:
         secrets = source_secrets(self.engine.credentials, config)
@@ -142,17 +180,19 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
     ) -> Outcome:
-        agents = matching_agents(self.engine.project.agents, config.name, fields)
+        agents = matching_agents(
+            self.engine.project.agents, config.name, fields, filters_of(config.source)
+        )
         queued, refused, resumed = [], {}, []
         for agent in agents:
-            answer = self.engine.emit(make_event(agent, config.name, fields))
-            if answer.refused:
-                refused[agent] = answer.refused
-            elif answer.queued is not None:
+            emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
+            if emitted.refused:
+                refused[agent] = emitted.refused
+            elif emitted.queued is not None:
                 queued.append(agent)
-            resumed += answer.resumed
+            resumed += emitted.resumed
         # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
-        resumed += self.engine.emit(make_event("", config.name, fields)).resumed
+        resumed += self.engine.emit(make_event("", config.name, config.kind, fields)).resumed
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())

@@ -1,8 +1,10 @@
 """Which agents (``[[webhooks]]`` entries) and waits (``wait_for_trigger`` filters) an event matches.
 
-An event's fields are the normalised dict a source's ``parse`` returns: ``event``, ``action``,
-``repo``, ``org``, ``branch``, ``labels``, ``assignees``, ``author``, ``conclusion`` and the
-full ``payload``. Every filter key present must match; list values mean "any of".
+An event's fields are the normalised dict a source's ``parse`` returns (``event``, ``action``,
+the full ``payload``, and whatever its filters compare with). The keys an entry may hold are
+the common ones (``COMMON_KEYS``) and the filter keys its source type declares
+(``WebhookSource.filters``: key -> ``WebhookFilter``). Every key present must match; list values
+mean "any of".
 """
 
 from __future__ import annotations
@@ -10,31 +12,17 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-from llamaherd.api import MISSING, lookup
+from llamaherd.api import MISSING, WebhookFilter, WebhookSource, lookup
 
-# filter key -> (field of the event, compare with glob patterns, case-insensitive)
-FILTERS: dict[str, tuple[str, bool, bool]] = {
-    "actions": ("action", False, False),
-    "repos": ("repo", True, True),
-    "orgs": ("org", False, True),
-    "branches": ("branch", True, False),
-    "labels": ("labels", False, False),
-    "assignee": ("assignees", False, True),
-    "author": ("author", False, True),
-    "conclusions": ("conclusion", False, False),
-}
-# Singular spellings accepted in wait filters (``{"event": "push", "repo": "o/r"}``).
-ALIASES = {
-    "event": "events",
-    "action": "actions",
-    "repo": "repos",
-    "org": "orgs",
-    "branch": "branches",
-    "label": "labels",
-    "conclusion": "conclusions",
-}
-# Every key a [[webhooks]] entry may hold.
-ENTRY_KEYS = frozenset({"source", "events", "match", *FILTERS})
+# Keys of every [[webhooks]] entry, whatever its source's type: a source's filters cannot
+# redefine them.
+COMMON_KEYS = frozenset({"source", "events", "match"})
+
+
+def filters_of(source: WebhookSource | None) -> dict[str, WebhookFilter]:
+    """The filter keys a source type declares (none for a missing source)."""
+    declared = getattr(source, "filters", None) or {}
+    return {key: spec for key, spec in declared.items() if key not in COMMON_KEYS}
 
 
 def as_list(value: Any) -> list[Any]:
@@ -50,12 +38,23 @@ def _one_matches(pattern: Any, value: Any, glob: bool, fold: bool) -> bool:
     return fnmatchcase(value, pattern) if glob else pattern == value
 
 
+def _absent(value: Any) -> bool:
+    return value is None or value is MISSING or value == []
+
+
 def _any_matches(patterns: Any, value: Any, glob: bool = False, fold: bool = False) -> bool:
     """True when some pattern equals the value (or any of the values, for list fields)."""
-    if value is None or value is MISSING:
+    if _absent(value):
         return False
     values = value if isinstance(value, list) else [value]
     return any(_one_matches(p, v, glob, fold) for p in as_list(patterns) for v in values)
+
+
+def _filter_matches(spec: WebhookFilter, patterns: Any, fields: dict[str, Any]) -> bool:
+    value = fields.get(spec.field)
+    if _absent(value):
+        return spec.skip_when_absent
+    return _any_matches(patterns, value, spec.glob, spec.fold)
 
 
 def _events_match(patterns: Any, fields: dict[str, Any]) -> bool:
@@ -72,28 +71,49 @@ def payload_matches(predicates: dict[str, Any], payload: Any) -> bool:
     )
 
 
-def normalise_filter(raw: dict[str, Any]) -> dict[str, Any]:
-    """Accept singular spellings (``event``, ``repo``, ...) as their plural filter keys."""
-    return {ALIASES.get(key, key): value for key, value in raw.items()}
+def normalise_filter(raw: dict[str, Any], filters: dict[str, WebhookFilter]) -> dict[str, Any]:
+    """Accept singular spellings (``event``, ``repo``, ``channel``, ``branch``...) for the
+    plural keys the source has."""
+    known = COMMON_KEYS | set(filters)
+
+    def plural(key: str) -> str:
+        if key in known:
+            return key
+        return next((p for p in (key + "s", key + "es") if p in known), key)
+
+    return {plural(key): value for key, value in raw.items()}
 
 
-def entry_matches(entry: dict[str, Any], source: str | None, fields: dict[str, Any]) -> bool:
-    """Does an event from webhook source ``source`` with these fields pass every filter?"""
-    entry = normalise_filter(entry)
+def entry_matches(
+    entry: dict[str, Any],
+    source: str | None,
+    fields: dict[str, Any],
+    filters: dict[str, WebhookFilter],
+) -> bool:
+    """Does an event from webhook source ``source`` (whose type declares ``filters``) with
+    these fields pass every key of ``entry``? A key the type does not declare never matches."""
     if entry.get("source") not in (None, source):
         return False
     if "events" in entry and not _events_match(entry["events"], fields):
         return False
-    for key, (field, glob, fold) in FILTERS.items():
-        if key in entry and not _any_matches(entry[key], fields.get(field), glob, fold):
+    for key, patterns in entry.items():
+        if key in COMMON_KEYS:
+            continue
+        spec = filters.get(key)
+        if spec is None or not _filter_matches(spec, patterns, fields):
             return False
     return payload_matches(entry.get("match") or {}, fields.get("payload", {}))
 
 
-def matching_agents(agents: dict[str, Any], source: str, fields: dict[str, Any]) -> list[str]:
+def matching_agents(
+    agents: dict[str, Any], source: str, fields: dict[str, Any], filters: dict[str, WebhookFilter]
+) -> list[str]:
     """Names of the agents with a ``[[webhooks]]`` entry matching the event, in name order."""
     return [
         name
         for name, agent in sorted(agents.items())
-        if any(entry_matches(entry, source, fields) for entry in agent.config.get("webhooks") or [])
+        if any(
+            entry_matches(entry, source, fields, filters)
+            for entry in agent.config.get("webhooks") or []
+        )
     ]

@@ -1,4 +1,5 @@
-"""``POST /webhooks/{name}`` on the scheduler's server, for every ``[webhooks.<name>]`` source.
+"""``POST /webhooks/{name}`` on the scheduler's server, for every ``[webhooks.<name>]`` source,
+and ``GET /webhooks/{name}`` for the sources that answer a challenge there (X's CRC).
 
 The body is read with the source's size limit before anything else; the rest of the work
 (blocking store calls) runs in Starlette's thread pool through ``Ingest.receive``.
@@ -11,7 +12,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaherd_webhooks.ingest import Ingest, Outcome
@@ -33,14 +34,37 @@ async def read_limited(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def receive(request: Request) -> JSONResponse:
-    """Take one delivery: 202 once it is durably routed, 4xx when refused, never a 500."""
+def respond(outcome: Outcome) -> Response:
+    """The source's own reply, byte for byte, else the JSON receipt."""
+    if outcome.reply is not None:
+        reply = outcome.reply
+        return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
+    return JSONResponse(outcome.body, status_code=outcome.status)
+
+
+async def receive(request: Request) -> Response:
+    """Take one delivery: 202 once it is durably routed (or the source's own reply), 4xx when
+    refused, never a 500."""
     try:
         outcome = await _receive(request)
     except Exception:  # a client must never see a 500, whatever went wrong
         log.exception("webhook %s: unexpected failure", request.path_params.get("name"))
         outcome = Outcome(422, {"error": "delivery could not be processed"})
-    return JSONResponse(outcome.body, status_code=outcome.status)
+    return respond(outcome)
+
+
+async def challenge(request: Request) -> Response:
+    """Answer a GET challenge (X's CRC) with the source's ``answer_get``; nothing is stored."""
+    ingest = Ingest(request.app.state.engine)
+    config = ingest.source(request.path_params["name"])
+    if isinstance(config, Outcome):
+        return respond(config)
+    try:
+        outcome = await run_in_threadpool(ingest.challenge, config, dict(request.query_params))
+    except Exception:
+        log.exception("webhook %s: challenge failed", config.name)
+        outcome = Outcome(422, {"error": "challenge could not be answered"})
+    return respond(outcome)
 
 
 async def _receive(request: Request) -> Outcome:
@@ -57,5 +81,6 @@ async def _receive(request: Request) -> Outcome:
 
 
 def add_routes(app: Any) -> None:
-    """Mount the webhook route on the scheduler's Starlette app."""
+    """Mount the webhook routes on the scheduler's Starlette app."""
     app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))
+    app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))

@@ -9,71 +9,110 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llamaherd.api import Agent, TriggerContext, TriggerEvent
+from llamaherd.api import (
+    Agent,
+    ConfigError,
+    Registry,
+    TriggerContext,
+    TriggerEvent,
+    WebhookFilter,
+    WebhookSource,
+)
 from llamaherd_webhooks.matching import (
-    ENTRY_KEYS,
+    COMMON_KEYS,
     entry_matches,
+    filters_of,
     normalise_filter,
     payload_matches,
 )
 
 _STRINGS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 _SCALAR = {"type": ["string", "number", "boolean"]}
-ENTRY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["source"],
-    "properties": {
-        "source": {"type": "string", "description": "Name of a [webhooks.<name>] source."},
-        **{
-            key: {**_STRINGS, "description": description}
-            for key, description in {
-                "events": 'Event names; "pull_request.opened" narrows to one action.',
-                "actions": "Payload actions (opened, closed, ...).",
-                "repos": 'Repository full names; globs allowed ("org/*").',
-                "orgs": "Organisations.",
-                "branches": "Pushed branch, or a pull request's base branch; globs allowed.",
-                "labels": "Any of these labels is present.",
-                "assignee": "Assigned to any of these logins.",
-                "author": "Opened or pushed by any of these logins.",
-                "conclusions": "Check/workflow run conclusions.",
-            }.items()
-        },
-        "match": {
-            "type": "object",
-            "description": "Dotted payload path -> value, or list of accepted values.",
-            "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
-        },
+# The keys of every [[webhooks]] entry (``matching.COMMON_KEYS``); each installed source type
+# adds its filter keys (``entry_schema``).
+COMMON_PROPERTIES: dict[str, Any] = {
+    "source": {"type": "string", "description": "Name of a [webhooks.<name>] source."},
+    "events": {
+        **_STRINGS,
+        "description": 'Event names; "pull_request.opened" narrows to one action.',
+    },
+    "match": {
+        "type": "object",
+        "description": "Dotted payload path -> value, or list of accepted values.",
+        "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
     },
 }
-AGENT_SCHEMA: dict[str, Any] = {"webhooks": {"type": "array", "items": ENTRY_SCHEMA}}
 # Normalised fields shown before the payload in <webhook-trigger>, in this order, when present.
 PROMPT_FIELDS = (
     "source",
     "event",
     "action",
     "repo",
+    "project",
+    "org",
+    "channel",
     "number",
     "title",
     "url",
     "sender",
     "author",
+    "assignee",
     "ref",
     "branch",
     "labels",
     "conclusion",
+    "comment",
+    "body",
     "delivery",
 )
 
 
-def make_event(agent: str, source: str, fields: dict[str, Any]) -> TriggerEvent:
-    """The event for one delivery: routed to ``agent``, or with agent "" only offered to waiting
-    runs. Its dedupe key makes a redelivery a no-op. The payload is the normalised fields plus
-    the full body under ``payload``; the session renders it as the ``<webhook-trigger>`` block."""
+def filter_owners(sources: dict[str, WebhookSource]) -> dict[str, dict[str, WebhookFilter]]:
+    """Filter key -> {source type: its declaration}, over every installed source type."""
+    owners: dict[str, dict[str, WebhookFilter]] = {}
+    for name, source in sorted(sources.items()):
+        for key, spec in filters_of(source).items():
+            owners.setdefault(key, {})[name] = spec
+    return owners
+
+
+def entry_schema(sources: dict[str, WebhookSource]) -> dict[str, Any]:
+    """A ``[[webhooks]]`` entry: the common keys and every installed source type's filters
+    (which of them an entry may use depends on its source's type: ``WebhooksTrigger.validate``)."""
+    properties = dict(COMMON_PROPERTIES)
+    for key, declared in filter_owners(sources).items():
+        properties[key] = {**_STRINGS, "description": _describe(declared)}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["source"],
+        "properties": properties,
+    }
+
+
+def _describe(declared: dict[str, WebhookFilter]) -> str:
+    """One filter key's description, per source type: ``github, generic: ...; slack: ...``."""
+    types: dict[str, list[str]] = {}
+    for kind, spec in declared.items():
+        types.setdefault(spec.description.strip().rstrip("."), []).append(kind)
+    return (
+        "; ".join(f"{', '.join(kinds)}: {text}".rstrip(": ") for text, kinds in types.items()) + "."
+    )
+
+
+def agent_schema(sources: dict[str, WebhookSource]) -> dict[str, Any]:
+    return {"webhooks": {"type": "array", "items": entry_schema(sources)}}
+
+
+def make_event(agent: str, source: str, kind: str, fields: dict[str, Any]) -> TriggerEvent:
+    """The event for one delivery from source ``source`` (of type ``kind``): routed to
+    ``agent``, or with agent "" only offered to waiting runs. Its dedupe key makes a redelivery a
+    no-op. The payload is the normalised fields plus the full body under ``payload``; the
+    session renders it as the ``<webhook-trigger>`` block."""
     return TriggerEvent(
         agent=agent,
         kind="webhook",
-        payload={"source": source, **fields},
+        payload={"source": source, "source_type": kind, **fields},
         source=source,
         dedupe_key=f"{source}:{fields.get('delivery')}:{agent}",
     )
@@ -89,7 +128,16 @@ class WebhooksTrigger:
     name = "webhooks"
     kind = "webhook"
     description = "Runs agents on HTTP webhooks (POST /webhooks/<source>) matching their filters."
-    schema = AGENT_SCHEMA
+    schema = agent_schema({})  # until ``bind``: the common keys only
+
+    def __init__(self) -> None:
+        self.sources: dict[str, WebhookSource] = {}
+
+    def bind(self, registry: Registry) -> None:
+        """Take every installed webhook source type: their filter keys join the entry schema,
+        and waits match with them."""
+        self.sources = dict(registry.webhook_sources)
+        self.schema = agent_schema(self.sources)
 
     def start(self, ctx: TriggerContext) -> None:
         """Nothing to run: deliveries come in through the HTTP routes."""
@@ -121,17 +169,49 @@ class WebhooksTrigger:
     def stop(self) -> None:
         """Nothing to stop."""
 
+    def validate(self, agent: Agent) -> list[ConfigError]:
+        """Each ``[[webhooks]]`` entry uses only the filter keys of its source's type."""
+        tables = agent.project.config.get("webhooks") or {}
+        problems = []
+        for i, entry in enumerate(agent.config.get("webhooks") or []):
+            name = entry.get("source") if isinstance(entry, dict) else None
+            table = tables.get(name) if isinstance(name, str) else None
+            source = self.sources.get(table.get("type")) if isinstance(table, dict) else None
+            if source is None:  # an unknown source or a missing plugin: core reports it
+                continue
+            allowed = COMMON_KEYS | set(filters_of(source))
+            problems += [
+                ConfigError(
+                    str(agent.config_file),
+                    f"webhooks[{i}].{key}",
+                    self._misplaced(key, source.name, name, sorted(allowed - {"source"})),
+                )
+                for key in entry
+                if key not in allowed
+            ]
+        return problems
+
+    def _misplaced(self, key: str, kind: str, name: str, allowed: list[str]) -> str:
+        owners = ", ".join(filter_owners(self.sources).get(key, {})) or "no installed"
+        return (
+            f'not a filter of source "{name}" (type {kind}), only of {owners} sources; '
+            f"its filters: {', '.join(allowed)}"
+        )
+
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         """Does a webhook event satisfy a ``wait_for_trigger`` filter? The filter takes the keys
-        of a ``[[webhooks]]`` entry (singular spellings too, ``source`` optional); any other key
-        must equal the event's field of that name (dotted paths allowed, e.g. ``number``)."""
+        of a ``[[webhooks]]`` entry for the event's source type (singular spellings too,
+        ``source`` optional); any other key must equal the event's field of that name (dotted
+        paths allowed, e.g. ``number``)."""
         if event.kind != "webhook":
             return False
+        filters = filters_of(self.sources.get(str(event.payload.get("source_type"))))
         conditions = normalise_filter(
-            {k: v for k, v in wait_filter.items() if k not in ("type", "kind")}
+            {k: v for k, v in wait_filter.items() if k not in ("type", "kind")}, filters
         )
-        known = {k: v for k, v in conditions.items() if k in ENTRY_KEYS}
-        fields = {k: v for k, v in conditions.items() if k not in ENTRY_KEYS}
-        return entry_matches(known, event.source, event.payload) and payload_matches(
+        keys = COMMON_KEYS | set(filters)
+        known = {k: v for k, v in conditions.items() if k in keys}
+        fields = {k: v for k, v in conditions.items() if k not in keys}
+        return entry_matches(known, event.source, event.payload, filters) and payload_matches(
             fields, event.payload
         )

@@ -1,0 +1,63 @@
+"""The ``sentry`` webhook source: Sentry integration-platform webhooks.
+
+Sentry signs the raw body with the integration's client secret (HMAC-SHA256, hex, in
+``Sentry-Hook-Signature``), names the resource in ``Sentry-Hook-Resource`` (``issue``,
+``event_alert``, ``metric_alert``, ``error``, ``comment``, ``installation``) and the request in
+``Request-ID``; the payload is ``{"action", "actor", "data": {<resource>: ...}, "installation"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamaherd.api import HmacSource, WebhookFilter, clip, pick
+
+
+class SentrySource(HmacSource):
+    """WebhookSource ``sentry``."""
+
+    name = "sentry"
+    description = "Sentry integration webhooks (Sentry-Hook-Signature)."
+    credential_type = "sentry_client_secret"
+    schema: dict[str, Any] = {}
+    signature_header = "Sentry-Hook-Signature"
+    signature_prefix = ""
+    delivery_header = "Request-ID"
+    event_header = "Sentry-Hook-Resource"
+    filters = {
+        "resources": WebhookFilter(
+            "event", "Sentry resources: issue, event_alert, metric_alert, error, comment."
+        ),
+        "actions": WebhookFilter("action", "Actions (created, resolved, triggered, ...)."),
+        "projects": WebhookFilter("project", "Project slugs; globs allowed.", glob=True),
+    }
+
+    def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        if not headers.get(self.event_header.lower()):
+            raise ValueError("missing Sentry-Hook-Resource header")
+        return super().parse(headers, body)
+
+    def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
+        """The resource's title, link and project, wherever this resource keeps them."""
+        data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
+        item = next((data[k] for k in ITEM_KEYS if isinstance(data.get(k), dict)), {})
+        comment = data.get("comment")
+        return {
+            "event": event,
+            "action": pick(payload, "action"),
+            "sender": pick(payload, "actor.name", "actor.type"),
+            "project": pick(item, "project.slug", "project_slug")
+            or pick(data, "project_slug", "issue.project.slug"),
+            "org": pick(data, "installation.organization.slug", "metric_alert.organization.slug"),
+            "title": clip(pick(item, "title") or pick(data, "description_title")),
+            "url": pick(item, "web_url", "url") or pick(data, "web_url"),
+            "number": pick(item, "shortId"),
+            "assignee": pick(item, "assignedTo.name", "assignedTo.email"),
+            "comment": clip(comment if isinstance(comment, str) else pick(data, "comment.text")),
+            "body": clip(pick(item, "message", "culprit") or pick(data, "description_text")),
+            "payload": payload,
+        }
+
+
+# Where each resource keeps its object under ``data``, most specific first.
+ITEM_KEYS = ("issue", "event", "error", "metric_alert", "installation")
