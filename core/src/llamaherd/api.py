@@ -23,7 +23,11 @@ What is here, by topic:
   ``format_ref``, ``check_name``, ``credential_files``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
-  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
+  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``; for deployment
+  (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
+  it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
+- for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
   ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
@@ -68,9 +72,11 @@ if TYPE_CHECKING:
         format_ref,
         parse_ref,
     )
+    from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
     from llamaherd.logview import summary as event_summary
+    from llamaherd.plugins import PluginInfo, describe_plugins
     from llamaherd.project import Agent, Project, load_project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
@@ -82,13 +88,16 @@ if TYPE_CHECKING:
         scrub,
     )
     from llamaherd.scheduler import scheduler_info
+    from llamaherd.schema import Problem, validate_project
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest
     from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
     from llamaherd.store import RunRow, Store, StoreError
+    from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
         ConfigError,
+        ControlChannel,
         CredentialField,
         CredentialInvalid,
         CredentialType,
@@ -139,25 +148,28 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.clock": ("clock", "host_id"),
     "llamaherd.credentials": (
         "CredentialError", "CredentialStore", "check_name", "credential_files", "format_ref",
-        "parse_ref",
+        "parse_ref", "referenced_credentials:referenced",
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
     "llamaherd.logview": ("event_summary:summary",),
+    "llamaherd.plugins": ("PluginInfo", "describe_plugins"),
     "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
     ),
     "llamaherd.scheduler": ("scheduler_info",),
+    "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest"),
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
     ),
     "llamaherd.store": ("RunRow", "Store", "StoreError"),
+    "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "CredentialField", "CredentialInvalid", "CredentialType",
+        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid", "CredentialType",
         "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
         "ModelConfig", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "Tool", "ToolCall",
