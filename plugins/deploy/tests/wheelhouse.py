@@ -97,7 +97,7 @@ def build(dest: Path, distributions: list[str], extras: dict[str, set[str]] | No
     need into ``dest``: this checkout's are built from source, the rest repacked."""
     dest.mkdir(parents=True, exist_ok=True)
     sources = []
-    for name, dist in sorted(closure(distributions, extras).items()):
+    for _, dist in sorted(closure(distributions, extras).items()):
         source = local_source(dist)
         if source is not None and (source / "pyproject.toml").is_file():
             sources.append(str(source))

@@ -411,10 +411,15 @@ def op_venv(request):
 
 
 def _reason(output):
-    """The line of a command's output that says why it failed: its last error, else its last."""
-    lines = [line.strip().lstrip("| ").strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    return (errors or lines or ["no output"])[-1]
+    """The line of a command's output that says why it failed: the last error of the log tail
+    it shows (lines starting "|"), else its last error, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    logged = [line.lstrip("| ").strip() for line in lines if line.startswith("|")]
+    for candidates in (logged, lines):
+        errors = [line for line in candidates if "error" in line.lower()]
+        if errors:
+            return errors[-1]
+    return lines[-1] if lines else "no output"
 
 
 def _pip_summary(line):

@@ -85,8 +85,14 @@ class Service:
         return self.mode in ("system", "user")
 
     @property
+    def system(self) -> bool:
+        """A system unit (as root), else a user unit: also what ``install --print`` shows
+        where systemd does not run."""
+        return self.mode == "system" or (self.mode == "supervised" and os.geteuid() == 0)
+
+    @property
     def unit_path(self) -> Path:
-        if self.mode == "system":
+        if self.system:
             return Path("/etc/systemd/system") / f"{self.name}.service"
         config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
         return config / "systemd" / "user" / f"{self.name}.service"
@@ -102,8 +108,8 @@ class Service:
             if self.credentials
             else ""
         )
-        hardening = HARDENING if self.mode == "system" else "NoNewPrivileges=yes\nUMask=0077\n"
-        target = "multi-user.target" if self.mode == "system" else "default.target"
+        hardening = HARDENING if self.system else "NoNewPrivileges=yes\nUMask=0077\n"
+        target = "multi-user.target" if self.system else "default.target"
         return (
             "# Written by `al service install`; `al service uninstall` removes it.\n"
             "[Unit]\n"
