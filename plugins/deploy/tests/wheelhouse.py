@@ -43,25 +43,34 @@ def local_source(dist: metadata.Distribution) -> Path | None:
 def closure(
     names: list[str], extras: dict[str, set[str]] | None = None
 ) -> dict[str, metadata.Distribution]:
-    """The installed distributions ``names`` need, themselves included."""
-    extras = extras or {}
+    """The installed distributions ``names`` need (with ``extras`` of some), themselves too."""
     found: dict[str, metadata.Distribution] = {}
-    todo = [(normalize(n), extras.get(normalize(n), set())) for n in names]
+    seen: set[tuple[str, str]] = set()  # (distribution, extra or "")
+    todo = [(normalize(n), extra) for n in names for extra in {"", *(extras or {}).get(n, ())}]
     while todo:
-        name, wanted_extras = todo.pop()
-        if name in found:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
             continue
-        dist = metadata.distribution(name)
-        found[name] = dist
+        seen.add((name, extra))
+        dist = found.setdefault(name, metadata.distribution(name))
         for line in dist.requires or []:
             requirement = Requirement(line)
-            if requirement.marker is not None and not any(
-                requirement.marker.evaluate({**default_environment(), "extra": extra})
-                for extra in wanted_extras | {""}
+            marker = requirement.marker
+            if marker is not None and not marker.evaluate(
+                {**default_environment(), "extra": extra}
             ):
                 continue
-            todo.append((normalize(requirement.name), set(requirement.extras)))
+            if marker is None and extra:
+                continue  # the base requirements: taken with extra ""
+            todo += [(normalize(requirement.name), e) for e in {"", *requirement.extras}]
     return found
+
+
+def compressed_tag(wheel_meta: str) -> str:
+    """The filename tag of a WHEEL file's ``Tag:`` lines: ``py2.py3-none-any`` for two."""
+    tags = [line.split(":", 1)[1].strip().split("-") for line in wheel_meta.splitlines()
+            if line.startswith("Tag:")]  # fmt: skip
+    return "-".join(".".join(dict.fromkeys(tag[i] for tag in tags)) for i in range(3))
 
 
 def repack(dist: metadata.Distribution, dest: Path) -> Path:
@@ -73,9 +82,7 @@ def repack(dist: metadata.Distribution, dest: Path) -> Path:
     ]
     info_dir = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
     wheel_meta = dist.read_text("WHEEL") or ""
-    tag = next(
-        line.split(":", 1)[1].strip() for line in wheel_meta.splitlines() if line.startswith("Tag:")
-    )
+    tag = compressed_tag(wheel_meta)
     name = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
     target = dest / f"{name}-{dist.version}-{tag}.whl"
     record = []
@@ -92,9 +99,16 @@ def repack(dist: metadata.Distribution, dest: Path) -> Path:
     return target
 
 
-def build(dest: Path, distributions: list[str], extras: dict[str, set[str]] | None = None) -> Path:
+def build(
+    dest: Path,
+    distributions: list[str],
+    extras: dict[str, set[str]] | None = None,
+    *,
+    ours: bool = True,
+) -> Path:
     """Wheels for ``distributions`` (names of installed distributions) and everything they
-    need into ``dest``: this checkout's are built from source, the rest repacked."""
+    need into ``dest``: this checkout's are built from source (left out without ``ours``),
+    the rest repacked."""
     dest.mkdir(parents=True, exist_ok=True)
     sources = []
     for _, dist in sorted(closure(distributions, extras).items()):
@@ -103,6 +117,8 @@ def build(dest: Path, distributions: list[str], extras: dict[str, set[str]] | No
             sources.append(str(source))
         else:
             repack(dist, dest)
+    if not ours or not sources:
+        return dest
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "--disable-pip-version-check", "-w", str(dest), *sources],

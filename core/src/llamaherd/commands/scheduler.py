@@ -81,16 +81,26 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
     "--port", type=int, default=None, help="Override [gateway] port (0 picks a free one)."
 )
 @click.option(
+    "--bind",
+    default=None,
+    metavar="ADDRESS",
+    help="Override [gateway] bind (0.0.0.0 in a container whose port is published).",
+)
+@click.option(
     "--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop."
 )
 @pass_app
-def start_command(app: AppContext, detach: bool, port: int | None, grace: float) -> None:
+def start_command(
+    app: AppContext, detach: bool, port: int | None, bind: str | None, grace: float
+) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
     project = app.project
-    if port is not None:
-        project.config.setdefault("gateway", {})["port"] = port
+    overrides = {"port": port, "bind": bind}
+    for key, value in overrides.items():
+        if value is not None:
+            project.config.setdefault("gateway", {})[key] = value
     if detach:
-        _detach(project, port, grace)
+        _detach(project, overrides, grace)
         return
     from llamaherd.scheduler import Scheduler
 
@@ -110,7 +120,7 @@ def _configure_logging() -> None:
     )
 
 
-def _detach(project: Any, port: int | None, grace: float) -> None:
+def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     from llamaherd.scheduler import scheduler_info
 
     project.state_dir.mkdir(parents=True, exist_ok=True)
@@ -124,8 +134,9 @@ def _detach(project: Any, port: int | None, grace: float) -> None:
         "--grace",
         str(grace),
     ]
-    if port is not None:
-        args += ["--port", str(port)]
+    for key, value in overrides.items():
+        if value is not None:
+            args += [f"--{key}", str(value)]
     with open(project.state_dir / "scheduler.log", "ab") as log:
         child = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
