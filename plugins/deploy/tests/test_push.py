@@ -168,6 +168,9 @@ def done_runs(d, agent: str) -> list[dict]:
 
 def test_push_installs_runs_reloads_and_refuses(deployment):
     d = deployment
+    check = d.al("env", "check", "test")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "✓ Python 3." in check.stdout and "deployed: nothing yet" in check.stdout
     # --dry-run on a fresh server: the plan, and nothing changed there.
     before = snapshot(d.user.home)
     dry = d.push("test", "--dry-run")
@@ -253,6 +256,19 @@ def test_push_installs_runs_reloads_and_refuses(deployment):
     assert "greeter" not in one.stdout
     assert "Version two" in (d.base / "current/project/agents/greeter/SKILL.md").read_text()
     assert (d.base / "credentials/webhook_secret/default/secret").exists()
+
+    # New credentials alone: switched without a restart; the scheduler reads them per run.
+    pid = scheduler_pid(d.base)
+    CredentialStore(d.project.parent / "creds").write(
+        "webhook_secret", "default", {"secret": "new"}
+    )
+    rotated = d.push("test", "--creds-only")
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    assert "~ webhook_secret/default/secret" in rotated.stdout and "files:" not in rotated.stdout
+    assert "keep running (it reads credentials per run)" in rotated.stdout
+    assert scheduler_pid(d.base) == pid
+    assert signed_post(d.port, {"event": "ping"}).status_code == 401  # the old secret
+    assert signed_post(d.port, {"event": "ping"}, secret="new").status_code == 202
 
 
 def test_a_release_that_does_not_start_is_rolled_back(deployment):

@@ -95,9 +95,15 @@ def supervised(offline_project):
 
 def test_the_supervisor_restarts_a_crashed_scheduler_and_stops_it_gracefully(supervised):
     state = supervised.root / ".al"
+    state.mkdir()
+    (state / "service.env").write_text(
+        '# the scheduler\'s environment\nAL_TEST_MARK="from the file"\n'
+    )
     started = supervised.al("service", "start", "--grace", "5", "--timeout", "60", check=True)
     first = scheduler_pid(state)
     assert f"the scheduler runs: pid {first}" in started.stdout
+    environ = Path(f"/proc/{first}/environ").read_bytes().split(b"\0")
+    assert b"AL_TEST_MARK=from the file" in environ
     supervisor = int((state / "supervisor.pid").read_text())
     assert alive(supervisor) and alive(first)
     assert "already runs" in supervised.al("service", "start", check=True).stdout

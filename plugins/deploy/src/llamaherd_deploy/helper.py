@@ -567,8 +567,11 @@ def _conveniences(layout):
     _mkdir(os.path.join(layout.base, "bin"))
     wrapper = os.path.join(layout.base, "bin", "al")
     command = " ".join(_sh_quote(part) for part in layout.al())
+    env_file = _sh_quote(os.path.join(layout.state, "service.env"))
     text = (
-        "#!/bin/sh\n# Written by `al push`: this deployment's al, project and credentials.\n"
+        "#!/bin/sh\n# Written by `al push`: this deployment's al, project, credentials and\n"
+        "# service.env (the scheduler's environment).\n"
+        f"if [ -r {env_file} ]; then set -a; . {env_file}; set +a; fi\n"
         f"AL_CREDENTIALS_DIR={_sh_quote(layout.credentials)}\nexport AL_CREDENTIALS_DIR\n"
         f'exec {command} "$@"\n'
     )

@@ -122,6 +122,7 @@ class Service:
             "Type=simple\n"
             f"WorkingDirectory={_quote(self.project, command=False)}\n"
             f"{environment}"
+            f"EnvironmentFile=-{_quote(str(self.env_file), command=False)}\n"
             f"ExecStart={' '.join(_quote(a) for a in self.start_command(grace))}\n"
             "Restart=on-failure\n"
             "RestartSec=5\n"
@@ -188,6 +189,7 @@ class Service:
             "env": {"AL_CREDENTIALS_DIR": self.credentials} if self.credentials else {},
             "cwd": self.project,
             "state": str(self.state),
+            "env_file": str(self.env_file),
         }
         with open(self.log_file, "ab") as log:
             child = subprocess.Popen(
@@ -199,6 +201,13 @@ class Service:
                 start_new_session=True,  # outlives this command and the SSH session
             )
         return child.pid
+
+    @property
+    def env_file(self) -> Path:
+        """``KEY=VALUE`` lines the scheduler gets in its environment (``AL_DATABASE_URL`` with
+        a password, a provider's key variable): ``<base>/state/service.env`` of a deployment,
+        ``.al/service.env`` of a project; optional, 0600, never synced by ``al push``."""
+        return self.state / "service.env"
 
     @property
     def log_file(self) -> Path:

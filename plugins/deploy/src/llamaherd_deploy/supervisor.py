@@ -10,6 +10,7 @@ came up (a config error) is not retried: retrying cannot fix it.
 
 One supervisor per project: it holds an exclusive lock on ``.al/supervisor.lock`` and writes its
 pid to ``.al/supervisor.pid``; its own lines go to ``.al/scheduler.log`` with the scheduler's.
+Each start reads ``.al/service.env`` (``KEY=VALUE`` lines), as the unit's ``EnvironmentFile=``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Supervisor:
     def __init__(self, config: dict[str, Any]):
         self.command: list[str] = config["command"]
         self.env = {**os.environ, **config.get("env", {})}
+        self.env_file = Path(config["env_file"]) if config.get("env_file") else None
         self.cwd = config.get("cwd")
         self.state = Path(config["state"])
         self.stopping = False
@@ -60,7 +62,8 @@ class Supervisor:
 
     def run(self) -> int:
         while not self.stopping:
-            self.child = subprocess.Popen(self.command, env=self.env, cwd=self.cwd)
+            env = {**self.env, **read_env_file(self.env_file)}  # re-read: it may have changed
+            self.child = subprocess.Popen(self.command, env=env, cwd=self.cwd)
             log(f"started the scheduler: pid {self.child.pid}")
             code = self.wait(self.child)
             if self.stopping or code == 0:
@@ -94,6 +97,25 @@ class Supervisor:
                 self.ever_up.add(child.pid)  # a crash leaves scheduler.json behind: seen here too
             if code is not None:
                 return code
+
+
+def read_env_file(path: Path | None) -> dict[str, str]:
+    """``KEY=VALUE`` lines, as systemd's ``EnvironmentFile=`` reads them: blank lines and ``#``
+    comments skipped, one pair of surrounding quotes removed."""
+    values: dict[str, str] = {}
+    try:
+        lines = path.read_text().splitlines() if path else []
+    except OSError:
+        return values
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
 
 
 def main(argv: list[str]) -> int:
