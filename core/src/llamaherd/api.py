@@ -23,7 +23,7 @@ What is here, by topic:
   ``format_ref``, ``check_name``, ``credential_files``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
-  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``; for deployment
+  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
   ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
         post_json,
         scrub,
     )
-    from llamaherd.scheduler import scheduler_info
+    from llamaherd.scheduler import pid_alive, scheduler_info
     from llamaherd.schema import Problem, validate_project
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest
@@ -159,7 +159,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
     ),
-    "llamaherd.scheduler": ("scheduler_info",),
+    "llamaherd.scheduler": ("pid_alive", "scheduler_info"),
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest"),

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from llamaherd_deploy.helper import service_mode
 
+from llamaherd.api import pid_alive
 from llamaherd.testing import wait_until
 
 
@@ -25,13 +26,7 @@ def scheduler_pid(state: Path) -> int | None:
 
 
 def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return bool(pid) and pid_alive(pid)
 
 
 def test_the_unit_restarts_on_failure_stops_gracefully_and_is_hardened(offline_project, tmp_path):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import AppContext, ControlClient, LlamaherdError, scheduler_info
+from llamaherd.api import AppContext, ControlClient, LlamaherdError, pid_alive, scheduler_info
 from llamaherd_deploy.helper import service_mode
 
 DEFAULT_GRACE = 300.0
@@ -180,7 +180,7 @@ class Service:
             pid = int((self.state / "supervisor.pid").read_text())
         except (OSError, ValueError):
             return None
-        return pid if _alive(pid) else None
+        return pid if pid_alive(pid) else None
 
     def spawn_supervisor(self, grace: float) -> int:
         self.state.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -255,7 +255,7 @@ class Service:
             how = f"systemd unit {self.name}.service"
         else:
             supervisor = self.spawn_supervisor(grace)
-            alive = lambda: _alive(supervisor)  # noqa: E731
+            alive = lambda: pid_alive(supervisor)  # noqa: E731
             how = f"supervisor pid {supervisor} (log: .al/scheduler.log)"
         try:
             info = self._wait_started(alive, timeout)
@@ -325,23 +325,9 @@ class Service:
         return load_project(Path(self.project))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours has exited
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
 def _wait_gone(pid: int, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
             raise LlamaherdError(f"{what} (pid {pid}) did not stop within {timeout:g} s")
         time.sleep(0.1)
