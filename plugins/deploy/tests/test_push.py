@@ -157,7 +157,14 @@ def deployment(tmp_path, sshd, remote_user, wheels, deploy_al):
 
     d = Deployment()
     d.project, d.base, d.port, d.user, d.push, d.al = project, base, port, remote_user, push, al
-    return d
+    yield d
+    wrapper = base / "bin" / "al"
+    if wrapper.exists():  # a graceful stop leaves no sockets or run dirs behind in /tmp
+        subprocess.run(
+            ["runuser", "-u", remote_user.name, "--", str(wrapper), "service", "stop",
+             "--timeout", "30"],
+            capture_output=True, timeout=60, cwd="/",
+        )  # fmt: skip
 
 
 def done_runs(d, agent: str) -> list[dict]:
