@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 
 import pytest
+
+from llamaherd.testing import fake_distribution
 
 FIRST_PARTY = [
     "anthropic",
@@ -145,15 +146,6 @@ def test_plugins_table_says_when_a_plugin_registers_nothing(al, tmp_path):
     assert result.returncode == 0, result.stderr
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("empty ")]
     assert row.split() == ["empty", "llamaherd-empty", "1.0", "registers", "nothing"]
-
-
-def fake_distribution(site, dist: str, entry_point: str, module: str, code: str) -> None:
-    """A minimal installed distribution (dist-info + module) with one llamaherd entry point."""
-    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[llamaherd]\n{entry_point} = {module}\n")
-    (site / f"{module}.py").write_text(textwrap.dedent(code))
 
 
 def test_a_plugin_whose_import_raises_is_one_warning(al, tmp_path, tmp_project):

@@ -27,7 +27,11 @@ What is here, by topic:
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
-  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``;
+  ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
+  (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
+  it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
+- for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
@@ -74,10 +78,11 @@ if TYPE_CHECKING:
         format_ref,
         parse_ref,
     )
+    from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
     from llamaherd.logview import summary as event_summary
-    from llamaherd.plugins import Registry
+    from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.project import Agent, Project, load_project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
@@ -88,15 +93,18 @@ if TYPE_CHECKING:
         post_json,
         scrub,
     )
-    from llamaherd.scheduler import scheduler_info
+    from llamaherd.scheduler import pid_alive, scheduler_info
+    from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
     from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
+    from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
         ConfigError,
+        ControlChannel,
         CredentialField,
         CredentialInvalid,
         CredentialType,
@@ -151,19 +159,20 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.clock": ("clock", "host_id"),
     "llamaherd.credentials": (
         "CredentialError", "CredentialStore", "check_name", "credential_files", "format_ref",
-        "parse_ref",
+        "parse_ref", "referenced_credentials:referenced",
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
     "llamaherd.logview": ("event_summary:summary",),
+    # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
+    "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
     "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
     ),
-    # ``TriggerType.bind(registry)`` gets it: a type built on other plugins' objects.
-    "llamaherd.plugins": ("Registry",),
-    "llamaherd.scheduler": ("scheduler_info",),
+    "llamaherd.scheduler": ("pid_alive", "scheduler_info"),
+    "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
     "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
@@ -171,8 +180,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
+    "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "CredentialField", "CredentialInvalid", "CredentialType",
+        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid", "CredentialType",
         "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
         "ModelConfig", "Pricing", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",

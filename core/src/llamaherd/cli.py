@@ -43,6 +43,18 @@ class ErrorHandlingGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """An unknown subcommand that a first-party plugin provides names that plugin."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            from llamaherd.plugins import PROVIDED_BY
+
+            dist = PROVIDED_BY.get(("commands", args[0])) if args else None
+            if dist:
+                ctx.fail(f"`al {args[0]}` needs the {dist} plugin (pip install {dist})")
+            raise
+
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(

@@ -1,51 +1,178 @@
-"""The CLI's client for a running scheduler's control API."""
+"""The CLI's client for a scheduler's control API: the local one, or a remote one through a
+plugin's channel (``al stat --env NAME``).
+
+Plain ``http.client``: the same few lines speak to a TCP address and to a unix socket (the
+local end of an SSH forward), and ``al --help`` does not pay for importing ``requests``.
+"""
 
 from __future__ import annotations
 
+import http.client
+import json
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from llamaherd.auth import control_token
 from llamaherd.scheduler import scheduler_info
-from llamaherd.types import LlamaherdError
+from llamaherd.types import ControlChannel, LlamaherdError
+
+TIMEOUT = 30.0
+MAX_RESPONSE = 64 * 1024 * 1024  # a response larger than this is not a control answer
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket (the ``Host`` header says ``localhost``)."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
 
 
 class ControlClient:
-    """Talks to the scheduler found in ``.al/scheduler.json``; ``None`` from ``find`` if none."""
+    """Talks to one scheduler's control API with its control token.
 
-    def __init__(self, project: Any, info: dict[str, Any]):
-        import requests
+    ``find(project)`` gives the project's local scheduler (``None`` when none runs);
+    ``for_environment(name)`` the scheduler a plugin reaches for ``--env NAME``. ``close()``
+    ends a remote channel; the client is also a context manager.
+    """
 
-        self.url = info["url"]
-        self.pid = info["pid"]
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {control_token(project.state_dir)}"
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        pid: int | None = None,
+        socket_path: str | None = None,
+        channel: ControlChannel | None = None,
+    ):
+        self.url = url
+        self.pid = pid
+        self.token = token
+        self.socket_path = socket_path
+        self.channel = channel
+        self._conn: http.client.HTTPConnection | None = None
 
     @classmethod
     def find(cls, project: Any) -> ControlClient | None:
         info = scheduler_info(project.state_dir)
-        return cls(project, info) if info else None
+        if not info:
+            return None
+        return cls(info["url"], control_token(project.state_dir), pid=info["pid"])
 
+    @classmethod
+    def for_environment(cls, environment: str) -> ControlClient:
+        """The client of the scheduler deployed as ``environment``, through the first plugin
+        that knows the name (hook ``open_control_channel``)."""
+        channel = open_channel(environment)
+        return cls(channel.where, channel.token, socket_path=channel.socket, channel=channel)
+
+    # ------------------------------------------------------------------ requests
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        import requests
-
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        # One retry on a fresh connection: the server may have closed an idle keep-alive one.
+        for attempt in (1, 2):
+            try:
+                status, data = self._exchange(method, path, payload, headers)
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                if attempt == 2 or isinstance(exc, TimeoutError):
+                    raise LlamaherdError(
+                        f"scheduler at {self.url} did not answer: {type(exc).__name__}"
+                    ) from None
         try:
-            response = self.session.request(method, self.url + path, json=body, timeout=30)
-        except requests.RequestException as exc:
-            raise LlamaherdError(
-                f"scheduler at {self.url} did not answer: {type(exc).__name__}"
-            ) from None
-        try:
-            data = response.json()
+            answer = json.loads(data)
         except ValueError:
-            data = {"error": response.text[:200]}
-        if response.status_code >= 400:
-            raise LlamaherdError(
-                data.get("error") or f"scheduler answered HTTP {response.status_code}"
-            )
-        return data
+            answer = {"error": data[:200].decode(errors="replace")}
+        if status >= 400:
+            error = answer.get("error") if isinstance(answer, dict) else None
+            raise LlamaherdError(error or f"scheduler answered HTTP {status}")
+        return answer
 
     def get(self, path: str) -> dict[str, Any]:
         return self.request("GET", path)
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         return self.request("POST", path, body or {})
+
+    def _exchange(
+        self, method: str, path: str, payload: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        conn = self._connection()
+        conn.request(method, path, body=payload, headers=headers)
+        response = conn.getresponse()
+        data = response.read(MAX_RESPONSE + 1)
+        if len(data) > MAX_RESPONSE:
+            self._drop()
+            raise http.client.HTTPException("response too large")
+        if response.will_close:
+            self._drop()
+        return response.status, data
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self.socket_path:
+                self._conn = _UnixConnection(self.socket_path, TIMEOUT)
+            else:
+                parts = urlsplit(self.url)
+                self._conn = http.client.HTTPConnection(
+                    parts.hostname or "127.0.0.1", parts.port, timeout=TIMEOUT
+                )
+        return self._conn
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        self._drop()
+        if self.channel is not None:
+            channel, self.channel = self.channel, None
+            channel.close()
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_channel(environment: str) -> ControlChannel:
+    """Ask the plugins for a channel to ``environment``'s scheduler."""
+    from llamaherd.plugins import PROVIDED_BY, get_manager
+
+    hook = get_manager().hook.open_control_channel
+    if not hook.get_hookimpls():
+        dist = PROVIDED_BY[("hooks", "open_control_channel")]
+        raise LlamaherdError(
+            f"--env {environment}: reaching a deployed scheduler needs a plugin such as "
+            f"{dist} (pip install {dist})"
+        )
+    try:
+        channel = hook(environment=environment)
+    except LlamaherdError:
+        raise
+    except Exception as exc:  # a plugin's bug: one line, not a traceback
+        raise LlamaherdError(
+            f"--env {environment}: a plugin failed to open the channel: {type(exc).__name__}: {exc}"
+        ) from None
+    if channel is None:
+        raise LlamaherdError(f"--env {environment}: no such environment (`al env ls` lists them)")
+    return channel

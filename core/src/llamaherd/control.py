@@ -142,6 +142,21 @@ async def run_events(request: Request) -> Response:
     return JSONResponse({"events": events})
 
 
+@require_read
+async def stats(request: Request) -> Response:
+    """Run history (``Store.stats``): ``?agent=NAME`` and ``?since=EPOCH_SECONDS``."""
+    engine = _engine(request)
+    agent = request.query_params.get("agent") or None
+    if agent:
+        engine.project.agent(agent)
+    raw = request.query_params.get("since", "0")
+    try:
+        since = float(raw)
+    except ValueError:
+        raise LlamaherdError(f"since: expected epoch seconds, got {raw!r}") from None
+    return JSONResponse(await run_in_threadpool(engine.store.stats, agent, since))
+
+
 def _targets(engine: Any, target: str) -> list[str]:
     """Run ids a kill target names: one run (id or prefix) or every live run of an agent."""
     if target in engine.project.agents:
@@ -202,6 +217,7 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/runs", runs, ["GET"]),
     ("/control/runs/{run_id}", run_detail, ["GET"]),
     ("/control/runs/{run_id}/events", run_events, ["GET"]),
+    ("/control/stats", stats, ["GET"]),
     ("/control/kill", kill, ["POST"]),
     ("/control/pause", _pause(True), ["POST"]),
     ("/control/resume", _pause(False), ["POST"]),

@@ -260,6 +260,74 @@ def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigEr
     return found
 
 
+def referenced(
+    project: Any, registry: Any, agents: Iterable[str] | None = None
+) -> set[tuple[str, str]]:
+    """``(type, instance)`` of every credential the project (or only ``agents``) uses: the
+    agents' ``credentials``, the keys of the models they use, and the signing secrets of the
+    project's webhook sources (with ``agents``: of the sources they subscribe to). What a
+    deployment must carry; nothing else.
+
+    Malformed references are skipped (``al validate`` reports them): call it on a project
+    that validates.
+    """
+    chosen = [a for name, a in project.agents.items() if agents is None or name in set(agents)]
+    found: set[tuple[str, str]] = set()
+    for agent in chosen:
+        for ref in agent.credentials:
+            try:
+                found.add(parse_ref(str(ref)))
+            except CredentialError:
+                continue
+    models = _tables(project.config.get("models"))
+    for name in {m for agent in chosen for m in agent.models if isinstance(m, str)}:
+        table = models.get(name)
+        provider = registry.providers.get(table.get("provider")) if table else None
+        if provider is not None and getattr(provider, "key_required", True):
+            found |= _owned_ref(table, getattr(provider, "credential_type", None), rpartition=True)
+    sources = _tables(project.config.get("webhooks"))
+    # The scheduler checks signatures of every source (waits take unsubscribed deliveries too).
+    used = (
+        set(sources)
+        if agents is None
+        else {
+            hook.get("source")
+            for agent in chosen
+            for hook in agent.config.get("webhooks", [])
+            if isinstance(hook, dict) and isinstance(hook.get("source"), str)
+        }
+    )
+    for name in used:
+        table = sources.get(name)
+        source = registry.webhook_sources.get(table.get("type")) if table else None
+        if source is not None and not table.get("allowUnsigned", False):
+            found |= _owned_ref(table, getattr(source, "credential_type", None), rpartition=False)
+    return found
+
+
+def _tables(value: Any) -> dict[str, dict[str, Any]]:
+    """The well-formed ``[x.<name>]`` tables of a config value (``al validate`` reports the rest)."""
+    if not isinstance(value, dict):
+        return {}
+    return {name: table for name, table in value.items() if isinstance(table, dict)}
+
+
+def _owned_ref(
+    table: Mapping[str, Any], default_type: str | None, *, rpartition: bool
+) -> set[tuple[str, str]]:
+    """The credential a model or webhook table names with ``credential``: an instance of
+    ``default_type``, or (models only, as ``llamaherd.models`` reads it) ``"type:instance"``."""
+    ref = table.get("credential", DEFAULT_INSTANCE)
+    if not isinstance(ref, str) or not ref:
+        return set()
+    type_name, instance = ref.rpartition(":")[::2] if rpartition else ("", ref)
+    type_name = type_name or default_type or ""
+    try:
+        return {(check_name("type", type_name), check_name("instance", instance or "default"))}
+    except CredentialError:
+        return set()
+
+
 def unknown_type_message(type_name: str) -> str:
     """Say which distribution provides a credential type that no installed plugin registers."""
     from llamaherd.plugins import PROVIDED_BY

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from llamaherd.types import (
+        ControlChannel,
         CredentialType,
         LanguageSkill,
         Provider,
@@ -120,6 +121,24 @@ def register_routes(app: Starlette) -> None:
     :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
         ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard mutating
         routes with ``llamaherd.api.require_token``.
+    """
+
+
+# ----------------------------------------------------------------- remote schedulers
+
+
+@hookspec(firstresult=True)
+def open_control_channel(environment: str) -> ControlChannel | None:
+    """Open a channel to the control API of the scheduler deployed as ``environment``, for the
+    read commands' ``--env NAME`` (``al stat``, ``al runs``, ``al logs``, ``al stats``).
+
+    Return ``None`` when ``environment`` is not one of yours, so another plugin may answer; the
+    first :class:`~llamaherd.types.ControlChannel` returned is used and closed when the command
+    ends. Raise ``LlamaherdError`` when it is yours but cannot be reached (host down, no
+    scheduler running there). Without any implementation ``--env`` names the distribution to
+    install.
+
+    :param environment: the name given to ``--env`` (or ``$AL_ENV``).
     """
 
 

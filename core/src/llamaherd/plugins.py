@@ -329,6 +329,12 @@ def registry() -> Registry:
     return get_manager().registry()
 
 
+def describe_plugins(show_all: bool = False) -> list[PluginInfo]:
+    """The loaded plugins as ``al plugins`` lists them: distribution, version, the hooks each
+    implements and what it registered (core's built-ins only with ``show_all``)."""
+    return get_manager().describe(show_all)
+
+
 def reset() -> None:
     """Forget the process-wide manager (tests that install or register plugins)."""
     get_manager.cache_clear()
@@ -396,4 +402,9 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("agent_keys", "catchUp"): "llamaherd-cron",
     ("agent_keys", "every"): "llamaherd-cron",
     ("agent_keys", "webhooks"): "llamaherd-webhooks",
+    # Subcommands and hooks of a plugin that core names when they are missing.
+    ("commands", "env"): "llamaherd-deploy",
+    ("commands", "push"): "llamaherd-deploy",
+    ("commands", "service"): "llamaherd-deploy",
+    ("hooks", "open_control_channel"): "llamaherd-deploy",
 }

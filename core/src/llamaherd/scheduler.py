@@ -62,6 +62,8 @@ def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs; an exited one its parent has not reaped yet (a zombie, e.g.
+    under a container init that never reaps) counts as gone."""
     if pid <= 0:
         return False
     try:
@@ -69,8 +71,12 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal said it exists
 
 
 class SchedulerLock:

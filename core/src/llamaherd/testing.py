@@ -26,7 +26,8 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
 
 And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook source's
 signature checks (needs hypothesis); ``pip_installed(path, distribution)``, a context manager that really installs a plugin
-distribution into the running environment for a test; ``wait_until(predicate, ...)``, bounded
+distribution into the running environment for a test; ``fake_distribution(site, ...)``, a
+throwaway installed distribution with one entry point (for ``al`` subprocesses); ``wait_until(predicate, ...)``, bounded
 polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
@@ -153,6 +154,17 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not met within {timeout:g} s")
+
+
+def fake_distribution(site: Path, dist: str, entry_point: str, module: str, code: str) -> None:
+    """A minimal installed distribution in directory ``site`` (a dist-info and one module
+    holding ``code``) with one ``llamaherd`` entry point: put ``site`` on ``PYTHONPATH`` of an
+    ``al`` subprocess and the plugin loads as if pip had installed it."""
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[llamaherd]\n{entry_point} = {module}\n")
+    (site / f"{module}.py").write_text(textwrap.dedent(code))
 
 
 class TmpProject:

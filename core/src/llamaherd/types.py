@@ -427,6 +427,23 @@ class RunResult:
 
 
 @dataclass
+class ControlChannel:
+    """A way to a remote scheduler's control API, opened by a plugin for ``al ... --env NAME``
+    (``open_control_channel``).
+
+    The CLI speaks HTTP to ``socket``, a unix socket on this machine that only this user can
+    reach (e.g. the local end of an SSH forward), with ``token`` as the bearer token; ``where``
+    names the remote in messages ("deploy@example.com:/opt/action-llama"). ``close()`` tears
+    the channel down; the CLI calls it once, when the command ends.
+    """
+
+    socket: str
+    token: str
+    where: str
+    close: Callable[[], None] = field(default=lambda: None)
+
+
+@dataclass
 class Tool:
     """A language-skill tool: offered to the model and callable as a shell command."""
 

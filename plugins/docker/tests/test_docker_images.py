@@ -45,7 +45,9 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
     project.write("agents/worker/notes.txt", "v2")
     retagged = runtime.prepare(loaded.agent("worker"), loaded)
     assert retagged != tag and retagged.startswith("al-agent-worker:")
-    assert tag not in {t for image in runtime.client().images.list() for t in image.tags}
+    # Listed by repository: an unfiltered list races with other tests removing their images.
+    listed = runtime.client().images.list(name="al-agent-worker")
+    assert tag not in {t for image in listed for t in image.tags}
 
 
 def test_from_al_agent_follows_the_project_image(

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,33 @@ def _store(app: AppContext) -> Any:
     from llamaherd.store import Store
 
     return Store.open(app.project.database_url, str(app.project.root))
+
+
+def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``-E/--env NAME``: read from the scheduler deployed as NAME instead of this project."""
+    return click.option(
+        "-E",
+        "--env",
+        "environment",
+        envvar="AL_ENV",
+        metavar="NAME",
+        help="Read from the scheduler deployed as environment NAME (through its plugin, "
+        "e.g. over SSH) instead of this project's store.",
+    )(command)
+
+
+@contextmanager
+def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
+    """The local project's store, or the control API of ``environment``'s scheduler."""
+    from llamaherd.readers import ControlReader, StoreReader
+
+    if not environment:
+        yield StoreReader(_store(app), app.project, app.registry)
+        return
+    from llamaherd.client import ControlClient
+
+    with ControlClient.for_environment(environment) as client:
+        yield ControlReader(client)
 
 
 def _console() -> Any:
@@ -52,16 +81,26 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
     "--port", type=int, default=None, help="Override [gateway] port (0 picks a free one)."
 )
 @click.option(
+    "--bind",
+    default=None,
+    metavar="ADDRESS",
+    help="Override [gateway] bind (0.0.0.0 in a container whose port is published).",
+)
+@click.option(
     "--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop."
 )
 @pass_app
-def start_command(app: AppContext, detach: bool, port: int | None, grace: float) -> None:
+def start_command(
+    app: AppContext, detach: bool, port: int | None, bind: str | None, grace: float
+) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
     project = app.project
-    if port is not None:
-        project.config.setdefault("gateway", {})["port"] = port
+    overrides = {"port": port, "bind": bind}
+    for key, value in overrides.items():
+        if value is not None:
+            project.config.setdefault("gateway", {})[key] = value
     if detach:
-        _detach(project, port, grace)
+        _detach(project, overrides, grace)
         return
     from llamaherd.scheduler import Scheduler
 
@@ -81,7 +120,7 @@ def _configure_logging() -> None:
     )
 
 
-def _detach(project: Any, port: int | None, grace: float) -> None:
+def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     from llamaherd.scheduler import scheduler_info
 
     project.state_dir.mkdir(parents=True, exist_ok=True)
@@ -95,8 +134,9 @@ def _detach(project: Any, port: int | None, grace: float) -> None:
         "--grace",
         str(grace),
     ]
-    if port is not None:
-        args += ["--port", str(port)]
+    for key, value in overrides.items():
+        if value is not None:
+            args += [f"--{key}", str(value)]
     with open(project.state_dir / "scheduler.log", "ab") as log:
         child = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
@@ -161,8 +201,10 @@ def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bo
     if no_follow:
         click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
         return
+    from llamaherd.readers import StoreReader
+
     store = _store(app)
-    sys.exit(follow(store, _wait_for_item(store, agent, item)))
+    sys.exit(follow(StoreReader(store), _wait_for_item(store, agent, item)))
 
 
 def _live_hosts(app: AppContext) -> list[str]:
@@ -202,6 +244,7 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
     """No scheduler: this process dispatches the project's queue until our run has ended."""
     from llamaherd.agents import queue_manual
     from llamaherd.engine import Engine
+    from llamaherd.readers import StoreReader
     from llamaherd.schema import validate_project
 
     engine = Engine(project)
@@ -228,7 +271,9 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
             )
             if run_id is None:
                 engine.wakeup.wait(0.1)
-        printer = threading.Thread(target=follow, args=(engine.store, run_id), daemon=True)
+        printer = threading.Thread(
+            target=follow, args=(StoreReader(engine.store), run_id), daemon=True
+        )
         printer.start()
         try:
             while printer.is_alive():
@@ -250,24 +295,26 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
         engine.close()
 
 
-def follow(store: Any, run_id: str, *, poll: float = 0.1) -> int:
-    """Print a run's events as they arrive until it has ended; return its exit code."""
+def follow(reader: Any, run_id: str, *, poll: float = 0.1) -> int:
+    """Print a run's events as they arrive until it has ended; return its exit code.
+
+    ``reader`` is a ``llamaherd.readers.Reader``: the local store or a remote control API.
+    """
     from llamaherd.logview import format_event
 
     console = _console()
     after = 0
     while True:
-        run = store.get_run(run_id)
-        for event in store.events(run_id, after):
+        run = reader.run(run_id)
+        for event in reader.events(run_id, after):
             after = event["id"]
             console.print(format_event(event))
-        if run is None or run.state in FINAL:
-            if run is not None and run.return_value is not None:
-                console.print(f"[bold green]return value:[/] {json.dumps(run.return_value)}")
-            console.print(
-                f"[bold]run {run_id} {run.state if run else 'gone'}[/] (exit {run.exit_code if run else '?'})"
-            )
-            return run.exit_code if run and run.exit_code is not None else 1
+        if run is None or run["state"] in FINAL:
+            if run is not None and run["return_value"] is not None:
+                console.print(f"[bold green]return value:[/] {json.dumps(run['return_value'])}")
+            state, code = (run["state"], run["exit_code"]) if run else ("gone", None)
+            console.print(f"[bold]run {run_id} {state}[/] (exit {'?' if code is None else code})")
+            return code if code is not None else 1
         time.sleep(poll)
 
 
@@ -275,31 +322,26 @@ def follow(store: Any, run_id: str, *, poll: float = 0.1) -> int:
 @click.command("stat")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--watch", is_flag=True, help="Redraw every second.")
+@env_option
 @pass_app
-def stat_command(app: AppContext, as_json: bool, watch: bool) -> None:
+def stat_command(app: AppContext, as_json: bool, watch: bool, environment: str | None) -> None:
     """Agents: state, active/scale, queue depth, last result, next scheduled fire."""
-    from llamaherd.status import agent_rows
+    with _reader(app, environment) as reader:
+        if as_json:
+            click.echo(json.dumps({"agents": reader.agents()}, indent=2))
+            return
+        if not watch:
+            _console().print(_stat_table(reader.agents()))
+            return
+        from rich.live import Live
 
-    store = _store(app)
-
-    def rows() -> list[dict[str, Any]]:
-        return agent_rows(app.project, store, app.registry)
-
-    if as_json:
-        click.echo(json.dumps({"agents": rows()}, indent=2))
-        return
-    if not watch:
-        _console().print(_stat_table(rows()))
-        return
-    from rich.live import Live
-
-    with Live(_stat_table(rows()), console=_console(), refresh_per_second=4) as live:
-        try:
-            while True:
-                time.sleep(1)
-                live.update(_stat_table(rows()))
-        except KeyboardInterrupt:
-            pass
+        with Live(_stat_table(reader.agents()), console=_console(), refresh_per_second=4) as live:
+            try:
+                while True:
+                    time.sleep(1)
+                    live.update(_stat_table(reader.agents()))
+            except KeyboardInterrupt:
+                pass
 
 
 STATE_STYLES = {
@@ -347,73 +389,81 @@ def _stat_table(rows: list[dict[str, Any]]) -> Any:
 @click.argument("agent", required=False)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@env_option
 @pass_app
-def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) -> None:
+def runs_command(
+    app: AppContext, agent: str | None, limit: int, as_json: bool, environment: str | None
+) -> None:
     """Recent runs, newest first."""
+    with _reader(app, environment) as reader:
+        if agent:
+            reader.check_agent(agent)
+        rows = reader.runs(agent, limit)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    _console().print(_runs_table(rows))
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
-    from llamaherd.status import ago, run_dict
+    from llamaherd.status import ago
 
-    if agent:
-        app.project.agent(agent)
-    rows = _store(app).runs(agent=agent, limit=limit)
-    if as_json:
-        click.echo(json.dumps([run_dict(r) for r in rows], indent=2, default=str))
-        return
     table = Table(box=None, header_style="bold")
     for column in ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON"):
         table.add_column(column)
     for run in rows:
-        duration = (
-            f"{run.finished_at - run.started_at:.1f}s"
-            if run.finished_at and run.started_at
-            else "-"
-        )
+        started, finished = run["started_at"], run["finished_at"]
         table.add_row(
-            run.id,
-            run.agent,
-            f"[{STATE_STYLES.get(run.state, 'white')}]{run.state}[/]",
-            "-" if run.exit_code is None else str(run.exit_code),
-            run.trigger_kind,
-            ago(run.started_at),
-            duration,
-            run.reason or "",
+            run["id"],
+            run["agent"],
+            f"[{STATE_STYLES.get(run['state'], 'white')}]{run['state']}[/]",
+            "-" if run["exit_code"] is None else str(run["exit_code"]),
+            run["trigger_kind"],
+            ago(started),
+            f"{finished - started:.1f}s" if finished and started else "-",
+            run["reason"] or "",
         )
-    _console().print(table)
+    return table
 
 
-def _resolve_run(app: AppContext, store: Any, target: str) -> str:
-    if target in app.project.agents:
-        latest = store.runs(agent=target, limit=1)
+def _resolve_run(reader: Any, target: str) -> str:
+    """The run TARGET names: an agent (its latest run), a run id or a unique prefix."""
+    if target in reader.agent_names():
+        latest = reader.runs(target, 1)
         if not latest:
             raise LlamaherdError(f"agent {target!r} has no runs yet")
-        return latest[0].id
-    run = store.find_run(target)
+        return latest[0]["id"]
+    run = reader.run(target)
     if run is None:
         raise LlamaherdError(f"no such run or agent {target!r} (see `al runs`)")
-    return run.id
+    return run["id"]
 
 
 @click.command("logs")
 @click.argument("target")
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print raw events as JSON lines.")
+@env_option
 @pass_app
-def logs_command(app: AppContext, target: str, follow_: bool, as_json: bool) -> None:
+def logs_command(
+    app: AppContext, target: str, follow_: bool, as_json: bool, environment: str | None
+) -> None:
     """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run)."""
     from llamaherd.logview import format_event
 
-    store = _store(app)
-    run_id = _resolve_run(app, store, target)
-    if follow_:
-        follow(store, run_id)
-        return
-    console = _console()
-    for event in store.events(run_id):
-        if as_json:
-            click.echo(json.dumps(event))
-        else:
-            console.print(format_event(event))
+    with _reader(app, environment) as reader:
+        run_id = _resolve_run(reader, target)
+        if follow_:
+            follow(reader, run_id)
+            return
+        console = _console()
+        for event in reader.events(run_id):
+            if as_json:
+                click.echo(json.dumps(event))
+            else:
+                console.print(format_event(event))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
@@ -456,14 +506,19 @@ def _pause_command(paused: bool) -> click.Command:
 @click.argument("agent", required=False)
 @click.option("--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
 @click.option("--json", "as_json", is_flag=True)
+@env_option
 @pass_app
-def stats_command(app: AppContext, agent: str | None, since: str, as_json: bool) -> None:
+def stats_command(
+    app: AppContext, agent: str | None, since: str, as_json: bool, environment: str | None
+) -> None:
     """Run history: counts, durations, exit codes, tokens, the agent-call graph."""
     from llamaherd.durations import parse_duration
 
-    if agent:
-        app.project.agent(agent)
-    data = _store(app).stats(agent, time.time() - parse_duration(since, "--since"))
+    window = parse_duration(since, "--since")
+    with _reader(app, environment) as reader:
+        if agent:
+            reader.check_agent(agent)
+        data = reader.stats(agent, time.time() - window)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
