@@ -26,6 +26,11 @@ class LlamaherdError(Exception):
     """Base class for errors shown to users as one clear line (no traceback)."""
 
 
+class Conflict(LlamaherdError):
+    """A valid request the current state refuses (an agent that is off, a run that is not
+    waiting for an answer): the control API answers 409 with the message."""
+
+
 class ConfigError(LlamaherdError):
     """Bad project or agent configuration: names the file, the key path and the expectation."""
 
@@ -60,6 +65,11 @@ class Fatal(ProviderError):
 class Unavailable(Transient):
     """The model cannot serve now and retrying soon will not help (quota exhausted, model not
     found): the chain falls back to the next model at once. A Transient, so never structural."""
+
+
+class Aborted(ProviderError):
+    """The call was cut off on our side (the run was switched off, killed or interrupted by a
+    human's message): neither retried nor the provider's fault."""
 
 
 class CredentialInvalid(LlamaherdError):

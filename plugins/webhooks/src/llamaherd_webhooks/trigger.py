@@ -13,8 +13,8 @@ from llamaherd.api import Agent, TriggerContext, TriggerEvent
 from llamaherd_webhooks.matching import (
     ENTRY_KEYS,
     entry_matches,
+    fields_match,
     normalise_filter,
-    payload_matches,
 )
 
 _STRINGS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
@@ -124,7 +124,8 @@ class WebhooksTrigger:
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         """Does a webhook event satisfy a ``wait_for_trigger`` filter? The filter takes the keys
         of a ``[[webhooks]]`` entry (singular spellings too, ``source`` optional); any other key
-        must equal the event's field of that name (dotted paths allowed, e.g. ``number``)."""
+        must equal the event's field of that name (``number``) or, when there is none, the raw
+        payload's at that dotted path (``pull_request.base.ref``, ``payload.`` prefix optional)."""
         if event.kind != "webhook":
             return False
         conditions = normalise_filter(
@@ -132,6 +133,6 @@ class WebhooksTrigger:
         )
         known = {k: v for k, v in conditions.items() if k in ENTRY_KEYS}
         fields = {k: v for k, v in conditions.items() if k not in ENTRY_KEYS}
-        return entry_matches(known, event.source, event.payload) and payload_matches(
+        return entry_matches(known, event.source, event.payload) and fields_match(
             fields, event.payload
         )
