@@ -422,7 +422,7 @@ class Runner:
         """Run ``hooks.<phase>`` in order; a failing pre hook raises RunFailed."""
         ctx = live.ctx
         for command in ctx.agent.hooks[phase]:
-            if live.cancel.is_set():
+            if live.cancel.is_set() or ctx.state_change == "off":  # off: at once
                 return
             result = ctx.sandbox.exec(
                 "/bin/sh -c " + shlex.quote(command),

@@ -62,6 +62,8 @@ def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs. A zombie (exited, not yet reaped by its parent) does not: `al stop`
+    must not wait on a scheduler whose parent is slow to reap it."""
     if pid <= 0:
         return False
     try:
@@ -70,7 +72,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        # The state follows the parenthesised command name, which may itself hold spaces.
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: the signal check stands
 
 
 class SchedulerLock:
