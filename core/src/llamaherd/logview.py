@@ -23,6 +23,7 @@ STYLES = {
     "say": "bold cyan",
     "respond": "bold green",
     "ask": "bold yellow",
+    "human": "bold white",
     "wait": "cyan",
     "lock": "magenta",
 }

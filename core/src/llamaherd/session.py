@@ -340,7 +340,14 @@ class Session:
             if not self.cancel.is_set():  # a stop stays fired
                 self.abort.reset()
         for text in messages:
+            self._human({"message": text, "via": "say"})
             self._add_user(interruption(text))
+
+    def _human(self, data: dict[str, Any]) -> None:
+        """What a human said to the run (``al reply``, ``al say``), as a ``human`` event."""
+        self.ctx.log(
+            "human", {k: truncate(v, 4000) if isinstance(v, str) else v for k, v in data.items()}
+        )
 
     def _add_user(self, text: str) -> None:
         self.messages.append(Message("user", self.ctx.redact(text)).to_dict())
@@ -361,6 +368,14 @@ class Session:
         true}``) renews the turn budget of a run suspended at its limit."""
         if resume and resume.get("approved"):
             self.meta["turn_limit"] = self.meta["turns"] + self.max_turns
+        to_human = (self.meta.get("pending") or {}).get("kind") == HUMAN
+        if resume and (to_human or resume.get("message")):
+            if resume.get("end"):
+                self._human({"end": True})
+            elif resume.get("message"):
+                self._human({"message": resume["message"]})
+            else:
+                self._human({"answer": resume.get("result")})
         self._settle_pending(resume)
         if resume and resume.get("end"):
             self.checkpoint()
