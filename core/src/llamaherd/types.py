@@ -505,6 +505,9 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "request_headers": METHOD,  # (body, event, delivery, secret) -> headers a sender sends
     },
     Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
+    # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not
+    # checked at registration: the session calls it when present.
+    Sandbox: {"interrupt": METHOD},
     CredentialType: {
         "validate": METHOD,  # (values) -> str: `al creds test`; raises CredentialInvalid
         "sandbox": bool,  # False: never staged into a run (model keys, webhook secrets)
