@@ -152,10 +152,10 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     """``<recovery-notice>``: the interrupted run's times, now, and how long the system was down."""
     started = recovery.get("started_at")
     progress = recovery.get("last_progress") or started
-    # Down until now, the run's start (a stopped scheduler's run is requeued as it stops,
-    # and only runs again once it is back).
+    down = recovery.get("down_seconds")
     since = recovery.get("down_since", progress)
-    down = None if since is None else max(0.0, now - float(since))
+    if down is None and since is not None:  # requeued as its scheduler stopped: down until now
+        down = max(0.0, now - float(since))
     lines = [
         "An earlier run for this same trigger was interrupted (scheduler crash or host "
         "restart). Check what it already did before acting, so you do not repeat side "

@@ -626,7 +626,10 @@ def _timed_out(row: Any) -> dict[str, Any]:
     if wait.get("type") == HUMAN:
         what = "ask timed out: no human answered before its deadline"
     else:
-        what = f"wait_for_trigger timed out: no trigger matching {row.wait_filter} arrived before its deadline"
+        what = (
+            f"wait_for_trigger timed out: no trigger matching {row.wait_filter} arrived "
+            "before its deadline"
+        )
     return {"result": what, "is_error": True, "timeout": True}
 
 

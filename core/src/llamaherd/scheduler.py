@@ -377,7 +377,7 @@ class Scheduler(Engine):
             return  # another scheduler got there first
         log.warning("run %s was interrupted (its scheduler died)", run.id)
         self._cleanup_sandbox(run)
-        self._requeue(run, events)
+        self._requeue(run, events, down_until_now=True)
 
     def _cut_off(self, run_id: str) -> None:
         """A run still active when the stop's grace period ends is interrupted as by a crash:
@@ -389,9 +389,13 @@ class Scheduler(Engine):
             log.warning("run %s was still active when the grace period ended: requeued", run_id)
             self._requeue(run, events)
 
-    def _requeue(self, run: Any, events: list[dict[str, Any]]) -> None:
+    def _requeue(
+        self, run: Any, events: list[dict[str, Any]], down_until_now: bool = False
+    ) -> None:
         """Queue an interrupted run's trigger again, once, with what the recovery notice says
-        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued)."""
+        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued).
+        ``down_until_now``: the system is back now (a crash found at startup); else (a stop)
+        the notice counts the downtime until the new run starts."""
         agent = self.project.agents.get(run.agent)
         trigger = run.trigger or {}
         if (
@@ -412,6 +416,8 @@ class Scheduler(Engine):
             "last_progress": last_progress,
             "down_since": down_since,
         }
+        if down_until_now:
+            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
         self.emit(
             TriggerEvent(
                 agent=run.agent,

@@ -56,7 +56,6 @@ AUTH_PATTERN = re.compile(
     re.IGNORECASE,
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LOOP_MODES = ("autonomous", "interactive")
 HUMAN = "human"  # wait-filter type of a run parked until a human answers (ask, respond)
 INTERRUPTED = (
     "not run: a human interrupted this turn with a message (next); call it again if you "
@@ -80,7 +79,7 @@ class ActiveRun:
     sandbox: Sandbox | None = None  # while the run is active
     redactor: Redactor | None = None  # over the run's credential values and keys
     trigger: dict[str, Any] = field(default_factory=dict)
-    loop_mode: str = "autonomous"  # or "interactive": a human takes part (``LOOP_MODES``)
+    loop_mode: str = "autonomous"  # or "interactive": a human takes part (agent `loop_mode`)
     # The agent state this run set for its agent (set_state): the session ends the run on it.
     state_change: str | None = None
     # Done when the tool call (or hook command) running now ends: the `state` shell command.

@@ -31,42 +31,36 @@ def _text(words: tuple[str, ...]) -> str:
     return text.strip()
 
 
-@click.command("reply")
-@click.argument("run")
-@click.argument("text", nargs=-1)
-@pass_app
-def reply_command(app: AppContext, run: str, text: tuple[str, ...]) -> None:
-    """Answer RUN's question (its ask), or give your next message after it responded."""
-    from llamaherd.agents import reply_to_run
+def _talk_command(reply: bool) -> click.Command:
+    """``al reply RUN TEXT`` or ``al say RUN TEXT``: the same operation as the control API's."""
+    verb = "reply" if reply else "say"
 
-    message = _text(text)
-    answer = through(
-        app,
-        f"/control/runs/{run}/reply",
-        {"text": message},
-        lambda engine: reply_to_run(engine, run, message),
+    @click.command(verb)
+    @click.argument("run")
+    @click.argument("text", nargs=-1)
+    @pass_app
+    def command(app: AppContext, run: str, text: tuple[str, ...]) -> None:
+        from llamaherd.agents import reply_to_run, say_to_run
+
+        talk = reply_to_run if reply else say_to_run
+        message = _text(text)
+        answer = through(
+            app,
+            f"/control/runs/{run}/{verb}",
+            {"text": message},
+            lambda engine: talk(engine, run, message),
+        )
+        click.echo(f"run {answer['run']}: delivered ({answer['delivered']})")
+
+    command.help = (
+        "Answer RUN's question (its ask), or give your next message after it responded. "
+        "TEXT, or stdin when none."
+        if reply
+        else "Interrupt RUN with a message: its current turn is cut short (the model request "
+        "and the command running are stopped, the tool calls not yet run are skipped) and it "
+        "goes on with TEXT (or stdin) as new input."
     )
-    click.echo(f"run {answer['run']}: delivered ({answer['delivered']})")
-
-
-@click.command("say")
-@click.argument("run")
-@click.argument("text", nargs=-1)
-@pass_app
-def say_command(app: AppContext, run: str, text: tuple[str, ...]) -> None:
-    """Interrupt RUN with a message: its current turn is cut short (the model request and the
-    command running are stopped, the tool calls not yet run are skipped) and it goes on with
-    TEXT as new input."""
-    from llamaherd.agents import say_to_run
-
-    message = _text(text)
-    answer = through(
-        app,
-        f"/control/runs/{run}/say",
-        {"text": message},
-        lambda engine: say_to_run(engine, run, message),
-    )
-    click.echo(f"run {answer['run']}: delivered ({answer['delivered']})")
+    return command
 
 
 # ---------------------------------------------------------------------- chat
@@ -194,5 +188,5 @@ def chat_command(app: AppContext, agent: str, message: tuple[str, ...], wake: bo
 
 
 def register(cli: click.Group) -> None:
-    for command in (reply_command, say_command, chat_command):
+    for command in (_talk_command(True), _talk_command(False), chat_command):
         cli.add_command(command)
