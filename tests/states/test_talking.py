@@ -231,3 +231,28 @@ def test_al_chat_is_an_interactive_manual_run_in_the_terminal(tmp_path, schedule
     assert MODE_NOTES["interactive"] in system_of(run)
     user = next(m for m in run.transcript if m.get("role") == "user")["content"]
     assert "first message:\n\nhello there" in user
+
+
+def test_an_unanswered_ask_errors_and_an_unanswered_respond_ends_the_run(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    project.add_scripted_agent(
+        "lonely",
+        'loop_mode = "interactive"\nwaitTimeout = 1\n',
+        """
+        [[turns]]
+        tool_calls = [{name = "ask", arguments = {question = "Anyone there?"}}]
+        [[turns]]
+        tool_calls = [{name = "respond", arguments = {message = "Alone: {{ last_result }}"}}]
+        [[turns]]
+        text = "never"
+        """,
+    )
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "lonely"}).status_code == 202
+    run = one_run(store, "lonely", "done")
+    assert run.reason == "the human did not answer before the wait timed out"
+    (responded,) = events(store, run.id, "respond")
+    assert responded["message"] == "Alone: ask timed out: no human answered before its deadline"
+    assert tool_results(run)[0] == "ask timed out: no human answered before its deadline"
+    assert len([m for m in run.transcript if m["role"] == "assistant"]) == 2

@@ -54,22 +54,25 @@ def test_an_approved_run_resumes_at_once_ahead_of_the_queue(tmp_path, scheduler)
     store = project.store()
     assert project.al("run", "looper", "--no-follow", check=True).returncode == 0
     first = _suspended(store, "looper", 1)
-    old_deadline = first.wait_deadline
     project.al("run", "looper", "--no-follow", check=True)  # waits behind the suspended run
     assert store.queue_depth("looper")["looper"] == 1
-    # The owner lets the agent go while the run is suspended: that run still holds the
-    # agent's only slot, so the queued item does not start.
-    project.al("state", "looper", "idle", check=True)
 
     assert f"run {first.id} approved" in project.al("approve", first.id, check=True).stdout
     again = _suspended(store, "looper", 2)  # the same run: one more turn, suspended again
-    assert again.id == first.id and again.wait_deadline > old_deadline
+    assert again.id == first.id and again.wait_deadline > first.wait_deadline
     assert [r.id for r in runs_of(store, "looper")] == [first.id]
     assert store.queue_depth("looper")["looper"] == 1
+
+    # The owner lets the agent go while its run is suspended: that run still holds the
+    # agent's only slot, so the queued item does not start; approved, it resumes first again.
+    project.al("state", "looper", "idle", check=True)
+    project.al("approve", first.id, check=True)
+    _suspended(store, "looper", 3)
+    assert [r.id for r in runs_of(store, "looper")] == [first.id]
     outputs = [c["output"] for c in events(store, first.id, "tool_call")]
-    assert outputs == ["turn 1", "turn 2"]
+    assert outputs == ["turn 1", "turn 2", "turn 3"]
     changes = [e["data"]["state"] for e in events_of(store, "looper", "state")]
-    assert changes == ["suspended", "idle", "suspended"]
+    assert changes == ["suspended", "idle", "suspended", "idle", "suspended"]
 
     assert "denied" in project.al("deny", first.id, check=True).stdout
     assert store.get_run(first.id).state == "killed" and store.agent_state("looper") == "off"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llamaherd import hookimpl
@@ -94,7 +95,15 @@ def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
     return handler_endpoint(f"gateway_{tool_name}", handler, tool_name, args_from_path)
 
 
-def handler_endpoint(name: str, pick: Any, what: str, args_from_path: str | None = None) -> Any:
+Handler = Callable[[Any, dict[str, Any]], Any]  # (RunContext, arguments) -> JSON-able answer
+
+
+def handler_endpoint(
+    name: str,
+    pick: Callable[[Any, Any], Handler | None],
+    what: str,
+    args_from_path: str | None = None,
+) -> Any:
     """An endpoint that authenticates, then calls ``pick(engine, ctx)(ctx, args)``, where the
     arguments are the JSON body (a GET's query parameters)."""
 
@@ -104,10 +113,9 @@ def handler_endpoint(name: str, pick: Any, what: str, args_from_path: str | None
 
         engine = request.app.state.engine
         try:
-            args = await _body(request) if request.method != "GET" else {}
+            args = await _body(request) if request.method != "GET" else dict(request.query_params)
         except ValueError as exc:
             return _error(400, f"bad JSON body: {exc}")
-        args.update(request.query_params)
         if args_from_path:
             args[args_from_path] = request.path_params[args_from_path]
         ctx = await run_in_threadpool(authenticate, engine, request)
@@ -208,6 +216,7 @@ ROUTES = [
     ("/gateway/unlock", "release_lock", None, "POST"),
     ("/gateway/lock-heartbeat", "heartbeat_lock", None, "POST"),
     ("/gateway/state", "set_state", None, "POST"),
+    ("/gateway/events", "recent_events", None, "GET"),
 ]
 
 
@@ -219,7 +228,6 @@ def register_routes(app):
         Route(path, skill_endpoint(tool, param), methods=[method])
         for path, tool, param, method in ROUTES
     ]
-    from llamaherd.skills.events import recent_events
     from llamaherd.skills.states import current_state
 
     routes += [
@@ -232,11 +240,6 @@ def register_routes(app):
             "/gateway/agent-state",
             handler_endpoint("gateway_request_state", _state_handler, "state"),
             methods=["POST"],
-        ),
-        Route(
-            "/gateway/events",
-            handler_endpoint("gateway_events", lambda *_: recent_events, "recent_events"),
-            methods=["GET"],
         ),
     ]
     routes.append(Route("/gateway/setenv", setenv, methods=["POST"]))

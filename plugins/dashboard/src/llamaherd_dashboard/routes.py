@@ -361,18 +361,16 @@ def _talk(reply: bool) -> Handler:
 
     @mutation
     async def endpoint(request: Request) -> Response:
-        from llamaherd.api import LlamaherdError, reply_to_run, say_to_run
+        from llamaherd.api import LlamaherdError, json_body, reply_to_run, say_to_run
 
         found = await _find_run(request)
         if found is None:
             return failed(request, 404, _no_run(request))
-        fields = await auth.form_fields(request)
-        if not fields:
-            try:
-                fields = await request.json()
-            except ValueError:
-                fields = {}
-        text = str(fields.get("text") or "").strip() if isinstance(fields, dict) else ""
+        try:  # a form (the run's page), or JSON (with the control token)
+            fields = await auth.form_fields(request) or await json_body(request)
+        except LlamaherdError as exc:
+            return failed(request, 400, str(exc))
+        text = str(fields.get("text") or "").strip()
         if not text:
             return failed(request, 400, "the message is empty")
         talk = reply_to_run if reply else say_to_run
