@@ -1,4 +1,5 @@
-"""What can be done to an agent: queue a manual run, change its state, answer a suspension.
+"""What can be done to an agent and its runs: queue a manual run or a chat, change its state,
+answer a suspension, reply or say something to a run.
 
 Domain operations, shared by the CLI, the control API, the dashboard, the runner and the
 language skills, so each rule lives once. ``engine`` is the running Engine (or a foreground one).
