@@ -26,6 +26,7 @@ ERRORS = {
     "RunFailed": 0,
     "CredentialError": 0,
     "CredentialInvalid": 0,
+    "Conflict": 0,
 }
 MIN_PIECE = 8
 # Test helpers, not messages a user sees.

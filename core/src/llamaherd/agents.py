@@ -1,4 +1,5 @@
-"""What can be done to an agent: queue a manual run, change its state, answer a suspension.
+"""What can be done to an agent and its runs: queue a manual run or a chat, change its state,
+answer a suspension, reply or say something to a run.
 
 Domain operations, shared by the CLI, the control API, the dashboard, the runner and the
 language skills, so each rule lives once. ``engine`` is the running Engine (or a foreground one).
@@ -8,16 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.status import SETTABLE_STATES, agent_rows
-from llamaherd.types import LlamaherdError, TriggerEvent
+from llamaherd.prompts import CHAT_SOURCE
+from llamaherd.session import HUMAN, interruption
+from llamaherd.status import OWNER_STATES, SETTABLE_STATES, agent_rows
+from llamaherd.types import Conflict, EmitResult, LlamaherdError, TriggerEvent
 
 SUSPEND_TIMEOUT = 1200.0  # seconds a suspended run waits for `al approve` (agent `suspendTimeout`)
 SUSPENSION = "suspension"  # wait-filter type of a run paused at its turn limit (no trigger matches)
 
 
-def manual_event(agent: str, payload: dict[str, Any] | None) -> TriggerEvent:
-    """A run by hand; its prompt block is the manual trigger type's (``llamaherd.triggers``)."""
-    return TriggerEvent(agent=agent, kind="manual", payload=payload or {})
+def manual_event(
+    agent: str, payload: dict[str, Any] | None, source: str | None = None, prompt: str = ""
+) -> TriggerEvent:
+    """A run by hand; its prompt block is the manual trigger type's (``llamaherd.triggers``)
+    unless ``prompt`` gives one (``al chat``)."""
+    return TriggerEvent(
+        agent=agent, kind="manual", payload=payload or {}, source=source, prompt=prompt
+    )
 
 
 def queue_manual(
@@ -26,14 +34,35 @@ def queue_manual(
     payload: dict[str, Any] | None,
     count: int = 1,
     cause: str = "manual run",
-) -> list[dict[str, Any]]:
+    *,
+    wake: bool = False,
+    source: str | None = None,
+    prompt: str = "",
+) -> list[EmitResult]:
     """Queue ``count`` manual runs of ``agent``; ``engine.emit``'s result for each.
 
     A manual run is how an owner recovers an agent in ``error``, so it first sets it ``idle``.
+    A hibernating or switched-off agent refuses it (``engine.gate``) unless ``wake``, which
+    sets it ``idle`` first.
     """
-    if engine.store.agent_state(agent) == "error":
+    state = engine.store.agent_state(agent)
+    if state == "error":
         engine.store.set_agent_state(agent, "idle", cause)
-    return [engine.emit(manual_event(agent, payload)) for _ in range(count)]
+    elif wake and state in ("hibernate", "off"):
+        engine.store.set_agent_state(agent, "idle", f"{cause}, woken from {state}")
+    return [engine.emit(manual_event(agent, payload, source, prompt)) for _ in range(count)]
+
+
+def queue_chat(engine: Any, agent: str, message: str, wake: bool = False) -> EmitResult:
+    """``al chat``: a manual run in interactive mode whose first input is ``message``."""
+    prompt = (
+        "A human started a chat with you (`al chat`); you are in interactive mode. Their "
+        f"first message:\n\n{message}"
+    )
+    results = queue_manual(
+        engine, agent, {}, 1, "al chat", wake=wake, source=CHAT_SOURCE, prompt=prompt
+    )
+    return results[0]
 
 
 def is_suspended(row: Any) -> bool:
@@ -86,14 +115,117 @@ def set_agent_state(
     }
 
 
-def suspended_run(engine: Any, target: str) -> Any:
-    """The run ``target`` names (id or unique prefix) if it is paused at its turn limit."""
+def change_state(
+    engine: Any, agent: str, state: str, cause: str, wake: bool = False
+) -> dict[str, Any]:
+    """Honour any state an owner may ask for (``POST /agents/:id/state``, ``al state``):
+    ``idle``/``hibernate``/``off`` are set (``set_agent_state``); ``active`` means run now (a
+    manual run; refused while the agent is off or hibernating unless ``wake``); ``suspended``
+    means hold (triggers queue, nothing runs, until ``idle``). ``error`` and ``paused`` cannot be
+    set this way: ``Conflict`` with the reason."""
+    if state in SETTABLE_STATES:
+        return set_agent_state(engine, agent, state, cause)
+    engine.project.agent(agent)
+    previous = engine.store.agent_state(agent)
+    answer = {"agent": agent, "state": state, "previous": previous, "killed": [], "dropped": 0}
+    if state == "active":
+        result = queue_manual(engine, agent, {}, 1, cause, wake=wake)[0]
+        if result.refused:
+            raise Conflict(f"cannot make agent {agent!r} active: {result.refused}")
+        return {**answer, "queued": result.queued}
+    if state == "suspended":
+        engine.store.set_agent_state(agent, "suspended", cause)
+        return answer
+    if state == "error":
+        raise Conflict(
+            f"agent {agent!r} cannot be put in error by hand: only a structural failure does "
+            "that (set idle to clear it)"
+        )
+    if state == "paused":
+        raise Conflict(
+            f"paused is not an agent state: pause agent {agent!r} with `al pause {agent}` "
+            "(POST /control/pause)"
+        )
+    raise LlamaherdError(f"state: expected one of {', '.join(OWNER_STATES)}, got {state!r}")
+
+
+def find_run(engine: Any, target: str) -> Any:
+    """The run ``target`` names (id or unique prefix)."""
     run_row = engine.store.find_run(target)
     if run_row is None:
         raise LlamaherdError(f"no such run {target!r} (see `al runs`)")
+    return run_row
+
+
+def suspended_run(engine: Any, target: str) -> Any:
+    """The run ``target`` names (id or unique prefix) if it is paused at its turn limit."""
+    run_row = find_run(engine, target)
     if not is_suspended(run_row):
         raise LlamaherdError(f"run {run_row.id} is not suspended (it is {run_row.state})")
     return run_row
+
+
+def human_wait(row: Any) -> str | None:
+    """``ask`` or ``respond`` when the run waits for a human (interactive mode), else None."""
+    wait = row.wait_filter or {}
+    if row.state == "waiting" and wait.get("type") == HUMAN:
+        return str(wait.get("kind") or "ask")
+    return None
+
+
+def reply_to_run(engine: Any, target: str, text: str, end: bool = False) -> dict[str, Any]:
+    """``al reply``: answer the run's ``ask`` (the tool's result) or, after its ``respond``,
+    give the human's next message; ``end`` closes the conversation (the run ends done)."""
+    run_row = find_run(engine, target)
+    kind = human_wait(run_row)
+    if kind is None:
+        raise Conflict(
+            f"run {run_row.id} is not waiting for a human answer (it is {run_row.state}); "
+            f"`al say {run_row.id} TEXT` talks to a running run"
+        )
+    if end:
+        payload = {"end": True, "result": "the human ended the conversation"}
+    elif kind == "ask":
+        payload = {"result": text}
+    else:
+        payload = {"result": "delivered", "message": text}
+    _resume(engine, run_row, payload)
+    return {"run": run_row.id, "delivered": "end" if end else kind}
+
+
+def say_to_run(engine: Any, target: str, text: str) -> dict[str, Any]:
+    """``al say``: interrupt a running run (its turn is aborted, ``text`` is its next input);
+    a run waiting for a human gets it as the answer, one waiting for a trigger is woken
+    with it."""
+    run_row = find_run(engine, target)
+    if run_row.state == "running":
+        if not engine.runner.interrupt(run_row.id, text):
+            raise Conflict(
+                f"run {run_row.id} is running in another process (host {run_row.host}): "
+                "send the message through the scheduler that runs it"
+            )
+        return {"run": run_row.id, "delivered": "interrupt"}
+    if is_suspended(run_row):
+        raise Conflict(
+            f"run {run_row.id} is suspended at maxTurns: answer it with `al approve` or `al deny`"
+        )
+    if human_wait(run_row) is not None:
+        return reply_to_run(engine, run_row.id, text)
+    if run_row.state != "waiting":
+        raise Conflict(f"run {run_row.id} is {run_row.state}: there is nothing to talk to")
+    payload = {
+        "result": "wait_for_trigger ended early: a human interrupted it with a message (next)",
+        "is_error": True,
+        "message": interruption(text),
+    }
+    _resume(engine, run_row, payload)
+    return {"run": run_row.id, "delivered": "interrupt"}
+
+
+def _resume(engine: Any, run_row: Any, payload: dict[str, Any]) -> None:
+    if not engine.store.resume_waiting(run_row.id, payload):
+        raise Conflict(f"run {run_row.id} has already been resumed")
+    engine.wakeup.set()
 
 
 def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> dict[str, Any]:
@@ -111,6 +243,9 @@ def answer_suspension(engine: Any, target: str, approve: bool, cause: str) -> di
     engine.store.resume_waiting(
         run_row.id, {"result": "approved: your turn budget is renewed", "approved": True}
     )
+    # Approved: no longer on the suspendTimeout clock. The run kept its slot while suspended
+    # and the dispatcher resumes it ahead of the queue (``Engine.claim``).
+    engine.store.update_run(run_row.id, wait_deadline=None)
     engine.wakeup.set()
     return {"run": run_row.id, "approved": True}
 

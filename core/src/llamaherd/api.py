@@ -38,7 +38,8 @@ What is here, by topic:
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
   ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
-  ``answer_suspension``, ``state_of``, ``is_suspended``) and what ``al stat`` shows
+  ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
+  ``say_to_run``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
   ``until``, ``event_summary``).
 """
@@ -53,8 +54,11 @@ from llamaherd import __version__, hookimpl
 if TYPE_CHECKING:
     from llamaherd.agents import (
         answer_suspension,
+        human_wait,
         is_suspended,
         queue_manual,
+        reply_to_run,
+        say_to_run,
         set_agent_state,
         state_of,
     )
@@ -147,8 +151,10 @@ if TYPE_CHECKING:
 # Where each public name lives (``name`` or ``name:attribute`` when it is exported renamed).
 # tests/foundation/test_public_api.py checks this against the imports above.
 _SOURCES: dict[str, tuple[str, ...]] = {
+    # The dashboard's Reply and Say buttons: the same operations as `al reply` / `al say`.
     "llamaherd.agents": (
-        "answer_suspension", "is_suspended", "queue_manual", "set_agent_state", "state_of",
+        "answer_suspension", "human_wait", "is_suspended", "queue_manual", "reply_to_run",
+        "say_to_run", "set_agent_state", "state_of",
     ),
     "llamaherd.auth": (
         "authorized", "control_token", "is_local", "json_body", "require_read", "require_token",

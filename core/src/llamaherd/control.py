@@ -14,7 +14,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd import hookimpl
-from llamaherd.agents import answer_suspension, queue_manual, set_agent_state, state_of
+from llamaherd.agents import (
+    answer_suspension,
+    change_state,
+    queue_chat,
+    queue_manual,
+    reply_to_run,
+    say_to_run,
+    state_of,
+)
 from llamaherd.auth import json_body, require_read, require_token
 from llamaherd.status import agent_rows, run_dict
 from llamaherd.types import LlamaherdError
@@ -70,12 +78,16 @@ async def agent_state(request: Request) -> Response:
 
 @require_token
 async def change_agent_state(request: Request) -> Response:
-    """Body {"state": "idle" | "hibernate" | "off", "cause"?: text}."""
+    """Body {"state": "idle" | "hibernate" | "off" | "active" | "suspended", "cause"?: text,
+    "wake"?: bool}: ``active`` runs the agent now, ``suspended`` holds it; a state that cannot
+    be honoured (``error``, ``paused``, ``active`` while off) is answered 409 with the reason."""
     engine = _engine(request)
     body = await json_body(request)
     cause = str(body.get("cause") or "set through the control API")
+    state = _field(body, "state", str, "")
+    wake = _field(body, "wake", bool, False)
     answer = await run_in_threadpool(
-        set_agent_state, engine, request.path_params["name"], str(body.get("state", "")), cause
+        change_state, engine, request.path_params["name"], state, cause, wake
     )
     return JSONResponse(answer)
 
@@ -107,7 +119,14 @@ async def run(request: Request) -> Response:
         raise LlamaherdError("count: expected 1 to 10000")
 
     payload = _field(body, "payload", dict, {})
-    results = await run_in_threadpool(queue_manual, engine, agent, payload, count)
+    wake = _field(body, "wake", bool, False)
+    chat = _field(body, "chat", str, None)  # `al chat`: the human's first message
+    if chat is not None:
+        results = [await run_in_threadpool(queue_chat, engine, agent, chat, wake)]
+    else:
+        results = await run_in_threadpool(
+            lambda: queue_manual(engine, agent, payload, count, wake=wake)
+        )
     refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
@@ -185,6 +204,28 @@ async def kill(request: Request) -> Response:
     return JSONResponse({"killed": await run_in_threadpool(kill_all)})
 
 
+def _talk(reply: bool):
+    """``al reply`` (body {"text", "end"?}) or ``al say`` (body {"text"}) to a run."""
+
+    @require_token
+    async def endpoint(request: Request) -> Response:
+        engine = _engine(request)
+        body = await json_body(request)
+        text = _field(body, "text", str, "")
+        end = _field(body, "end", bool, False)
+        if not text.strip() and not end:
+            raise LlamaherdError("text: expected a non-empty message")
+        run_id = request.path_params["run_id"]
+        if reply:
+            answer = await run_in_threadpool(reply_to_run, engine, run_id, text, end)
+        else:
+            answer = await run_in_threadpool(say_to_run, engine, run_id, text)
+        return JSONResponse(answer)
+
+    endpoint.__name__ = "reply" if reply else "say"
+    return endpoint
+
+
 def _pause(paused: bool):
     @require_token
     async def endpoint(request: Request) -> Response:
@@ -227,6 +268,8 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/agents/{name}/state", change_agent_state, ["POST"]),
     ("/control/runs/{run_id}/approve", _answer(True), ["POST"]),
     ("/control/runs/{run_id}/deny", _answer(False), ["POST"]),
+    ("/control/runs/{run_id}/reply", _talk(True), ["POST"]),
+    ("/control/runs/{run_id}/say", _talk(False), ["POST"]),
 ]
 
 

@@ -163,9 +163,12 @@ class Engine:
         state = self.store.agent_state(agent)
         refused = None
         if state == "off":
-            refused = f"agent {agent!r} is off"
+            refused = f"agent {agent!r} is off (turn it on with `al state {agent} idle`)"
         elif state == "hibernate" and kind not in self.hibernating_kinds():
-            refused = f"agent {agent!r} is hibernating: only its schedule starts runs"
+            refused = (
+                f"agent {agent!r} is hibernating: only its schedule starts runs "
+                f"(wake it with `al state {agent} idle`)"
+            )
         if refused:
             data = {"kind": kind, "reason": refused, **(detail or {})}
             self.store.add_agent_event(agent, "trigger.refused", data)
@@ -181,18 +184,41 @@ class Engine:
         }
 
     # ------------------------------------------------------------------ dispatch
-    def scales(self) -> dict[str, int]:
-        """Claimable capacity per agent: its ``scale``, or 0 while it is held or paused."""
+    def _scales(self, suspended: list[tuple[str, str]]) -> dict[str, int]:
+        """Claimable capacity per agent: its ``scale`` less its ``suspended`` runs (each holds
+        its slot for when it is approved); -1 while it is held or paused."""
         paused_all, paused = self.store.paused()
         states = self.store.agent_states()
+        holding: dict[str, int] = {}
+        for _, agent in suspended:
+            holding[agent] = holding.get(agent, 0) + 1
         scales = {}
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
-            scales[name] = 0 if held else agent.scale
+            scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
         return scales
 
+    def _suspended(self) -> list[tuple[str, str]]:
+        """(run id, agent) of the runs suspended at their turn limit, approved or not yet."""
+        from llamaherd.agents import SUSPENSION
+
+        return [
+            (run_id, agent)
+            for run_id, agent, wait in self.store.wait_filters()
+            if (wait or {}).get("type") == SUSPENSION
+        ]
+
     def claim(self) -> tuple[Any, Any] | None:
-        return self.store.claim(self.scales(), self.project.setting("scale"), self.host)
+        """An approved suspended run first (it resumes at once, in the slot it held, unless its
+        agent is held or paused), else the next queued item."""
+        suspended = self._suspended()
+        scales = self._scales(suspended)
+        for run_id, agent in suspended:
+            claimed = scales.get(agent, -1) >= 0 and self.store.claim_resume(run_id, self.host)
+            if claimed:
+                return claimed
+        room = {name: max(0, scale) for name, scale in scales.items()}
+        return self.store.claim(room, self.project.setting("scale"), self.host)
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():

@@ -16,15 +16,21 @@ JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}
     POST /gateway/lock   {uri}             rlock            acquire_lock -> ok | holder
     POST /gateway/unlock {uri}             runlock          release_lock
     POST /gateway/lock-heartbeat {uri?}    rlock-heartbeat  heartbeat_lock
-    POST /gateway/state  {state, reason?}  al-state         set_state (hibernate | off)
+    POST /gateway/state  {state, reason?}  al-state         set_state (idle | hibernate | off)
+    GET  /gateway/agent-state              state            the agent's state
+    POST /gateway/agent-state {state, reason?}  state STATE  set when the command's tool call ends
+    GET  /gateway/events?limit&level&run   al-events        recent_events (this agent's runs)
     POST /gateway/setenv {name, value}     setenv           env for the model's later bash calls
     POST /gateway/wait   {filter, timeout} al-wait          blocks until a matching trigger (408)
+
+A state the agent may not set (``selfStates``) is refused with 403.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llamaherd import hookimpl
@@ -82,13 +88,32 @@ async def _body(request: Request) -> dict[str, Any]:
 def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
     """An endpoint that authenticates, then calls the language-skill tool ``tool_name``."""
 
+    def handler(engine: Any, ctx: Any) -> Any:
+        tool = engine.registry.tools().get(tool_name)
+        return tool.handler if tool is not None else None
+
+    return handler_endpoint(f"gateway_{tool_name}", handler, tool_name, args_from_path)
+
+
+Handler = Callable[[Any, dict[str, Any]], Any]  # (RunContext, arguments) -> JSON-able answer
+
+
+def handler_endpoint(
+    name: str,
+    pick: Callable[[Any, Any], Handler | None],
+    what: str,
+    args_from_path: str | None = None,
+) -> Any:
+    """An endpoint that authenticates, then calls ``pick(engine, ctx)(ctx, args)``, where the
+    arguments are the JSON body (a GET's query parameters)."""
+
     async def endpoint(request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
         from starlette.responses import Response
 
         engine = request.app.state.engine
         try:
-            args = await _body(request)
+            args = await _body(request) if request.method != "GET" else dict(request.query_params)
         except ValueError as exc:
             return _error(400, f"bad JSON body: {exc}")
         if args_from_path:
@@ -96,17 +121,25 @@ def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
         ctx = await run_in_threadpool(authenticate, engine, request)
         if isinstance(ctx, Response):
             return ctx
-        tool = engine.registry.tools().get(tool_name)
-        if tool is None:
-            return _error(404, f"no language skill provides {tool_name!r}")
+        handler = pick(engine, ctx)
+        if handler is None:
+            return _error(404, f"no language skill provides {what!r}")
         try:
-            result = await run_in_threadpool(tool.handler, ctx, args)
+            result = await run_in_threadpool(handler, ctx, args)
         except (ValueError, TypeError, KeyError) as exc:
             return _error(400, str(exc))
         return _answer(result)
 
-    endpoint.__name__ = f"gateway_{tool_name}"
+    endpoint.__name__ = name
     return endpoint
+
+
+def _state_handler(engine: Any, ctx: Any) -> Any:
+    """``state STATE``: deferred to the end of the running tool call when the run's session
+    is in this process; else (nothing here would apply it) at once."""
+    from llamaherd.skills.states import request_state, set_state
+
+    return request_state if engine.runner.live(ctx.run_id) is not None else set_state
 
 
 def _answer(result: Any) -> JSONResponse:
@@ -183,6 +216,7 @@ ROUTES = [
     ("/gateway/unlock", "release_lock", None, "POST"),
     ("/gateway/lock-heartbeat", "heartbeat_lock", None, "POST"),
     ("/gateway/state", "set_state", None, "POST"),
+    ("/gateway/events", "recent_events", None, "GET"),
 ]
 
 
@@ -193,6 +227,20 @@ def register_routes(app):
     routes = [
         Route(path, skill_endpoint(tool, param), methods=[method])
         for path, tool, param, method in ROUTES
+    ]
+    from llamaherd.skills.states import current_state
+
+    routes += [
+        Route(
+            "/gateway/agent-state",
+            handler_endpoint("gateway_state", lambda *_: current_state, "state"),
+            methods=["GET"],
+        ),
+        Route(
+            "/gateway/agent-state",
+            handler_endpoint("gateway_request_state", _state_handler, "state"),
+            methods=["POST"],
+        ),
     ]
     routes.append(Route("/gateway/setenv", setenv, methods=["POST"]))
     routes.append(Route("/gateway/wait", wait, methods=["POST"]))

@@ -19,17 +19,25 @@ STYLES = {
     "hook": "cyan",
     "error": "bold red",
     "run_error": "bold red",
+    "turn_error": "bold red",
+    "say": "bold cyan",
+    "respond": "bold green",
+    "ask": "bold yellow",
+    "human": "bold white",
     "wait": "cyan",
     "lock": "magenta",
 }
 
 # Which field of an event's data says the most, by event type.
 SUMMARY_KEYS = ("text", "message", "command", "value", "reason", "state", "tool", "model", "uri")
+# How an event is classified (``recent_events``), not what it says: left out of the line.
+META_KEYS = ("level", "origin", "event")
 
 
 def summary(data: Any) -> str:
     if not isinstance(data, dict):
         return json.dumps(data)
+    data = {k: v for k, v in data.items() if k not in META_KEYS}
     for key in SUMMARY_KEYS:
         if key in data and data[key] not in (None, ""):
             head = data[key] if isinstance(data[key], str) else json.dumps(data[key])

@@ -11,9 +11,10 @@ and looks up each model's key. ``complete(messages, tools, options)`` then asks 
   the model is skipped for ``BREAKER_SECONDS`` (process-wide) and the next one is asked.
 - ``AuthError`` and ``Fatal`` propagate at once: the session counts auth failures.
 
-Keys: ``credential`` in the model table names an instance of the provider's
-``credential_type`` (``"work"``) or a ``"type:instance"``; the ``token`` field is used, else the
-env var named by the provider's optional ``key_env``. A provider with ``key_required = False``
+Keys: an agent that lists a credential of the model's key type (``credentials =
+["anthropic_key:team-a"]``) uses that instance; else ``credential`` in the model table names an
+instance of the provider's ``credential_type`` (``"work"``) or a ``"type:instance"``; the
+``token`` field is used, else the env var named by the provider's optional ``key_env``. A provider with ``key_required = False``
 (OpenAI-compatible local servers) may have none; otherwise a missing key is an AuthError naming
 ``al creds add``.
 
@@ -140,8 +141,15 @@ class ModelEntry:
     secrets: list[str] = field(default_factory=list)
 
 
-def resolve_model(project: Any, name: str, registry: Any, key_lookup: KeyLookup) -> ModelEntry:
-    """Build the ModelConfig of ``[models.<name>]`` and look up its key."""
+def resolve_model(
+    project: Any,
+    name: str,
+    registry: Any,
+    key_lookup: KeyLookup,
+    own_keys: Mapping[str, str] | None = None,
+) -> ModelEntry:
+    """Build the ModelConfig of ``[models.<name>]`` and look up its key (the instance of its
+    key type in ``own_keys``, an agent's own, wins over the table's)."""
     file = str(project.config_file)
     table = _model_tables(project).get(name)
     if not isinstance(table, dict):
@@ -166,7 +174,7 @@ def resolve_model(project: Any, name: str, registry: Any, key_lookup: KeyLookup)
     problems = provider_problems(provider, config)
     if problems:
         raise ConfigError(file, f"models.{name}", problems[0])
-    secrets = _attach_key(file, config, table, provider, key_lookup)
+    secrets = _attach_key(file, config, table, provider, key_lookup, own_keys or {})
     return ModelEntry(config, provider, secrets)
 
 
@@ -221,7 +229,12 @@ def model_config(file: str, name: str, table: dict[str, Any]) -> ModelConfig:
 
 
 def _attach_key(
-    file: str, config: ModelConfig, table: dict[str, Any], provider: Any, key_lookup: KeyLookup
+    file: str,
+    config: ModelConfig,
+    table: dict[str, Any],
+    provider: Any,
+    key_lookup: KeyLookup,
+    own_keys: Mapping[str, str],
 ) -> list[str]:
     """Set ``config.api_key`` from the credential store, else from the provider's ``key_env``
     variable; return the secrets to scrub from messages.
@@ -239,6 +252,7 @@ def _attach_key(
     cred_type = cred_type or default_type
     if cred_type is None:
         return []
+    instance = own_keys.get(cred_type, instance)
     values = key_lookup(cred_type, instance or "default") or {}
     env_name = getattr(provider, "key_env", None)
     config.api_key = values.get("token") or (os.environ.get(env_name) if env_name else None) or None
@@ -297,7 +311,14 @@ class ModelChain:
                     f"unknown model {name!r}{_close(name, defined)}; "
                     f"[models.<name>] tables in {project.config_file}: {known}",
                 )
-        self.entries = [resolve_model(project, name, registry, key_lookup) for name in names]
+        # The credentials an agent lists, type -> instance: its own model keys among them.
+        own_keys = {}
+        for ref in agent.credentials:
+            kind, _, instance = ref.strip().partition(":")
+            own_keys[kind] = instance or "default"
+        self.entries = [
+            resolve_model(project, name, registry, key_lookup, own_keys) for name in names
+        ]
         self.on_event = on_event
         self.breaker = breaker or BREAKER
         self.sleep = sleep

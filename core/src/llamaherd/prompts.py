@@ -19,16 +19,33 @@ if TYPE_CHECKING:
     from llamaherd.plugins import Registry
 
 BASE_PREAMBLE = """\
-You are an autonomous agent run by llamaherd. Nobody is watching this conversation live: work \
-through the task with your tools, then finish with a short summary and no tool calls.
+You are an agent run by llamaherd.
 
 Built-in tools:
 - bash: run a shell command in your sandbox. The working directory carries over between calls; \
 `setenv NAME VALUE` sets an environment variable for your later bash calls. Long output is \
 truncated.
 - read_file / write_file: read or write a file (paths relative to the working directory).
+- respond(message) / say(message) / ask(question): talk to the human (see below).
 Credentials are available as environment variables and files (see <credential-context>); never \
 print their values."""
+
+# What each loop mode (agent `loop_mode`) adds to the system prompt.
+MODE_NOTES = {
+    "autonomous": (
+        "You are in autonomous mode. You will not receive human input during this session. "
+        "Use the say tool to report progress. Use respond to communicate results. Call "
+        "set_state when your work is complete."
+    ),
+    "interactive": (
+        "You are in interactive mode: a human takes part in this session. Use respond to "
+        "answer them: it ends your turn, and their next message comes back to you. Use ask to "
+        "ask them a question and wait for the answer, and say to report progress while you "
+        "work. A reply without a tool call counts as respond. Call set_state when your work is "
+        "complete."
+    ),
+}
+CHAT_SOURCE = "chat"  # the source of a manual run started by `al chat`: always interactive
 
 
 @dataclass
@@ -50,9 +67,17 @@ def _iso(ts: float) -> str:
 # ------------------------------------------------------------------------------ system prompt
 
 
-def system_prompt(agent: Any, registry: Any, run: Any) -> str:
-    """BASE_PREAMBLE, then each language skill's preamble grouped by category, then SKILL.md."""
-    parts = [BASE_PREAMBLE]
+def loop_mode(agent: Any, trigger: dict[str, Any] | None = None) -> str:
+    """``interactive`` for a run started by ``al chat``, else the agent's ``loop_mode``."""
+    if (trigger or {}).get("source") == CHAT_SOURCE:
+        return "interactive"
+    return str(agent.config.get("loop_mode", "autonomous"))
+
+
+def system_prompt(agent: Any, registry: Any, run: Any, mode: str = "autonomous") -> str:
+    """BASE_PREAMBLE and the loop mode's note, then each language skill's preamble grouped by
+    category, then SKILL.md."""
+    parts = [BASE_PREAMBLE, MODE_NOTES[mode]]
     skills = sorted(registry.language_skills.values(), key=lambda s: (s.category, s.name))
     category = None
     for skill in skills:
@@ -128,8 +153,9 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     started = recovery.get("started_at")
     progress = recovery.get("last_progress") or started
     down = recovery.get("down_seconds")
-    if down is None and progress is not None:
-        down = max(0.0, now - float(progress))
+    since = recovery.get("down_since", progress)
+    if down is None and since is not None:  # requeued as its scheduler stopped: down until now
+        down = max(0.0, now - float(since))
     lines = [
         "An earlier run for this same trigger was interrupted (scheduler crash or host "
         "restart). Check what it already did before acting, so you do not repeat side "
@@ -196,7 +222,7 @@ def build_prompts(
     env = environment or Environment(
         timeout=agent.timeout, max_turns=max_turns(agent), turn_limit_pauses=suspends(agent)
     )
-    system = system_prompt(agent, registry, run)
+    system = system_prompt(agent, registry, run, loop_mode(agent, trigger))
     user = user_prompt(agent, registry, trigger, env, credential_store=credential_store, now=now)
     return system, user
 

@@ -7,16 +7,23 @@ Unavailable, 429 -> RateLimited with its retry-after, 408/5xx -> Transient, else
 naming the URL or a secret in the message. A provider gives its verdict with ``classify(status,
 body)``, returning the ProviderError class a reply means for it (OpenRouter's 402: out of
 credits, so Unavailable) or None for the default.
+
+A call made inside ``Abort.guard()`` can be cut off from another thread: ``Abort.fire()`` shuts
+down the sockets the call is using, so the blocked read fails at once, the server sees the
+connection close (and stops generating), and ``post_json`` raises ``Aborted``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from llamaherd.types import (
+    Aborted,
     AuthError,
     CredentialField,
     Fatal,
@@ -173,15 +180,90 @@ def no_verdict(status: int, body: str) -> type[ProviderError] | None:
 _local = threading.local()
 
 
+class Abort:
+    """A switch another thread flips to cut off the model calls one thread makes.
+
+    ``with abort.guard():`` marks the calling thread's ``post_json`` calls as this abort's: each
+    HTTP connection such a call takes from the pool is tracked until the call ends. ``fire()``
+    (from any thread) shuts those sockets down; a call started after it raises ``Aborted`` before
+    sending. ``reset()`` re-arms it for the next call (a turn interrupted by a message is
+    followed by another)."""
+
+    def __init__(self) -> None:
+        self._fired = threading.Event()
+        self._lock = threading.Lock()
+        self._connections: set[Any] = set()
+
+    @property
+    def fired(self) -> bool:
+        return self._fired.is_set()
+
+    def fire(self) -> None:
+        self._fired.set()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            _shut(connection)
+
+    def reset(self) -> None:
+        self._fired.clear()
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[Abort]:
+        previous = getattr(_local, "abort", None)
+        _local.abort = self
+        try:
+            yield self
+        finally:
+            _local.abort = previous
+            with self._lock:
+                self._connections.clear()  # back in the pool: never shut down a later call's
+
+    def track(self, connection: Any) -> None:
+        with self._lock:
+            self._connections.add(connection)
+        if self.fired:  # fired while the pool handed it out
+            _shut(connection)
+
+
+def _shut(connection: Any) -> None:
+    sock = getattr(connection, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _tracking_pools() -> dict[str, type]:
+    """urllib3 pool classes that hand each connection they lend to the thread's Abort."""
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Tracking:
+        def _get_conn(self, timeout: float | None = None) -> Any:
+            connection = super()._get_conn(timeout)  # type: ignore[misc]
+            abort = getattr(_local, "abort", None)
+            if abort is not None:
+                abort.track(connection)
+            return connection
+
+    return {
+        "http": type("TrackingHTTPConnectionPool", (Tracking, HTTPConnectionPool), {}),
+        "https": type("TrackingHTTPSConnectionPool", (Tracking, HTTPSConnectionPool), {}),
+    }
+
+
 def http_session() -> Any:
     """This thread's ``requests.Session``. A run's session loop lives in one thread, so this is
     a Session per run (kept for the thread's next run: connections are reused) and never shared
-    between threads, which ``requests`` does not support."""
+    between threads, which ``requests`` does not support. Its connections can be cut off by an
+    ``Abort`` guarding the call."""
     session = getattr(_local, "session", None)
     if session is None:
         import requests
 
         session = _local.session = requests.Session()
+        pools = _tracking_pools()
+        for adapter in session.adapters.values():
+            adapter.poolmanager.pool_classes_by_scheme = pools
     return session
 
 
@@ -201,14 +283,21 @@ def post_json(
     import requests
 
     secrets = list(secrets)
+    abort = getattr(_local, "abort", None)
+    if abort is not None and abort.fired:
+        raise Aborted(f"{provider}: call cut off before it was sent")
     try:
         response = http_session().post(url, json=body, headers=headers, timeout=timeout)
-    except requests.Timeout:
-        raise Transient(f"{provider}: request timed out") from None
-    except requests.ConnectionError:
-        raise Transient(f"{provider}: connection failed") from None
     except requests.RequestException as exc:
+        if abort is not None and abort.fired:
+            raise Aborted(f"{provider}: call cut off (connection closed by llamaherd)") from None
+        if isinstance(exc, requests.Timeout):
+            raise Transient(f"{provider}: request timed out") from None
+        if isinstance(exc, requests.ConnectionError):
+            raise Transient(f"{provider}: connection failed") from None
         raise Fatal(f"{provider}: request failed ({type(exc).__name__})") from None
+    if abort is not None and abort.fired:  # the reply arrived as it was cut off: not wanted
+        raise Aborted(f"{provider}: call cut off (connection closed by llamaherd)")
     status = response.status_code
     if status >= 400:
         text = response.text

@@ -26,8 +26,18 @@ from llamaherd.agents import (
     suspend_timeout,
 )
 from llamaherd.plugins import get_manager
-from llamaherd.prompts import Environment, build_prompts, max_turns, suspends
-from llamaherd.session import ENV_NAME, ActiveRun, Deferred, Outcome, Session, truncate
+from llamaherd.prompts import Environment, build_prompts, loop_mode, max_turns, suspends
+from llamaherd.session import (
+    CUT_SHORT,
+    ENV_NAME,
+    HUMAN,
+    ActiveRun,
+    Deferred,
+    Outcome,
+    Session,
+    interruption,
+    truncate,
+)
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
 
@@ -62,6 +72,7 @@ class _Live:
     session: Session | None = None
     prepared: _Prepared | None = None
     pending_env: dict[str, str] = field(default_factory=dict)  # setenv before the session
+    pending_messages: list[str] = field(default_factory=list)  # al say before the session
     stopped: str | None = None  # "killed" | "timeout" once forced to end
     timer: threading.Timer | None = None
 
@@ -176,7 +187,8 @@ class Runner:
         """A waiting run passed its deadline: resume it with an error tool result.
 
         A suspended run (paused at its turn limit) the owner did not answer in time is killed
-        instead, and its agent switched ``off``."""
+        instead, and its agent switched ``off``. A run waiting for a human: an ``ask`` gets an
+        error result, a ``respond`` (the human's turn) ends the run ``done``."""
         if is_suspended(row):
             why = f"suspension not answered within suspendTimeout ({suspend_timeout(row):g} s)"
             if self.store.agent_state(row.agent) == "suspended":
@@ -184,16 +196,21 @@ class Runner:
             else:  # the owner has set the agent's state since: it stands
                 self.kill(row.id, reason=why)
             return
-        self.store.resume_waiting(
-            row.id,
-            {
-                "result": "wait_for_trigger timed out: no trigger matching "
-                f"{row.wait_filter} arrived before its deadline",
-                "is_error": True,
-                "timeout": True,
-            },
-        )
+        self.store.resume_waiting(row.id, _timed_out(row))
         self.engine.wakeup.set()
+
+    def interrupt(self, run_id: str, message: str) -> bool:
+        """``al say`` to a run active here: its current turn is cut short and ``message`` is
+        its next input (held until its session starts, if it is in hooks.pre). False when the
+        run is not active in this process."""
+        live = self.live(run_id)
+        if live is None:
+            return False
+        if live.session is not None:
+            live.session.interrupt(message)
+        else:
+            live.pending_messages.append(message)
+        return True
 
     # ------------------------------------------------------------------ one run
 
@@ -203,7 +220,16 @@ class Runner:
             self._transition(row.id, "error", f"agent {row.agent!r} no longer exists")
             return
         resumed = bool(row.transcript)
-        live = _Live(ActiveRun(row.id, agent, self.engine, self.store, trigger=row.trigger or {}))
+        trigger = row.trigger or {}
+        ctx = ActiveRun(
+            row.id,
+            agent,
+            self.engine,
+            self.store,
+            trigger=trigger,
+            loop_mode=loop_mode(agent, trigger),
+        )
+        live = _Live(ctx)
         with self._lock:
             self._live[row.id] = live
         try:
@@ -304,6 +330,7 @@ class Runner:
                 "max_turns": max_turns(ctx.agent),
                 "options": self._options(ctx, row),
                 "time_left": lambda: deadline - self.engine.clock(),
+                "human_timeout": float(ctx.agent.wait_timeout or 1800),
             }
             if suspends(ctx.agent):  # an agent's own maxTurns pauses for approval
                 session_kw["on_turn_limit"] = _suspend
@@ -314,6 +341,8 @@ class Runner:
                 "run_started", run=ctx
             )  # one failing plugin never skips the rest
             self._hooks(live, "pre")
+            if ctx.state_change is not None:  # a pre hook ran `state ...`: no session
+                return Outcome("done", reason=f"the agent set its state to {ctx.state_change}")
             system, user = build_prompts(
                 ctx.agent,
                 self.engine.registry,
@@ -329,6 +358,8 @@ class Runner:
             )
             live.session = Session.start(ctx, chain, system, user, **session_kw)
             live.session.env.update(live.pending_env)
+            for message in live.pending_messages:
+                live.session.interrupt(message)
             return self._session(live)
         except LlamaherdError as exc:
             return Outcome("error", reason=ctx.redact(str(exc)))
@@ -336,7 +367,7 @@ class Runner:
     def _session(self, live: _Live, resume: dict[str, Any] | None = None) -> Outcome:
         assert live.session is not None
         if live.cancel.is_set():
-            live.session.cancel.set()
+            live.session.stop()
         return live.session.run(resume)
 
     def _chain(self, ctx: ActiveRun, live: _Live, prepared: _Prepared) -> Any:
@@ -349,6 +380,7 @@ class Runner:
 
         def on_event(kind: str, data: dict[str, Any]) -> None:
             if kind == "provider_error":  # transient: retried, never the agent's state
+                data = {"level": "warn", "origin": "executor", "event": kind, **data}
                 log.warning(
                     "run %s: provider error (%s): %s",
                     ctx.run_id,
@@ -390,13 +422,14 @@ class Runner:
         """Run ``hooks.<phase>`` in order; a failing pre hook raises RunFailed."""
         ctx = live.ctx
         for command in ctx.agent.hooks[phase]:
-            if live.cancel.is_set():
+            if live.cancel.is_set() or ctx.state_change == "off":  # off: at once
                 return
             result = ctx.sandbox.exec(
                 "/bin/sh -c " + shlex.quote(command),
                 cwd=ctx.sandbox.workdir,
                 timeout=HOOK_TIMEOUT,
             )
+            ctx.settle_after_call()
             output = ctx.redact(truncate(result.output, 4000))
             ctx.log(
                 "hook",
@@ -434,6 +467,12 @@ class Runner:
         ctx.sandbox.pause()
         with self._lock:
             self._parked[row.id] = (ctx.sandbox, live.prepared)
+        leftover = session.leftover_messages()  # `al say` just as it parked: resume at once
+        if leftover:
+            message = "\n\n".join(interruption(text) for text in leftover)
+            resume = {"result": CUT_SHORT, "is_error": True, "message": message}
+            self.store.resume_waiting(row.id, resume)
+            self.engine.wakeup.set()
         if outcome.deferred.kind != SUSPENSION:
             ctx.log("wait", {"filter": data["filter"], "timeout": data["timeout"]})
             return
@@ -500,7 +539,7 @@ class Runner:
         live.stopped = state
         live.cancel.set()
         if live.session is not None:
-            live.session.cancel.set()
+            live.session.stop()  # the model request in flight is cut off too
         self._transition(live.ctx.run_id, state, reason)
         if live.ctx.sandbox is not None:
             try:
@@ -561,7 +600,7 @@ class Runner:
 
 def _final_state(outcome: Outcome) -> tuple[str, str | None]:
     if outcome.state == "done":
-        return "done", None
+        return "done", outcome.reason
     if outcome.state == "cancelled":
         return "killed", "cancelled"
     return "error", outcome.reason
@@ -577,6 +616,21 @@ def _suspend(session: Session) -> Outcome:
         "timeout": timeout,
     }
     return Outcome("waiting", deferred=Deferred(SUSPENSION, {"filter": limit, "timeout": timeout}))
+
+
+def _timed_out(row: Any) -> dict[str, Any]:
+    """The resume of a wait past its deadline: an error result (a respond: the end)."""
+    wait = row.wait_filter or {}
+    if wait.get("type") == HUMAN and wait.get("kind") == "respond":
+        return {"end": True, "reason": "the human did not answer before the wait timed out"}
+    if wait.get("type") == HUMAN:
+        what = "ask timed out: no human answered before its deadline"
+    else:
+        what = (
+            f"wait_for_trigger timed out: no trigger matching {row.wait_filter} arrived "
+            "before its deadline"
+        )
+    return {"result": what, "is_error": True, "timeout": True}
 
 
 def _time_left(row: Any, agent: Any) -> float:

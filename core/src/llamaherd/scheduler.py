@@ -239,7 +239,8 @@ class Scheduler(Engine):
             self.triggers.append(trigger)
 
     def shutdown(self) -> None:
-        """Stop triggers, let active runs finish within the grace period, then kill them."""
+        """Stop triggers, let active runs finish within the grace period, then interrupt the rest
+        (requeued with a recovery notice, as after a crash)."""
         for trigger in self.triggers:
             try:
                 trigger.stop()
@@ -250,7 +251,7 @@ class Scheduler(Engine):
             thread.join(max(0.0, deadline - time.monotonic()))
         for run_id, thread in list(self.threads.items()):
             if thread.is_alive():
-                self.kill(run_id, reason="scheduler stopped")
+                self._cut_off(run_id)
                 thread.join(5)
         try:
             (self.project.state_dir / "scheduler.json").unlink()
@@ -376,6 +377,25 @@ class Scheduler(Engine):
             return  # another scheduler got there first
         log.warning("run %s was interrupted (its scheduler died)", run.id)
         self._cleanup_sandbox(run)
+        self._requeue(run, events, down_until_now=True)
+
+    def _cut_off(self, run_id: str) -> None:
+        """A run still active when the stop's grace period ends is interrupted as by a crash:
+        ended error/interrupted here and now, and its trigger requeued with the recovery notice
+        (not lost, as a plain kill would)."""
+        run = self.store.get_run(run_id)
+        events = self.store.events(run_id)
+        if run is not None and self.runner.kill(run_id, reason="interrupted", state="error"):
+            log.warning("run %s was still active when the grace period ended: requeued", run_id)
+            self._requeue(run, events)
+
+    def _requeue(
+        self, run: Any, events: list[dict[str, Any]], down_until_now: bool = False
+    ) -> None:
+        """Queue an interrupted run's trigger again, once, with what the recovery notice says
+        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued).
+        ``down_until_now``: the system is back now (a crash found at startup); else (a stop)
+        the notice counts the downtime until the new run starts."""
         agent = self.project.agents.get(run.agent)
         trigger = run.trigger or {}
         if (
@@ -395,9 +415,9 @@ class Scheduler(Engine):
             "started_at": run.started_at,
             "last_progress": last_progress,
             "down_since": down_since,
-            "now": now,
-            "down_seconds": max(0.0, now - down_since),
         }
+        if down_until_now:
+            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
         self.emit(
             TriggerEvent(
                 agent=run.agent,

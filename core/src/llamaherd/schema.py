@@ -298,7 +298,23 @@ AGENT_KEYS: dict[str, Any] = {
     "onInterrupted": {
         "enum": ["requeue", "fail"],
         "default": "requeue",
-        "description": "What happens to a run that was active when the scheduler died.",
+        "description": "What happens to a run that was active when the scheduler died "
+        "(or was still active when `al stop`'s grace period ended).",
+    },
+    "loop_mode": {
+        "enum": ["autonomous", "interactive"],
+        "default": "autonomous",
+        "description": "autonomous: nobody answers during a run (the model reports with `say` "
+        "and `respond`); interactive: a human takes part, `respond` ends the turn and `ask` "
+        "waits for `al reply` (`al chat` is always interactive).",
+    },
+    "selfStates": {
+        "type": "array",
+        "items": {"enum": ["idle", "hibernate", "off"]},
+        "uniqueItems": True,
+        "default": ["idle", "hibernate", "off"],
+        "description": "States the agent may set itself (`set_state`, `state`, `al-state`); "
+        "`[]` forbids it (the `state` command then exits 126).",
     },
 }
 

@@ -16,13 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
-from llamaherd.types import LlamaherdError
+from llamaherd.types import Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
 
 
 async def on_user_error(request: Request, exc: Exception) -> Response:
-    return JSONResponse({"error": str(exc)}, status_code=400)
+    """A bad request is 400; one the current state refuses (``Conflict``) is 409."""
+    return JSONResponse({"error": str(exc)}, status_code=409 if isinstance(exc, Conflict) else 400)
 
 
 def build_app(engine: Any) -> Starlette:

@@ -4,6 +4,13 @@ The session runs in the engine process, never in the sandbox: every tool call ex
 the sandbox through ``Sandbox.exec`` / ``get_file`` / ``put_file``. Its whole state lives in the
 transcript (a ``meta`` entry first, then the messages), checkpointed after every turn, so a run
 can park for ``wait_for_trigger`` or survive a restart and continue from the last checkpoint.
+
+The turn tools (``respond``, ``say``, ``ask``) are the session's own: they talk to a human, not
+to the sandbox. In ``interactive`` loop mode ``respond`` (or a reply with no tool call) ends the
+turn and ``ask`` parks the run until a human answers (``al reply``); in ``autonomous`` mode
+nobody answers. ``interrupt(message)`` (``al say``) cuts the current turn short from another
+thread: the model request in flight is aborted, the tool calls not yet run get placeholder
+results, and the message becomes the next user input.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llamaherd.providers import INVALID_ARGUMENTS
+from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.types import (
+    Aborted,
     AuthError,
     LlamaherdError,
     Message,
+    ProviderError,
     Reply,
     Sandbox,
     ToolCall,
@@ -59,6 +68,12 @@ COUNTERS = (
     "cost_usd",
     "unpriced_turns",
 )
+HUMAN = "human"  # wait-filter type of a run parked until a human answers (ask, respond)
+INTERRUPTED = (
+    "not run: a human interrupted this turn with a message (next); call it again if you "
+    "still need it"
+)
+CUT_SHORT = "ended early: a human interrupted this turn with a message (next)"
 
 
 # ------------------------------------------------------------------------------ shared types
@@ -76,6 +91,11 @@ class ActiveRun:
     sandbox: Sandbox | None = None  # while the run is active
     redactor: Redactor | None = None  # over the run's credential values and keys
     trigger: dict[str, Any] = field(default_factory=dict)
+    loop_mode: str = "autonomous"  # or "interactive": a human takes part (agent `loop_mode`)
+    # The agent state this run set for its agent (set_state): the session ends the run on it.
+    state_change: str | None = None
+    # Done when the tool call (or hook command) running now ends: the `state` shell command.
+    after_call: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def project(self) -> Project:
@@ -94,6 +114,12 @@ class ActiveRun:
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
         """A structured run event, redacted."""
         self.store.add_event(self.run_id, type, self.redact_obj(data or {}))
+
+    def settle_after_call(self) -> None:
+        """Run what was deferred to the end of the tool call or hook command that just ended."""
+        actions, self.after_call[:] = list(self.after_call), []
+        for action in actions:
+            action()
 
 
 @dataclass
@@ -148,6 +174,31 @@ BUILTIN_TOOLS = [
             "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
             "required": ["path", "content"],
         },
+    ),
+]
+
+
+def _text_tool(name: str, key: str, description: str) -> ToolSpec:
+    return ToolSpec(
+        name,
+        description,
+        {"type": "object", "properties": {key: {"type": "string"}}, "required": [key]},
+    )
+
+
+# The turn tools: the session answers them itself (see the module docstring).
+TURN_TOOLS = [
+    _text_tool(
+        "respond",
+        "message",
+        "Give your answer or result to the human. In interactive mode this ends your turn: "
+        "the human's next message comes back as new input.",
+    ),
+    _text_tool("say", "message", "Report progress to the human; your turn goes on."),
+    _text_tool(
+        "ask",
+        "question",
+        "Ask the human a question and wait for the answer (interactive mode only).",
     ),
 ]
 
@@ -216,6 +267,7 @@ class Session:
         options: dict[str, Any] | None = None,
         time_left: Callable[[], float | None] = lambda: None,  # seconds of the run left
         on_turn_limit: Callable[[Session], Outcome] | None = None,
+        human_timeout: float = 1800.0,  # seconds an ask / a respond waits for the human
     ):
         self.ctx = ctx
         self.chain = chain
@@ -226,7 +278,12 @@ class Session:
         # The runner suspends an agent with its own maxTurns here; the default (the safety
         # cap) ends the run as an error.
         self.on_turn_limit = on_turn_limit or _turn_limit_error
-        self.cancel = threading.Event()
+        self.human_timeout = human_timeout
+        self.cancel = threading.Event()  # set once: the run is being stopped
+        self.abort = Abort()  # cuts off the model request in flight (stop or interrupt)
+        self._inbox: list[str] = []  # messages of `al say` not yet in the transcript
+        self._interrupted = threading.Event()
+        self._inbox_lock = threading.Lock()
         if transcript and transcript[0].get("role") == "meta":
             self.meta, self.messages = transcript[0], transcript[1:]
         else:
@@ -262,6 +319,50 @@ class Session:
             raise LlamaherdError(f"setenv: {name!r} is not a valid variable name")
         self.env[name] = value
 
+    @property
+    def interactive(self) -> bool:
+        return self.ctx.loop_mode == "interactive"
+
+    def stop(self) -> None:
+        """End the session from another thread: no further turn, the request in flight cut."""
+        self.cancel.set()
+        self.abort.fire()
+
+    def interrupt(self, message: str) -> None:
+        """``al say``: abort the current turn (the model request in flight, the command
+        running if the sandbox can interrupt it, the calls not yet run) and go on with
+        ``message`` as the next user input."""
+        with self._inbox_lock:
+            self._inbox.append(message)
+            self._interrupted.set()
+        self.abort.fire()
+        interrupt = getattr(self.ctx.sandbox, "interrupt", None)
+        if callable(interrupt):
+            try:
+                interrupt()
+            except Exception as exc:  # the message still gets through at the turn's end
+                self.ctx.log("interrupt_error", {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _take_inbox(self) -> None:
+        """Messages from ``interrupt`` become user messages; the next turn starts clean."""
+        with self._inbox_lock:
+            messages, self._inbox = self._inbox, []
+            self._interrupted.clear()
+            if not self.cancel.is_set():  # a stop stays fired
+                self.abort.reset()
+        for text in messages:
+            self._human({"message": text, "via": "say"})
+            self._add_user(interruption(text))
+
+    def _human(self, data: dict[str, Any]) -> None:
+        """What a human said to the run (``al reply``, ``al say``), as a ``human`` event."""
+        self.ctx.log(
+            "human", {k: truncate(v, 4000) if isinstance(v, str) else v for k, v in data.items()}
+        )
+
+    def _add_user(self, text: str) -> None:
+        self.messages.append(Message("user", self.ctx.redact(text)).to_dict())
+
     def checkpoint(self) -> None:
         self.ctx.store.checkpoint(self.ctx.run_id, self.transcript)
         self.ctx.store.update_run(
@@ -273,14 +374,29 @@ class Session:
     # -------------------------------------------------------------- loop
 
     def run(self, resume: dict[str, Any] | None = None) -> Outcome:
-        """Continue the conversation; ``resume`` answers a pending deferred tool call, or
-        (``{"approved": true}``) renews the turn budget of a run suspended at its limit."""
+        """Continue the conversation; ``resume`` answers a pending deferred tool call (and may
+        bring a human's next ``message``, or ``end`` the conversation), or (``{"approved":
+        true}``) renews the turn budget of a run suspended at its limit."""
         if resume and resume.get("approved"):
             self.meta["turn_limit"] = self.meta["turns"] + self.max_turns
+        to_human = (self.meta.get("pending") or {}).get("kind") == HUMAN
+        if resume and (to_human or resume.get("message")):
+            if resume.get("end"):
+                self._human({"end": True})
+            elif resume.get("message"):
+                self._human({"message": resume["message"]})
+            else:
+                self._human({"answer": resume.get("result")})
         self._settle_pending(resume)
+        if resume and resume.get("end"):
+            self.checkpoint()
+            return Outcome("done", reason=str(resume.get("reason") or "conversation ended"))
+        if resume and resume.get("message"):
+            self._add_user(str(resume["message"]))
         while True:
             if self.cancel.is_set():
                 return Outcome("cancelled")
+            self._take_inbox()
             if self.meta["turns"] >= self.meta.get("turn_limit", self.max_turns):
                 return self.on_turn_limit(self)
             try:
@@ -289,10 +405,18 @@ class Session:
                 # The chain raises auth failures at once; the limit is counted here, together
                 # with those recognised in tool output.
                 self._count_auth_failure("the model provider", str(exc), always=True)
+                self._turn_error(exc)
                 self.checkpoint()
                 if self.meta["auth_failures"] >= AUTH_FAILURE_LIMIT:
                     return Outcome("error", reason=self.meta["auth_reason"])
                 continue
+            except Aborted:
+                if self.cancel.is_set():
+                    return Outcome("cancelled")
+                continue  # interrupted by a message: the next turn takes it
+            except ProviderError as exc:
+                self._turn_error(exc)
+                raise
             if self.cancel.is_set():
                 return Outcome("cancelled")
             # provider_data (thinking blocks, thought signatures) must go back with the turn.
@@ -304,18 +428,53 @@ class Session:
             # instead of being asked for (and run) a second time.
             self.checkpoint()
             if not reply.tool_calls:
-                return Outcome("done", text=reply.text)
+                if self._interrupted.is_set():
+                    continue  # the human's message came while it answered: the turn goes on
+                if not self.interactive:
+                    return Outcome("done", text=reply.text)
+                deferred = self._respond(reply.text)  # plain text is a respond
+                self.meta["pending"] = {"tool_call_id": None, "kind": HUMAN, "data": deferred.data}
+                self.checkpoint()
+                return Outcome("waiting", text=reply.text, deferred=deferred)
             deferred = self._run_tools(reply.tool_calls)
             self.checkpoint()
             if self.meta["auth_failures"] >= AUTH_FAILURE_LIMIT:
                 return Outcome("error", reason=self.meta["auth_reason"])
+            if self.ctx.state_change is not None:  # off: at once; idle/hibernate: turn's end
+                why = f"the agent set its state to {self.ctx.state_change}"
+                return Outcome("done", reason=why, text=reply.text)
+            if deferred is not None and self._interrupted.is_set():
+                pending = self.meta.pop("pending")  # a message came: no parking
+                self._answer(pending["tool_call_id"], CUT_SHORT, True)
+                continue
             if deferred is not None:
                 return Outcome("waiting", deferred=deferred)
+
+    def leftover_messages(self) -> list[str]:
+        """Messages ``interrupt`` received too late for the turn that parked the run."""
+        with self._inbox_lock:
+            messages, self._inbox = self._inbox, []
+        return messages
+
+    def _turn_error(self, exc: ProviderError) -> None:
+        """A turn that failed for good (not a retried hiccup): recorded so an owner, or the
+        agent's own next run (``recent_events``), can tell it from a transient failure."""
+        self.ctx.log(
+            "turn_error",
+            {
+                "level": "error",
+                "origin": "executor",
+                "event": "turn_error",
+                "error_class": type(exc).__name__,
+                "message": self.ctx.redact(str(exc)),
+                "turn": self.meta["turns"] + 1,
+            },
+        )
 
     def _settle_pending(self, resume: dict[str, Any] | None) -> None:
         """Answer a deferred call with ``resume``; answer calls cut off by a crash with an error."""
         pending = self.meta.pop("pending", None)
-        if pending is not None:
+        if pending is not None and pending.get("tool_call_id") is not None:
             resume = resume or {
                 "result": "no result (the run was resumed without one)",
                 "is_error": True,
@@ -345,10 +504,13 @@ class Session:
 
     def _complete(self) -> Reply:
         messages = [Message.from_dict(m) for m in self.messages]
-        specs = BUILTIN_TOOLS + [
-            ToolSpec(t.name, t.description, t.parameters) for t in self.tools.values()
-        ]
-        reply = self.chain.complete(messages, specs, self.options)
+        specs = (
+            BUILTIN_TOOLS
+            + TURN_TOOLS
+            + [ToolSpec(t.name, t.description, t.parameters) for t in self.tools.values()]
+        )
+        with self.abort.guard():
+            reply = self.chain.complete(messages, specs, self.options)
         self.meta["turns"] += 1
         self._count_usage(reply.usage)
         if reply.text.strip():
@@ -370,7 +532,8 @@ class Session:
     def _run_tools(self, calls: list[ToolCall]) -> Deferred | None:
         deferred = None
         for tc in calls:
-            if deferred is not None or self.cancel.is_set():
+            ended = self.cancel.is_set() or self.ctx.state_change == "off"
+            if deferred is not None or ended:
                 self._answer(
                     tc.id,
                     "not run: an earlier call in this turn ended or parked the "
@@ -378,7 +541,11 @@ class Session:
                     True,
                 )
                 continue
+            if self._interrupted.is_set():
+                self._answer(tc.id, INTERRUPTED, True)
+                continue
             result = self._call_tool(tc)
+            self.ctx.settle_after_call()
             if isinstance(result, Deferred):
                 deferred = result
                 self.meta["pending"] = {
@@ -401,8 +568,13 @@ class Session:
             elif tc.name in BUILTIN_HANDLERS:
                 text, exit_code = BUILTIN_HANDLERS[tc.name](self, tc.arguments)
                 is_error = exit_code not in (0, None)
-            elif tc.name in self.tools:
-                value = self.tools[tc.name].handler(self.ctx, tc.arguments)
+                if self._interrupted.is_set():
+                    text += "\n[cut short: a human interrupted this turn with a message]"
+            elif tc.name in TURN_HANDLERS or tc.name in self.tools:
+                if tc.name in TURN_HANDLERS:
+                    value = TURN_HANDLERS[tc.name](self, tc.arguments)
+                else:
+                    value = self.tools[tc.name].handler(self.ctx, tc.arguments)
                 if isinstance(value, Deferred):
                     self.ctx.log(
                         "tool_call",
@@ -412,7 +584,8 @@ class Session:
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
                 is_error = isinstance(value, dict) and value.get("ok") is False
             else:
-                known = ", ".join([t.name for t in BUILTIN_TOOLS] + sorted(self.tools))
+                builtin = [t.name for t in BUILTIN_TOOLS + TURN_TOOLS]
+                known = ", ".join(builtin + sorted(self.tools))
                 text, is_error = f"error: no tool named {tc.name!r} (tools: {known})", True
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
@@ -490,12 +663,62 @@ class Session:
     def _path(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, str(path)))
 
+    # -------------------------------------------------------------- turn tools
+
+    def respond(self, args: dict[str, Any]) -> Any:
+        message = _required_text(args, "message")
+        if not self.interactive:
+            self.ctx.log("respond", {"message": truncate(message, 4000)})
+            return {"ok": True, "note": "recorded; you are in autonomous mode, nobody replies"}
+        return self._respond(message)
+
+    def _respond(self, message: str) -> Deferred:
+        """Interactive: the answer is out, the turn ends; the human's next message resumes."""
+        self.ctx.log("respond", {"message": truncate(message, 4000)})
+        wait = {"type": HUMAN, "kind": "respond"}
+        return Deferred(HUMAN, {"filter": wait, "timeout": self.human_timeout})
+
+    def say(self, args: dict[str, Any]) -> Any:
+        self.ctx.log("say", {"message": truncate(_required_text(args, "message"), 4000)})
+        return {"ok": True}
+
+    def ask(self, args: dict[str, Any]) -> Any:
+        question = _required_text(args, "question")
+        if not self.interactive:
+            return {
+                "ok": False,
+                "error": "you are in autonomous mode: no human will answer; decide for "
+                "yourself, and report what you decided with say or respond",
+            }
+        self.ctx.log("ask", {"question": truncate(question, 4000)})
+        wait = {"type": HUMAN, "kind": "ask", "question": truncate(question, 1000)}
+        return Deferred(HUMAN, {"filter": wait, "timeout": self.human_timeout})
+
 
 BUILTIN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], tuple[str, int]]] = {
     "bash": Session.bash,
     "read_file": Session.read_file,
     "write_file": Session.write_file,
 }
+
+
+TURN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], Any]] = {
+    "respond": Session.respond,
+    "say": Session.say,
+    "ask": Session.ask,
+}
+
+
+def interruption(message: str) -> str:
+    """The user message an ``al say`` becomes."""
+    return f"A human interrupted you with this message:\n\n{message}"
+
+
+def _required_text(args: dict[str, Any], key: str) -> str:
+    text = str(args.get(key) or "").strip()
+    if not text:
+        raise ValueError(f"{key} must be a non-empty text")
+    return text
 
 
 def _setenv_line(command: str) -> tuple[str, str] | None:

@@ -13,6 +13,11 @@ from typing import Any
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
 SETTABLE_STATES = ("idle", "hibernate", "off")
+# What an owner may ask for (``llamaherd.agents.change_state``): also ``active`` (run now) and
+# ``suspended`` (hold).
+OWNER_STATES = (*SETTABLE_STATES, "active", "suspended")
+# Every state ``al stat`` shows; the ones an owner cannot set are refused with the reason.
+DISPLAY_STATES = (*OWNER_STATES, "error", "paused")
 
 
 def next_fire(registry: Any, agent: Any, now: float) -> float | None:

@@ -691,7 +691,9 @@ def webhook_server(
 class ModelServer(ThreadingHTTPServer):
     """Answers POSTs from ``replies`` (status, body, headers, delay) and records each request
     as {path, headers, body}. With nothing queued it answers 500, or, with ``repeat_last``,
-    repeats the last reply."""
+    repeats the last reply. A client that closes the connection during a reply's ``delay`` is
+    noticed at once: its request record gets ``closed_after`` (seconds into the delay) and no
+    reply is sent, as a model API stops generating for a client that went away."""
 
     daemon_threads = True
 
@@ -726,15 +728,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-        self.server.requests.append(
-            {
-                "path": self.path,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
-                "body": json.loads(raw),
-            }
-        )
+        record = {
+            "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": json.loads(raw),
+        }
+        self.server.requests.append(record)
         status, body, headers, delay = self.server.next_reply()
-        time.sleep(delay)
+        closed_after = self._client_gone_within(delay)
+        if closed_after is not None:
+            record["closed_after"] = closed_after
+            return
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -743,6 +747,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _client_gone_within(self, delay: float) -> float | None:
+        """Wait ``delay`` seconds; the seconds after which the client closed, if it did."""
+        import select
+        import socket
+
+        started = time.monotonic()
+        while (left := delay - (time.monotonic() - started)) > 0:
+            readable, _, _ = select.select([self.connection], [], [], left)
+            if not readable:
+                continue
+            try:
+                gone = not self.connection.recv(1, socket.MSG_PEEK)
+            except OSError:  # reset by the client
+                gone = True
+            if gone:
+                return time.monotonic() - started
+            time.sleep(min(left, 0.05))  # a pipelined request: not ours to read here
+        return None
 
     def log_message(self, *args: Any) -> None:
         pass

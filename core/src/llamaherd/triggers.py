@@ -94,9 +94,11 @@ class _Passive:
 
 
 class ManualTrigger(_Passive):
+    """Hibernate means timers only: a hibernating agent refuses manual runs too (the default
+    ``while_hibernating``), unless the owner wakes it (``al run AGENT --wake``)."""
+
     name = "manual"
     description = "A run started by hand (`al run AGENT`, the dashboard or the control API)."
-    while_hibernating = True  # an owner's explicit request
 
     def prompt_block(self, trigger: dict[str, Any]) -> str:
         payload = trigger.get("payload")

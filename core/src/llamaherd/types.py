@@ -29,6 +29,11 @@ class LlamaherdError(Exception):
     """Base class for errors shown to users as one clear line (no traceback)."""
 
 
+class Conflict(LlamaherdError):
+    """A valid request the current state refuses (an agent that is off, a run that is not
+    waiting for an answer): the control API answers 409 with the message."""
+
+
 class ConfigError(LlamaherdError):
     """Bad project or agent configuration: names the file, the key path and the expectation."""
 
@@ -63,6 +68,11 @@ class Fatal(ProviderError):
 class Unavailable(Transient):
     """The model cannot serve now and retrying soon will not help (quota exhausted, model not
     found): the chain falls back to the next model at once. A Transient, so never structural."""
+
+
+class Aborted(ProviderError):
+    """The call was cut off on our side (the run was switched off, killed or interrupted by a
+    human's message): neither retried nor the provider's fault."""
 
 
 class CredentialInvalid(LlamaherdError):
@@ -636,6 +646,9 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "signs_with_private_key": bool,
     },
     Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
+    # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not
+    # checked at registration: the session calls it when present.
+    Sandbox: {"interrupt": METHOD},
     CredentialType: {
         "validate": METHOD,  # (values) -> str: `al creds test`; raises CredentialInvalid
         "sandbox": bool,  # False: never staged into a run (model keys, webhook secrets)

@@ -125,6 +125,19 @@ def test_timeout_kills_the_command_and_everything_it_started(start: Any) -> None
     assert sh(box, "echo still usable") == (0, "still usable\n")
 
 
+def test_interrupt_ends_the_running_command_and_keeps_the_container(start: Any) -> None:
+    box = start()
+    timer = threading.Timer(0.5, box.interrupt)
+    timer.start()
+    begun = time.monotonic()
+    result = box.exec("echo started; sleep 301 & sleep 302", on_output=None)
+    assert result.output == "started\n" and result.exit_code != 0
+    assert time.monotonic() - begun < 10
+    code, out = sh(box, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    assert "sleep 30" not in out
+    assert sh(box, "echo still usable") == (0, "still usable\n")
+
+
 FORK_BOMB = """
 import os
 while True:

@@ -220,6 +220,21 @@ def test_kill_while_paused_and_from_another_thread(start, containment):
     assert result.exit_code == 137 and time.monotonic() - begun < 3
 
 
+def test_interrupt_ends_the_running_commands_and_keeps_the_sandbox(start, containment):
+    sandbox = start()
+    sandbox.exec("sleep 300 & echo $! > bg.pid")  # an earlier call's background process
+    background = int(sandbox.get_file("bg.pid"))
+    timer = threading.Timer(0.3, sandbox.interrupt)
+    timer.start()
+    begun = time.monotonic()
+    result = sandbox.exec("sleep 301 & echo $! > child.pid; sleep 302")
+    assert result.exit_code == 137 and time.monotonic() - begun < 3
+    assert pid_gone(int(sandbox.get_file("child.pid")))  # what the call started: gone
+    assert not pid_gone(background)  # the rest of the run: kept
+    assert sandbox.exec("echo still usable").output == "still usable\n"
+    sandbox.interrupt()  # nothing running: nothing to do
+
+
 def test_get_file_of_a_fifo_times_out(start, monkeypatch):
     monkeypatch.setattr(sandbox_module, "FILE_TIMEOUT", 0.3)
     sandbox = start()

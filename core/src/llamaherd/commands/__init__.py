@@ -6,4 +6,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.creds",
     "llamaherd.commands.prompt",
     "llamaherd.commands.state",
+    "llamaherd.commands.talk",
 )

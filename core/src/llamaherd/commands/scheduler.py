@@ -179,13 +179,17 @@ def stop_command(app: AppContext) -> None:
     "--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file."
 )
 @click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
+@click.option("--wake", is_flag=True, help="Set a hibernating or off agent idle first.")
 @pass_app
-def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bool) -> None:
+def run_command(
+    app: AppContext, agent: str, payload: Path | None, no_follow: bool, wake: bool
+) -> None:
     """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
-    else in the foreground.
+    else in the foreground. A hibernating or switched-off agent refuses it unless --wake.
 
     Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
     """
+    from llamaherd.agents import queue_manual
     from llamaherd.client import ControlClient
 
     project = app.project
@@ -193,11 +197,16 @@ def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bo
     data = _load_payload(payload)
     client = ControlClient.find(project)
     if client is not None:
-        item = client.post("/control/run", {"agent": agent, "payload": data})["items"][0]
+        body = {"agent": agent, "payload": data, "wake": wake}
+        item = client.post("/control/run", body)["items"][0]
     elif _live_hosts(app):
-        item = _queue_on_shared_database(project, agent, data)
+        item = _queue_on_shared_database(project, agent, data, wake)
     else:
-        sys.exit(_run_foreground(project, agent, data))
+        sys.exit(
+            run_foreground(
+                project, agent, lambda engine: queue_manual(engine, agent, data, wake=wake)[0]
+            )
+        )
     if no_follow:
         click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
         return
@@ -217,14 +226,14 @@ def _live_hosts(app: AppContext) -> list[str]:
     return [h["host"] for h in _store(app).hosts() if now - h["heartbeat_at"] < host_stale_after()]
 
 
-def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any]) -> int:
+def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any], wake: bool) -> int:
     """Queue a manual run for the schedulers sharing the database to pick up."""
     from llamaherd.agents import queue_manual
     from llamaherd.engine import Engine
 
     engine = Engine(project)
     try:
-        result = queue_manual(engine, agent, payload)[0]
+        result = queue_manual(engine, agent, payload, wake=wake)[0]
     finally:
         engine.close()
     if result.refused:
@@ -240,13 +249,22 @@ def _wait_for_item(store: Any, agent: str, item: int) -> str:
         time.sleep(0.05)
 
 
-def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> int:
-    """No scheduler: this process dispatches the project's queue until our run has ended."""
-    from llamaherd.agents import queue_manual
+def run_foreground(
+    project: Any,
+    agent_name: str,
+    queue: Callable[[Any], Any],
+    watch: Callable[[Any, str], Any] | None = None,
+) -> int:
+    """No scheduler: this process dispatches the project's queue until our run has ended;
+    its exit code.
+
+    ``queue(engine)`` queues the run (an ``EmitResult``); ``watch(engine, run_id)`` runs in a
+    thread until the run has ended (default: print its log)."""
     from llamaherd.engine import Engine
     from llamaherd.readers import StoreReader
     from llamaherd.schema import validate_project
 
+    watch = watch or (lambda engine, run_id: follow(StoreReader(engine.store), run_id))
     engine = Engine(project)
     try:
         errors = [
@@ -254,7 +272,7 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
         ]
         if errors:
             raise LlamaherdError("\n".join(str(p) for p in errors))
-        result = queue_manual(engine, agent_name, payload)[0]
+        result = queue(engine)
         if result.refused:
             raise LlamaherdError(result.refused)
         engine.serve("127.0.0.1", 0)
@@ -271,12 +289,10 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
             )
             if run_id is None:
                 engine.wakeup.wait(0.1)
-        printer = threading.Thread(
-            target=follow, args=(StoreReader(engine.store), run_id), daemon=True
-        )
-        printer.start()
+        watcher = threading.Thread(target=watch, args=(engine, run_id), daemon=True)
+        watcher.start()
         try:
-            while printer.is_alive():
+            while watcher.is_alive():
                 engine.wakeup.clear()
                 engine.dispatch()
                 for run in engine.store.expired_waits(engine.clock()):
@@ -284,7 +300,7 @@ def _run_foreground(project: Any, agent_name: str, payload: dict[str, Any]) -> i
                 engine.wakeup.wait(0.2)
         except KeyboardInterrupt:
             engine.kill(run_id, reason="interrupted by user")
-            printer.join(10)
+            watcher.join(10)
             return 130
         final = engine.store.get_run(run_id)
         return final.exit_code if final and final.exit_code is not None else 1

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.status import SETTABLE_STATES
+from llamaherd.status import DISPLAY_STATES
 
 
 @contextmanager
@@ -29,10 +29,11 @@ def _local_engine(app: AppContext) -> Iterator[Any]:
         engine.close()
 
 
-def _through(
+def through(
     app: AppContext, path: str, body: dict[str, Any] | None, local: Callable[[Any], Any]
 ) -> Any:
-    """POST ``body`` to the scheduler's ``path`` (GET when None), else ``local(engine)``."""
+    """POST ``body`` to the scheduler's ``path`` (GET when None), else ``local(engine)`` on the
+    project's database (no scheduler up)."""
     from llamaherd.client import ControlClient
 
     client = ControlClient.find(app.project)
@@ -48,18 +49,20 @@ def _when(at: float | None) -> str:
 
 @click.command("state")
 @click.argument("agent")
-@click.argument("state", required=False, type=click.Choice(SETTABLE_STATES))
+@click.argument("state", required=False, type=click.Choice(DISPLAY_STATES))
 @click.option("--reason", default="", help="Why (recorded with the change).")
+@click.option("--wake", is_flag=True, help="With active: run it even if hibernating or off.")
 @pass_app
-def state_command(app: AppContext, agent: str, state: str | None, reason: str) -> None:
+def state_command(app: AppContext, agent: str, state: str | None, reason: str, wake: bool) -> None:
     """Print AGENT's state, or set it: idle (every trigger runs), hibernate (only its schedule),
-    off (nothing fires; its runs are killed and its queue cleared)."""
-    from llamaherd.agents import set_agent_state, state_of
+    off (nothing fires; its runs are killed and its queue cleared), active (run it now),
+    suspended (hold: triggers queue, nothing runs until idle). See docs/agent-states.md."""
+    from llamaherd.agents import change_state, state_of
 
     app.project.agent(agent)
     path = f"/control/agents/{agent}/state"
     if state is None:
-        info = _through(app, path, None, lambda engine: state_of(engine, agent))
+        info = through(app, path, None, lambda engine: state_of(engine, agent))
         shown = (
             info["state"]
             if info["shown"] == info["state"]
@@ -70,13 +73,15 @@ def state_command(app: AppContext, agent: str, state: str | None, reason: str) -
             click.echo(f"  since {_when(info['since'])}: {info['cause']}")
         return
     cause = f"al state: {reason}" if reason else "set with `al state`"
-    answer = _through(
+    answer = through(
         app,
         path,
-        {"state": state, "cause": cause},
-        lambda engine: set_agent_state(engine, agent, state, cause),
+        {"state": state, "cause": cause, "wake": wake},
+        lambda engine: change_state(engine, agent, state, cause, wake),
     )
     line = f"{agent}: {answer['previous']} -> {answer['state']}"
+    if answer.get("queued") is not None:
+        line += f"; queued a run (work item {answer['queued']})"
     if answer["killed"]:
         line += f"; killed {len(answer['killed'])} run(s): {', '.join(answer['killed'])}"
     if answer["dropped"]:
@@ -95,7 +100,7 @@ def _answer_command(approve: bool) -> click.Command:
         from llamaherd.agents import answer_suspension
 
         cause = f"al {verb}: {reason}" if reason else f"answered with `al {verb}`"
-        answer = _through(
+        answer = through(
             app,
             f"/control/runs/{run}/{verb}",
             {"cause": cause},

@@ -1,4 +1,4 @@
-"""Core's language skills: signals, calls, wait, locks, states.
+"""Core's language skills: signals, calls, wait, locks, states, events.
 
 Each is a LanguageSkill (preamble + tools) registered through the same hook as any plugin's; the
 same handlers serve the model's tool calls and the gateway endpoints of the sandbox commands.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from llamaherd import hookimpl
 
-SKILL_MODULES = ("signals", "calls", "wait", "locks", "states")
+SKILL_MODULES = ("signals", "calls", "wait", "locks", "states", "events")
 
 
 @hookimpl

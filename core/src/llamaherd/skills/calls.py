@@ -1,4 +1,8 @@
-"""Calls: start another agent with a context and read its return value later."""
+"""Calls: start another agent with a context and read its return value later.
+
+Call ids are per run: a run's first call is 1, its second 2, ... (the store's own ids are
+global; ``call_ids`` maps between them), so `al-subagent-wait 1` means this run's first call.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if refused:
         return refuse(f"call to {target!r} refused: {refused}")
     context = ctx.redact(context)
-    call_id = ctx.store.create_call(ctx.run_id, target, context, depth)
+    stored_id = ctx.store.create_call(ctx.run_id, target, context, depth)
+    call_id = ctx.store.call_ids(ctx.run_id).index(stored_id) + 1
     payload = {
         "call_id": call_id,
         "caller_agent": ctx.agent.name,
@@ -59,7 +64,7 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
             kind="agent",
             payload=payload,
             source=ctx.agent.name,
-            call_id=call_id,
+            call_id=stored_id,
         )
     )
     if result.refused:
@@ -81,9 +86,10 @@ def check_call(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         call_id = int(args.get("call_id"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return refuse(f"call_id must be a number, got {args.get('call_id')!r}")
-    call = ctx.store.get_call(call_id)
-    if call is None or call["caller_run"] != ctx.run_id:
-        return refuse(f"no call {call_id} made by this run")
+    made = ctx.store.call_ids(ctx.run_id)
+    if not 1 <= call_id <= len(made):
+        return refuse(f"no call {call_id} made by this run (it made {len(made)})")
+    call = ctx.store.get_call(made[call_id - 1])
     answer: dict[str, Any] = {
         "ok": True,
         "call_id": call_id,

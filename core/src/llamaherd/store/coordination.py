@@ -73,6 +73,14 @@ class Coordination(Connection):
         call["return_value"] = self._m.Call.return_value.python_value(call["return_value"])
         return call
 
+    @guarded
+    def call_ids(self, caller_run: str) -> list[int]:
+        """The ids of the calls ``caller_run`` made, in order (its call 1, 2, ...)."""
+        sql = self._statement(
+            ("call_ids",), lambda: "SELECT id FROM calls WHERE caller_run = ? ORDER BY id"
+        )
+        return [row[0] for row in self._exec(sql, (caller_run,)).fetchall()]
+
     # ------------------------------------------------------------ locks
     @guarded
     def acquire_lock(self, run_id: str, uri: str, ttl: float) -> dict[str, Any]:

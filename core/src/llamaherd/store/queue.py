@@ -203,6 +203,26 @@ class Queue(Runs):
                     return None
         return None
 
+    @guarded
+    def claim_resume(self, run_id: str, host: str) -> tuple[WorkItemRow, RunRow] | None:
+        """Claim the queued ``resume`` item of waiting run ``run_id`` now, whatever its agent's
+        scale (a suspended run holds its slot): the run goes back to ``running`` on ``host``.
+        None when it has no resume item ``host`` may claim."""
+        if not self._value(self._sql.pending_resume, (run_id,)):
+            return None  # decided without a write lock: the dispatcher asks on every pass
+        lock = " FOR UPDATE SKIP LOCKED" if self._pg else ""
+        sql = self._statement(
+            ("claim_resume",),
+            lambda: (
+                f"SELECT {columns(_ITEM_COLUMNS)} FROM work_items WHERE run_id = ? "
+                f"AND kind = 'resume' AND state = 'queued' AND {_RESUME_HERE} "
+                f"ORDER BY id LIMIT 1{lock}"
+            ),
+        )
+        with self._write():
+            row = self._exec(sql, (run_id, host)).fetchone()
+            return None if row is None else self._take_resume(self._item(row), host, self._clock())
+
     def _heads(self, room: set[str], host: str) -> list[tuple]:
         """The oldest item ``host`` may claim of each agent in ``room``. Few agents: one index
         seek each, so the cost does not grow with the queue; many: one pass over the queued

@@ -355,6 +355,37 @@ def _suspension_answer(approve: bool) -> Handler:
     return endpoint
 
 
+def _talk(reply: bool) -> Handler:
+    """Reply to a run waiting for a human, or say something to a live run (``al reply`` /
+    ``al say``); a form post is sent back to the run's page."""
+
+    @mutation
+    async def endpoint(request: Request) -> Response:
+        from llamaherd.api import LlamaherdError, json_body, reply_to_run, say_to_run
+
+        found = await _find_run(request)
+        if found is None:
+            return failed(request, 404, _no_run(request))
+        try:  # a form (the run's page), or JSON (with the control token)
+            fields = await auth.form_fields(request) or await json_body(request)
+        except LlamaherdError as exc:
+            return failed(request, 400, str(exc))
+        text = str(fields.get("text") or "").strip()
+        if not text:
+            return failed(request, 400, "the message is empty")
+        talk = reply_to_run if reply else say_to_run
+        try:
+            answer = await run_in_threadpool(talk, _engine(request), found.id, text)
+        except LlamaherdError as exc:
+            return failed(request, 409, str(exc))
+        if _wants_form_reply(request):
+            return RedirectResponse(f"/runs/{quote(found.id)}", status_code=303)
+        return JSONResponse(answer)
+
+    endpoint.__name__ = "reply_run" if reply else "say_run"
+    return endpoint
+
+
 ROUTES = [
     Route("/", agents_page, methods=["GET"]),
     Route("/agents/{name}", agent_page, methods=["GET"]),
@@ -370,6 +401,8 @@ ROUTES = [
     Route("/api/runs/{run_id}/kill", kill_run, methods=["POST"]),
     Route("/api/runs/{run_id}/approve", _suspension_answer(True), methods=["POST"]),
     Route("/api/runs/{run_id}/deny", _suspension_answer(False), methods=["POST"]),
+    Route("/api/runs/{run_id}/reply", _talk(True), methods=["POST"]),
+    Route("/api/runs/{run_id}/say", _talk(False), methods=["POST"]),
 ]
 
 

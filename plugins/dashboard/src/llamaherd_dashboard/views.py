@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.api import FINAL, agent_rows, next_fire, run_dict
+from llamaherd.api import FINAL, agent_rows, human_wait, is_suspended, next_fire, run_dict
 from llamaherd.api import event_summary as summary
 
 RUN_LIMIT = 25
@@ -96,6 +96,9 @@ def run(engine: Any, run_id: str, with_events: bool = False) -> dict[str, Any] |
     data = {
         "run": _with_duration(found, engine.clock()),
         "final": found.state in FINAL,
+        # What the run's page offers: Reply to a run waiting for a human; Say to a live one.
+        "human_wait": human_wait(found),
+        "can_say": found.state in ("running", "waiting") and not is_suspended(found),
         "states": [{"at": e["at"], **e["data"]} for e in events if e["type"] == "state"],
         "status_messages": engine.store.status_messages(found.id),
     }

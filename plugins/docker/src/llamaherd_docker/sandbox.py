@@ -88,6 +88,7 @@ class ContainerSandbox:
         self.id = container_id
         self.env = env
         self.credentials_dir = credentials_dir
+        self._running: set[str] = set()  # markers of the execs in progress (see interrupt)
 
     def __repr__(self) -> str:
         return f"<ContainerSandbox {self.id[:12]}>"
@@ -131,9 +132,11 @@ class ContainerSandbox:
             timer = threading.Timer(timeout, self._expire, (marker, raw, done, expired))
             timer.daemon = True
             timer.start()
+        self._running.add(marker)
         try:
             output = self._read(sock, on_output)
         finally:
+            self._running.discard(marker)
             done.set()
             if timer is not None:
                 timer.cancel()
@@ -179,6 +182,11 @@ class ContainerSandbox:
         cut.daemon = True
         cut.start()
         self._kill_marked(marker)
+
+    def interrupt(self) -> None:
+        """Kill the commands running now (each with what it started); the container stays."""
+        for marker in list(self._running):
+            self._kill_marked(marker)
 
     def _kill_marked(self, marker: str) -> None:
         deadline = time.monotonic() + KILL_RETRY_FOR

@@ -133,6 +133,8 @@ class HostUserSandbox:
         self.id = layout.run_id
         self.workdir = str(layout.workdir)
         self._cleaned = False
+        self._running: dict[str, int] = {}  # exec id -> pid of the execs in progress
+        self._running_lock = threading.Lock()
 
     # ------------------------------------------------------------------ exec
     def exec(
@@ -157,10 +159,14 @@ class HostUserSandbox:
         proc, out_r = self._spawn(command, cwd or self.workdir, env, exec_id)
         lines = _Lines(on_output)
         timed_out, eof = True, False
+        with self._running_lock:
+            self._running[exec_id] = proc.pid
         try:
             deadline = None if timeout is None else started + timeout
             timed_out, eof = self._pump(proc, out_r, lines, deadline)
         finally:
+            with self._running_lock:
+                self._running.pop(exec_id, None)
             if proc.poll() is None:
                 self.containment.kill_exec(exec_id, proc.pid)
             proc.wait()
@@ -284,6 +290,14 @@ class HostUserSandbox:
         if len(data) > MAX_FILE:
             raise OSError(f"{path}: larger than {MAX_FILE} bytes")
         return data
+
+    def interrupt(self) -> None:
+        """Kill the commands running now (each with what it started); the sandbox stays. Their
+        ``exec`` calls return as the processes end."""
+        with self._running_lock:
+            running = list(self._running.items())
+        for exec_id, pid in running:
+            self.containment.kill_exec(exec_id, pid)
 
     # ------------------------------------------------------------------ lifecycle
     def pause(self) -> None:

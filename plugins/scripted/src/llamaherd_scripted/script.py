@@ -26,8 +26,9 @@ from llamaherd.api import (
 
 DEFAULT_SCRIPT = "script.toml"
 # Template variables: {{ payload.a.b }}, {{ params.k }}, {{ trigger.kind }}, {{ last_result }},
-# {{ turn }} (1-based), {{ run_id }}, {{ agent }}. A missing key renders as "".
-ROOTS = ("payload", "params", "trigger", "last_result", "turn", "run_id", "agent")
+# {{ last_user }} (the latest user message: a human's `al say` / `al reply`), {{ turn }}
+# (1-based), {{ run_id }}, {{ agent }}. A missing key renders as "".
+ROOTS = ("payload", "params", "trigger", "last_result", "last_user", "turn", "run_id", "agent")
 TEMPLATE = re.compile(r"\{\{(.*?)\}\}")
 PATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
 TURN_KEYS = ("text", "tool_calls", "repeat", "loop")
@@ -218,12 +219,14 @@ def _script_path(model: ModelConfig, options: dict[str, Any]) -> Path | None:
 def _context(messages: list[Message], options: dict[str, Any], index: int) -> dict[str, Any]:
     trigger = options.get("trigger") or {}
     last_result = next((m.content for m in reversed(messages) if m.role == "tool"), "")
+    last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
     agent_dir = options.get("agent_dir")
     return {
         "payload": trigger.get("payload") or {},
         "params": options.get("params") or {},
         "trigger": trigger,
         "last_result": last_result,
+        "last_user": last_user,
         "turn": index + 1,
         "run_id": options.get("run_id"),
         "agent": Path(agent_dir).name if agent_dir else "",

@@ -71,6 +71,22 @@ def payload_matches(predicates: dict[str, Any], payload: Any) -> bool:
     )
 
 
+def event_field(fields: dict[str, Any], path: str) -> Any:
+    """A wait filter's dotted key: a normalised field (``number``, ``sender``), else a path into
+    the raw payload, with or without its ``payload.`` prefix (``pull_request.base.ref``)."""
+    value = lookup(fields, path)
+    if value is MISSING:
+        value = lookup(fields.get("payload"), path)
+    return value
+
+
+def fields_match(predicates: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """Every dotted key of a wait filter (see ``event_field``) holds the expected value."""
+    return all(
+        _any_matches(expected, event_field(fields, path)) for path, expected in predicates.items()
+    )
+
+
 def normalise_filter(raw: dict[str, Any], filters: dict[str, WebhookFilter]) -> dict[str, Any]:
     """Accept singular spellings (``event``, ``repo``, ``channel``, ``branch``...) for the
     plural keys the source has."""

@@ -21,9 +21,9 @@ from llamaherd.api import (
 from llamaherd_webhooks.matching import (
     COMMON_KEYS,
     entry_matches,
+    fields_match,
     filters_of,
     normalise_filter,
-    payload_matches,
 )
 
 _STRINGS = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
@@ -201,8 +201,9 @@ class WebhooksTrigger:
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         """Does a webhook event satisfy a ``wait_for_trigger`` filter? The filter takes the keys
         of a ``[[webhooks]]`` entry for the event's source type (singular spellings too,
-        ``source`` optional); any other key must equal the event's field of that name (dotted
-        paths allowed, e.g. ``number``)."""
+        ``source`` optional); any other key must equal the event's field of that name
+        (``number``) or, when there is none, the raw payload's at that dotted path
+        (``pull_request.base.ref``, ``payload.`` prefix optional)."""
         if event.kind != "webhook":
             return False
         filters = filters_of(self.sources.get(str(event.payload.get("source_type"))))
@@ -212,6 +213,6 @@ class WebhooksTrigger:
         keys = COMMON_KEYS | set(filters)
         known = {k: v for k, v in conditions.items() if k in keys}
         fields = {k: v for k, v in conditions.items() if k not in keys}
-        return entry_matches(known, event.source, event.payload, filters) and payload_matches(
+        return entry_matches(known, event.source, event.payload, filters) and fields_match(
             fields, event.payload
         )
