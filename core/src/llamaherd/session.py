@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamaherd.providers import INVALID_ARGUMENTS
+from llamaherd.run_events import publish
 from llamaherd.types import (
     AuthError,
     LlamaherdError,
@@ -92,8 +93,10 @@ class ActiveRun:
         return self.redactor.redact_obj(obj) if self.redactor else obj
 
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
-        """A structured run event, redacted."""
-        self.store.add_event(self.run_id, type, self.redact_obj(data or {}))
+        """A structured run event, redacted; then offered to ``run_event`` plugins."""
+        data = self.redact_obj(data or {})
+        self.store.add_event(self.run_id, type, data)
+        publish(self, type, data)
 
 
 @dataclass

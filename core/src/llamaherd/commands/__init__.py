@@ -6,4 +6,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.creds",
     "llamaherd.commands.prompt",
     "llamaherd.commands.state",
+    "llamaherd.commands.doctor",
+    "llamaherd.commands.update",
 )

@@ -286,20 +286,67 @@ def stat_command(app: AppContext, as_json: bool, watch: bool) -> None:
         return agent_rows(app.project, store, app.registry)
 
     if as_json:
-        click.echo(json.dumps({"agents": rows()}, indent=2))
+        scheduler = _scheduler_status(app, store)
+        click.echo(json.dumps({"scheduler": scheduler, "agents": rows()}, indent=2))
         return
     if not watch:
-        _console().print(_stat_table(rows()))
+        _console().print(_stat_view(_scheduler_status(app, store), rows()))
         return
     from rich.live import Live
 
-    with Live(_stat_table(rows()), console=_console(), refresh_per_second=4) as live:
+    def view() -> Any:
+        return _stat_view(_scheduler_status(app, store), rows())
+
+    with Live(view(), console=_console(), refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(1)
-                live.update(_stat_table(rows()))
+                live.update(view())
         except KeyboardInterrupt:
             pass
+
+
+def _scheduler_status(app: AppContext, store: Any) -> dict[str, Any]:
+    """This checkout's scheduler, else one heartbeating into a shared database."""
+    from llamaherd.scheduler import host_stale_after, scheduler_info
+    from llamaherd.status import scheduler_status
+
+    info = scheduler_info(app.project.state_dir)
+    hosts = []
+    if info is None and not app.project.database_url.startswith("sqlite"):
+        now = time.time()
+        hosts = [h for h in store.hosts() if now - h["heartbeat_at"] < host_stale_after()]
+    return scheduler_status(app.project, info, hosts)
+
+
+def _stat_view(scheduler: dict[str, Any], rows: list[dict[str, Any]]) -> Any:
+    """The scheduler line above the agents' table; no next fires when none will happen."""
+    from rich.console import Group
+
+    if not scheduler["running"]:
+        rows = [{**row, "next_fire": None} for row in rows]
+    return Group(scheduler_line(scheduler), _stat_table(rows))
+
+
+def scheduler_line(scheduler: dict[str, Any]) -> str:
+    """One line (rich markup) on the scheduler: up since when, version, config current."""
+    from llamaherd.status import ago
+
+    if not scheduler["running"]:
+        return (
+            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
+        )
+    where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
+    line = (
+        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
+        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
+        f"{scheduler['url']})"
+    )
+    if scheduler["config_current"] is False:
+        line += "; [yellow]config changed on disk since it loaded it[/]"
+    elif scheduler["config_current"]:
+        line += "; config current"
+    return line
 
 
 STATE_STYLES = {
