@@ -34,8 +34,8 @@ class Result:
 
 
 def run_checks(project: Any, registry: Any) -> list[Result]:
-    """Every registered check's findings, in registration order (core's first); a problem two
-    checks report (the same status and message) is listed once, with the fix if one has it."""
+    """Every registered check's findings, core's checks first; a problem two checks report
+    (the same status and message) is listed once, as the one with a fix reports it."""
     from llamaherd.plugins import DEFAULT_PLUGINS
 
     checks = sorted(  # core's first: a plugin's findings read better after the config's
@@ -54,7 +54,7 @@ def run_checks(project: Any, registry: Any) -> list[Result]:
                 results.append(Result(name, finding))
                 seen.setdefault(key, results[-1])
             elif kept.finding.fix is None and finding.fix is not None:
-                kept.finding.fix = finding.fix
+                kept.check, kept.finding = name, finding  # the one that can fix it
     return results
 
 
