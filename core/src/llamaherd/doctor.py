@@ -35,7 +35,7 @@ class Result:
 
 def run_checks(project: Any, registry: Any) -> list[Result]:
     """Every registered check's findings, core's checks first; a problem two checks report
-    (the same status and message) is listed once, as the one with a fix reports it."""
+    (the same message) is listed once (``_merge``)."""
     from llamaherd.plugins import DEFAULT_PLUGINS
 
     checks = sorted(  # core's first: a plugin's findings read better after the config's
@@ -45,17 +45,29 @@ def run_checks(project: Any, registry: Any) -> list[Result]:
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(checks)))) as pool:
         found = list(pool.map(lambda check: _run_one(check, project, registry), checks))
     results: list[Result] = []
-    seen: dict[tuple[str, str], Result] = {}
+    seen: dict[str, Result] = {}
     for name, findings in found:
         for finding in findings:
-            key = (finding.status, finding.message)
-            kept = seen.get(key) if finding.status != "ok" else None
+            kept = seen.get(finding.message) if finding.status != "ok" else None
             if kept is None:
                 results.append(Result(name, finding))
-                seen.setdefault(key, results[-1])
-            elif kept.finding.fix is None and finding.fix is not None:
-                kept.check, kept.finding = name, finding  # the one that can fix it
+                seen.setdefault(finding.message, results[-1])
+            else:
+                _merge(kept, name, finding)
     return results
+
+
+SEVERITY = {"ok": 0, "warning": 1, "error": 2}
+
+
+def _merge(kept: Result, name: str, finding: Finding) -> None:
+    """One problem reported twice: shown as the check that can fix it reports it, at the
+    graver of the two statuses (``al validate`` may call a warning what a runtime's check
+    knows to be an error)."""
+    status = max(kept.finding.status, finding.status, key=lambda s: SEVERITY.get(s, 0))
+    if kept.finding.fix is None and finding.fix is not None:
+        kept.check, kept.finding = name, finding
+    kept.finding.status = status
 
 
 def _run_one(check: Any, project: Any, registry: Any) -> tuple[str, list[Finding]]:
