@@ -280,11 +280,13 @@ def project_part(registry: Any, schema: dict[str, Any]) -> list[str]:
         "webhooks": owners_by_kind(registry, "webhook_sources"),
     }
     lines += table(scalar_rows({k: v for k, v in properties.items() if k not in named}, []))
+    owned = owners_by_kind(registry, "project_keys")
     for key, sub in properties.items():
         if key in named:
             lines += named_tables(key, sub, 3, named[key])
         elif is_table(sub):
-            lines += section(f"`[{key}]`", sub, 3)
+            by = f" (plugin `{owned[key]}`)" if key in owned else ""
+            lines += section(f"`[{key}]`{by}", sub, 3)
     return lines
 
 

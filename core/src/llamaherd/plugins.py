@@ -401,4 +401,8 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("agent_keys", "catchUp"): "llamaherd-cron",
     ("agent_keys", "every"): "llamaherd-cron",
     ("agent_keys", "webhooks"): "llamaherd-webhooks",
+    # Project config.toml keys a plugin acts on (register_project_keys).
+    ("project_keys", "telemetry"): "llamaherd-otel",
+    # Subcommands of a plugin.
+    ("commands", "mcp"): "llamaherd-mcp",
 }
