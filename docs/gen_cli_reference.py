@@ -124,20 +124,9 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    missing = _config_reference().missing_plugins()
-    if missing:
-        print(f"first-party plugins not installed: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    text = render()
-    if "--check" in argv:
-        if not OUTPUT.is_file() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale: run `{COMMAND}`", file=sys.stderr)
-            return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
-        return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)}")
-    return 0
+    reference = _config_reference()
+    text = "" if reference.missing_plugins() else render()
+    return reference.write_or_check(OUTPUT, text, COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -26,29 +26,16 @@ INSTRUCTIONS = (
 )
 
 
-def _tool_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    """A ``LlamaherdError`` becomes the tool's error result, one line, as the CLI shows it."""
-    from mcp.server.mcpserver.exceptions import ToolError
+def _raising(error: Callable[[str], Exception], function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with a ``LlamaherdError`` turned into ``error``: one line, as the CLI
+    shows it, for the client (a tool's error result, a resource read's error)."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
         except LlamaherdError as exc:
-            raise ToolError(str(exc)) from None
-
-    return wrapper
-
-
-def _resource_errors(function: Callable[..., Any]) -> Callable[..., Any]:
-    from mcp.server.mcpserver.exceptions import ResourceError
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except LlamaherdError as exc:
-            raise ResourceError(str(exc)) from None
+            raise error(str(exc)) from None
 
     return wrapper
 
@@ -83,8 +70,10 @@ def build_server(herd: Herd) -> Any:
 
 
 def _add_tools(server: Any, herd: Herd) -> None:  # noqa: C901 (one closure per tool)
+    from mcp.server.mcpserver.exceptions import ToolError
+
     def tool(function: Callable[..., Any]) -> None:
-        server.add_tool(_tool_errors(function))
+        server.add_tool(_raising(ToolError, function))
 
     def al_status() -> dict[str, Any]:
         """The scheduler (up or not, since when, version, config current) and every agent:
@@ -202,9 +191,11 @@ def _agent_summary(agent: Any) -> dict[str, Any]:
 
 
 def _add_resources(server: Any, herd: Herd) -> None:
+    from mcp.server.mcpserver.exceptions import ResourceError
+
     def resource(uri: str, mime: str = "application/json") -> Callable[..., Any]:
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
-            return server.resource(uri, mime_type=mime)(_resource_errors(function))
+            return server.resource(uri, mime_type=mime)(_raising(ResourceError, function))
 
         return register
 
