@@ -150,7 +150,12 @@ def test_events_beyond_the_queue_are_dropped_with_a_warning(registered_plugin, c
     assert warning.startswith("run_event: 1 event(s) dropped so far")
 
 
-def test_nothing_is_queued_without_a_run_event_plugin():
+def test_nothing_is_queued_without_a_run_event_plugin(monkeypatch):
+    from llamaherd import run_events
+    from llamaherd.plugins import PluginManager
+
+    builtins_only = PluginManager(load_entrypoints=False)  # none implements run_event
+    monkeypatch.setattr(run_events, "get_manager", lambda: builtins_only)
     fanout = Fanout(size=1)
     fanout.publish(None, "tick", {})
     fanout.publish(None, "tick", {})

@@ -10,10 +10,7 @@ raises is one error finding.
 
 from __future__ import annotations
 
-import errno
-import socket
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +33,8 @@ class Result:
 def run_checks(project: Any, registry: Any) -> list[Result]:
     """Every registered check's findings, core's checks first; a problem two checks report
     (the same message) is listed once (``_merge``)."""
+    from concurrent.futures import ThreadPoolExecutor  # late: `al --help` imports this module
+
     from llamaherd.plugins import DEFAULT_PLUGINS
 
     checks = sorted(  # core's first: a plugin's findings read better after the config's
@@ -279,6 +278,9 @@ class GatewayCheck:
 
 
 def _bind_problem(bind: str, port: int) -> str | None:
+    import errno
+    import socket
+
     family = socket.AF_INET6 if ":" in bind else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
