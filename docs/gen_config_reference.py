@@ -280,11 +280,13 @@ def project_part(registry: Any, schema: dict[str, Any]) -> list[str]:
         "webhooks": owners_by_kind(registry, "webhook_sources"),
     }
     lines += table(scalar_rows({k: v for k, v in properties.items() if k not in named}, []))
+    owned = owners_by_kind(registry, "project_keys")
     for key, sub in properties.items():
         if key in named:
             lines += named_tables(key, sub, 3, named[key])
         elif is_table(sub):
-            lines += section(f"`[{key}]`", sub, 3)
+            by = f" (plugin `{owned[key]}`)" if key in owned else ""
+            lines += section(f"`[{key}]`{by}", sub, 3)
     return lines
 
 
@@ -332,21 +334,27 @@ def render() -> str:
     return text.rstrip() + "\n"
 
 
-def main(argv: list[str]) -> int:
+def write_or_check(output: Path, text: str, command: str, argv: list[str]) -> int:
+    """Write ``text`` to ``output``, or with ``--check`` in ``argv`` say whether it is current
+    (exit status 1 when stale); shared by the docs generators."""
     missing = missing_plugins()
     if missing:
         print(f"first-party plugins not installed: {', '.join(missing)}", file=sys.stderr)
         return 2
-    text = render()
     if "--check" in argv:
-        if not OUTPUT.is_file() or OUTPUT.read_text() != text:
-            print(f"{OUTPUT.relative_to(ROOT)} is stale: run `{COMMAND}`", file=sys.stderr)
+        if not output.is_file() or output.read_text() != text:
+            print(f"{output.relative_to(ROOT)} is stale: run `{command}`", file=sys.stderr)
             return 1
-        print(f"{OUTPUT.relative_to(ROOT)} is up to date")
+        print(f"{output.relative_to(ROOT)} is up to date")
         return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    output.write_text(text)
+    print(f"wrote {output.relative_to(ROOT)}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    text = "" if missing_plugins() else render()  # write_or_check refuses without them
+    return write_or_check(OUTPUT, text, COMMAND, argv)
 
 
 if __name__ == "__main__":

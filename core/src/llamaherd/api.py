@@ -12,8 +12,9 @@ What is here, by topic:
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
   ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
-  ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table), and
-  ``RunResult`` for ``run_finished``;
+  ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
+  ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
+  on) and ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
@@ -112,15 +113,19 @@ if TYPE_CHECKING:
         CredentialField,
         CredentialInvalid,
         CredentialType,
+        DoctorCheck,
         Emit,
         EmitResult,
         ExecResult,
         Fatal,
+        Finding,
+        Fix,
         LanguageSkill,
         LlamaherdError,
         Message,
         ModelConfig,
         Pricing,
+        ProjectKey,
         Provider,
         ProviderError,
         RateLimited,
@@ -188,9 +193,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid", "CredentialType",
-        "Emit", "EmitResult", "ExecResult", "Fatal", "LanguageSkill", "LlamaherdError", "Message",
-        "ModelConfig", "Pricing", "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
+        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
+        "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
+        "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",

@@ -375,3 +375,27 @@ def secret_values(
         credential_type = types.get(key.split("/", 1)[0])
         secret = {f.name for f in credential_type.fields if f.secret} if credential_type else None
         yield from (value for name, value in values.items() if secret is None or name in secret)
+
+
+def test_credential(credential_type: Any, values: Mapping[str, str]) -> str:
+    """Check stored ``values`` of a credential: every field present, then the type's online
+    ``validate`` (when it has one). Returns its one-line summary; raises ``CredentialInvalid``
+    with a message whose secret values are masked (``al creds test``, ``al doctor``)."""
+    from llamaherd.redact import Redactor
+    from llamaherd.types import CredentialInvalid
+
+    missing = [f.name for f in credential_type.fields if f.name not in values]
+    if missing:
+        raise CredentialInvalid(f"missing field(s) {', '.join(missing)}")
+    validate = getattr(credential_type, "validate", None)
+    if validate is None:
+        return f"all fields present ({credential_type.name} has no online check)"
+    # A plugin's text must not leak a secret; non-secret fields (a username) may be shown.
+    redactor = Redactor(values[field.name] for field in credential_type.fields if field.secret)
+    try:
+        detail = validate(dict(values))
+    except CredentialInvalid as exc:
+        raise CredentialInvalid(redactor.redact(str(exc))) from None
+    except Exception as exc:  # a plugin bug or a network error is still a failed check
+        raise CredentialInvalid(redactor.redact(f"{type(exc).__name__}: {exc}")) from None
+    return redactor.redact(str(detail)) if detail else ""

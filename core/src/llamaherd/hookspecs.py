@@ -12,7 +12,7 @@ plugin; the other plugins' implementations still run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from llamaherd.types import (
         ControlChannel,
         CredentialType,
+        DoctorCheck,
         LanguageSkill,
+        ProjectKey,
         Provider,
         RunContext,
         RunResult,
@@ -105,6 +107,27 @@ def register_tables(register: Callable[[TableSet], None]) -> None:
 
 
 @hookspec
+def register_project_keys(register: Callable[[ProjectKey], None]) -> None:
+    """Register top-level keys of the project ``config.toml`` (``[telemetry]``...).
+
+    :param register: call with each :class:`~llamaherd.types.ProjectKey`; its ``schema`` is the
+        JSON Schema of the key's value. A plugin's key replaces core's of the same name (core
+        accepts some of Action Llama's keys that it does not act on; the plugin that acts on
+        one owns its schema).
+    """
+
+
+@hookspec
+def register_doctor_checks(register: Callable[[DoctorCheck], None]) -> None:
+    """Register checks ``al doctor`` runs beside core's (a runtime's daemon, images, users...).
+
+    :param register: call with each :class:`~llamaherd.types.DoctorCheck`; its
+        ``check(project, registry)`` returns :class:`~llamaherd.types.Finding` objects, each
+        optionally with a :class:`~llamaherd.types.Fix` that ``al doctor --fix`` applies.
+    """
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add subcommands to ``al``.
 
@@ -161,4 +184,22 @@ def run_finished(run: RunContext, result: RunResult) -> None:
     :param run: the same run as in ``run_started``.
     :param result: its final ``state`` (done, error, timeout, killed), ``exit_code``,
         ``reason``, ``return_value`` and the model's last ``text``.
+    """
+
+
+@hookspec
+def run_event(run: RunContext, type: str, data: dict[str, Any], at: float) -> None:
+    """An event was recorded in a run's log (``model_call``, ``tool_call``, ``hook``...: what
+    ``al logs RUN --json`` shows), redacted as stored.
+
+    Called on one background thread, never the run's: in the order the events were recorded,
+    after the run's own write; a slow implementation delays only later events (past
+    ``llamaherd.run_events.QUEUE_SIZE`` waiting events, new ones are dropped with a warning),
+    and one that raises is a warning. So a ``run_finished`` may come before the last events of
+    its run.
+
+    :param run: the run, as in ``run_started``.
+    :param type: the event type.
+    :param data: the event's data (do not change it).
+    :param at: when it was recorded (epoch seconds, the store's clock).
     """

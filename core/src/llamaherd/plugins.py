@@ -28,6 +28,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.skills",
     "llamaherd.gateway",
     "llamaherd.control",
+    "llamaherd.doctor",
 )
 
 # Registry kinds: hook name -> (attribute of Registry, the protocol its objects implement).
@@ -39,6 +40,8 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_language_skills": ("language_skills", types.LanguageSkill),
     "register_providers": ("providers", types.Provider),
     "register_tables": ("table_sets", types.TableSet),
+    "register_project_keys": ("project_keys", types.ProjectKey),
+    "register_doctor_checks": ("doctor_checks", types.DoctorCheck),
 }
 # A registered name: a plain word that can be a config value and a path segment.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -262,6 +265,8 @@ class Registry:
     language_skills: dict[str, Any]
     providers: dict[str, Any]
     table_sets: dict[str, types.TableSet]
+    project_keys: dict[str, types.ProjectKey]
+    doctor_checks: dict[str, types.DoctorCheck]
 
     def __init__(self, manager: PluginManager):
         self.owner: dict[tuple[str, str], str] = {}
@@ -402,7 +407,10 @@ PROVIDED_BY: dict[tuple[str, str], str] = {
     ("agent_keys", "catchUp"): "llamaherd-cron",
     ("agent_keys", "every"): "llamaherd-cron",
     ("agent_keys", "webhooks"): "llamaherd-webhooks",
+    # Project config.toml keys a plugin acts on (register_project_keys).
+    ("project_keys", "telemetry"): "llamaherd-otel",
     # Subcommands and hooks of a plugin that core names when they are missing.
+    ("commands", "mcp"): "llamaherd-mcp",
     ("commands", "env"): "llamaherd-deploy",
     ("commands", "push"): "llamaherd-deploy",
     ("commands", "service"): "llamaherd-deploy",

@@ -13,7 +13,10 @@ from llamaherd.types import LlamaherdError
 
 class Reader(Protocol):
     def agents(self) -> list[dict[str, Any]]:
-        """What ``al stat`` shows, one row per agent (``llamaherd.status.agent_rows``)."""
+        """One row per agent (``llamaherd.status.agent_rows``)."""
+
+    def stat(self) -> dict[str, Any]:
+        """What ``al stat`` shows: ``{"scheduler": scheduler_status, "agents": rows}``."""
 
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         """Recent runs, newest first."""
@@ -47,6 +50,12 @@ class StoreReader:
 
         return agent_rows(self.project, self.store, self.registry)
 
+    def stat(self) -> dict[str, Any]:
+        return {
+            "scheduler": local_scheduler_status(self.project, self.store),
+            "agents": self.agents(),
+        }
+
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         from llamaherd.status import run_dict
 
@@ -78,7 +87,10 @@ class ControlReader:
         self.client = client
 
     def agents(self) -> list[dict[str, Any]]:
-        return list(self.client.get("/control/stat")["agents"])
+        return list(self.stat()["agents"])
+
+    def stat(self) -> dict[str, Any]:
+        return self.client.get("/control/stat")
 
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         query = {"limit": limit, **({"agent": agent} if agent else {})}
@@ -109,3 +121,19 @@ class ControlReader:
             raise LlamaherdError(
                 f"{self.client.url}: no such agent {name!r} (agents: {', '.join(names) or 'none'})"
             )
+
+
+def local_scheduler_status(project: Any, store: Any) -> dict[str, Any]:
+    """``scheduler_status`` as this checkout sees it: its own scheduler (``.al/scheduler.json``),
+    else a live one heartbeating into a shared (non-SQLite) database."""
+    import time
+
+    from llamaherd.scheduler import host_stale_after, scheduler_info
+    from llamaherd.status import scheduler_status
+
+    info = scheduler_info(project.state_dir)
+    hosts = []
+    if info is None and not project.database_url.startswith("sqlite"):
+        now = time.time()
+        hosts = [h for h in store.hosts() if now - h["heartbeat_at"] < host_stale_after()]
+    return scheduler_status(project, info, hosts)

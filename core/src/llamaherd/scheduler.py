@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType
 
@@ -157,6 +159,9 @@ class Scheduler(Engine):
             self.lock.release()
             raise
         self.grace = grace
+        self.started_at = time.time()
+        # Which config files it runs with (``al stat`` compares with the files on disk).
+        self.config_digest = config_digest(project.root)
         self.triggers: list[Any] = []
         self.watch = HostWatch(stale_after)
         self._beats = 0
@@ -222,12 +227,21 @@ class Scheduler(Engine):
             "host": self.host,
             "url": self.gateway_url,
             "socket": self.gateway_socket,
-            "started_at": time.time(),
+            **self.identity(),
         }
         path = self.project.state_dir / "scheduler.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(info))
         os.replace(tmp, path)
+
+    def identity(self) -> dict[str, Any]:
+        """Since when it runs, its version and the config it loaded: in ``scheduler.json``
+        and its heartbeat, for ``al stat`` and the control API."""
+        return {
+            "started_at": self.started_at,
+            "version": __version__,
+            "config_digest": self.config_digest,
+        }
 
     def _start_triggers(self) -> None:
         for trigger in self.registry.trigger_types.values():
@@ -275,7 +289,7 @@ class Scheduler(Engine):
     def heartbeat(self) -> None:
         """Tell the other hosts we are alive; ``beat`` changes even when a fake clock stands."""
         self._beats += 1
-        info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats}
+        info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats, **self.identity()}
         self.store.heartbeat_host(self.host, info)
 
     def housekeeping(self) -> None:

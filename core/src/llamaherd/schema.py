@@ -405,7 +405,13 @@ class Schemas:
             for key, schema in fragment(trigger)[0].items():
                 self.agent_keys.setdefault(key, schema)
         self.agent_base = Draft202012Validator(_document("agent config.toml", self.agent_keys))
-        self.project_base = Draft202012Validator(_document("project config.toml", PROJECT_KEYS))
+        # A plugin that acts on a key owns its schema (core's may only accept it).
+        self.project_keys = dict(PROJECT_KEYS)
+        for name, key in registry.project_keys.items():
+            self.project_keys[name] = {"description": key.description, **key.schema}
+        self.project_base = Draft202012Validator(
+            _document("project config.toml", self.project_keys)
+        )
         self.runtimes = _variants(RUNTIME_KEYS, registry.runtimes, "[runtime]")
         self.models = _variants(MODEL_KEYS, registry.providers, "model", MODEL_REQUIRED)
         self.sources = {name: _SourceKeys(obj) for name, obj in registry.webhook_sources.items()}
@@ -414,7 +420,7 @@ class Schemas:
     def project_schema(self) -> dict[str, Any]:
         """The project ``config.toml`` schema as documented by ``al schema --project``."""
         registry = self.registry
-        properties = copy.deepcopy(PROJECT_KEYS)
+        properties = copy.deepcopy(self.project_keys)
         model = _tagged(MODEL_KEYS, "provider", registry.providers, "A model.", None)
         model["required"] = MODEL_REQUIRED
         properties["models"]["additionalProperties"] = model

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
+from llamaherd.run_events import publish
 from llamaherd.types import (
     Aborted,
     AuthError,
@@ -112,8 +113,10 @@ class ActiveRun:
         return self.redactor.redact_obj(obj) if self.redactor else obj
 
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
-        """A structured run event, redacted."""
-        self.store.add_event(self.run_id, type, self.redact_obj(data or {}))
+        """A structured run event, redacted; then offered to ``run_event`` plugins."""
+        data = self.redact_obj(data or {})
+        self.store.add_event(self.run_id, type, data)
+        publish(self, type, data)
 
     def settle_after_call(self) -> None:
         """Run what was deferred to the end of the tool call or hook command that just ended."""

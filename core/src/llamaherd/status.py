@@ -6,8 +6,10 @@ across several scheduler hosts.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 FINAL = ("done", "error", "timeout", "killed")
@@ -98,3 +100,52 @@ def until(when: float | None, now: float | None = None) -> str:
         if seconds >= size:
             return f"in {seconds // size}{unit}"
     return f"in {seconds}s"
+
+
+# ---------------------------------------------------------------------- the scheduler
+
+
+def config_digest(root: Path) -> str:
+    """A digest of the files a scheduler loads its config from: the project ``config.toml`` and
+    each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
+    one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
+    tells whether its config is current."""
+    agents = root / "agents"
+    paths = [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        try:
+            data = path.read_bytes()
+        except OSError:  # no project config.toml, or a file removed meanwhile
+            continue
+        digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
+def scheduler_status(
+    project: Any, info: dict[str, Any] | None, hosts: list[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """Whether a scheduler serves ``project``: the one of this checkout (``info``, what it
+    wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
+    machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
+    its llamaherd version, and whether the config it loaded is the one on disk here
+    (``config_current``; None when it did not say)."""
+    where = "this machine"
+    if info is None and hosts:
+        latest = max(hosts, key=lambda h: h["heartbeat_at"])
+        info = {**(latest["info"] or {}), "host": latest["host"]}
+        where = "another host (shared database)"
+    if info is None:
+        return {"running": False}
+    loaded = info.get("config_digest")
+    return {
+        "running": True,
+        "where": where,
+        "host": info.get("host"),
+        "pid": info.get("pid"),
+        "url": info.get("url"),
+        "since": info.get("started_at"),
+        "version": info.get("version"),
+        "config_current": None if loaded is None else loaded == config_digest(project.root),
+    }

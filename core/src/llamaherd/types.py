@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from peewee import Database, Model
 
+    from llamaherd.plugins import Registry
     from llamaherd.project import Agent, Project
     from llamaherd.store.schema import Tables
 
@@ -410,7 +411,8 @@ class RunContext(Protocol):
 
     run_id: str
     agent: Agent
-    trigger: dict[str, Any]  # kind, payload, prompt, source (and recovery after a crash)
+    # kind, payload, prompt, source, queued_at, claimed_at (and recovery after a crash)
+    trigger: dict[str, Any]
     sandbox: Sandbox | None  # while the run is active
 
     @property
@@ -588,6 +590,67 @@ class TableSet:
                 f"table set {self.name!r}: migration versions must ascend, each above 1 and "
                 f"at most {self.version} (got {steps})"
             )
+
+
+@runtime_checkable
+class ProjectKey(Protocol):
+    """A top-level key of the project ``config.toml`` that a plugin acts on
+    (``register_project_keys``): ``[telemetry]`` of the otel plugin. ``schema`` is the JSON
+    Schema of the key's value; it replaces core's schema of a key of the same name."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+
+@dataclass
+class Fix:
+    """What ``al doctor --fix`` can do about a finding. ``description`` is asked as a question
+    ("build image al-agent:latest from node:20-alpine?"); ``apply()`` does it and returns one
+    line saying what it did, or raises ``LlamaherdError``. An ``interactive`` fix asks for
+    input itself (a credential's fields): ``--yes`` leaves it to the user."""
+
+    description: str
+    apply: Callable[[], str]
+    interactive: bool = False
+
+
+@dataclass
+class Finding:
+    """One line of ``al doctor``: what was checked (``subject``), ``status`` (``ok``,
+    ``warning`` or ``error``: only errors make ``al doctor`` exit 1), a one-line ``message``
+    (never a secret) and, when it can be fixed here, the ``fix``."""
+
+    subject: str
+    status: str
+    message: str
+    fix: Fix | None = None
+
+    @classmethod
+    def ok(cls, subject: str, message: str) -> Finding:
+        return cls(subject, "ok", message)
+
+    @classmethod
+    def warning(cls, subject: str, message: str, fix: Fix | None = None) -> Finding:
+        return cls(subject, "warning", message, fix)
+
+    @classmethod
+    def error(cls, subject: str, message: str, fix: Fix | None = None) -> Finding:
+        return cls(subject, "error", message, fix)
+
+
+@runtime_checkable
+class DoctorCheck(Protocol):
+    """A check of ``al doctor`` (``register_doctor_checks``): a runtime's daemon and images, a
+    runtime's OS users, a telemetry endpoint. ``check`` may be slow (network, a daemon): checks
+    run in parallel. One that raises is reported as an error finding."""
+
+    name: str
+    description: str
+
+    def check(self, project: Project, registry: Registry) -> list[Finding]:
+        """What this check finds about ``project`` (an empty list: nothing to check here)."""
+        ...
 
 
 # --------------------------------------------------------------------------- what a plugin may add

@@ -7,4 +7,6 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.prompt",
     "llamaherd.commands.state",
     "llamaherd.commands.talk",
+    "llamaherd.commands.doctor",
+    "llamaherd.commands.update",
 )

@@ -256,7 +256,7 @@ def types(app: AppContext, as_json: bool) -> None:
 @pass_app
 def test(app: AppContext, ref: str) -> None:
     """Check a stored credential against its service (exit 1 when it is refused)."""
-    from llamaherd.redact import Redactor
+    from llamaherd.credentials import test_credential
 
     type_name, instance = parse_ref(ref)
     credential_type = _credential_type(app, type_name)
@@ -267,26 +267,12 @@ def test(app: AppContext, ref: str) -> None:
         raise LlamaherdError(
             f"no credential {shown} in {store.root}; add it with `al creds add {shown}`"
         )
-    missing = [f.name for f in credential_type.fields if f.name not in values]
-    if missing:
-        _fail(shown, f"missing field(s) {', '.join(missing)}; run `al creds add {shown}`")
-    validate = getattr(credential_type, "validate", None)
-    if validate is None:
-        click.echo(f"ok: {shown}: all fields present ({type_name} has no online check)")
-        return
-    # A plugin's text must not leak a secret; non-secret fields (a username) may be shown.
-    redactor = Redactor(
-        values[field.name]
-        for field in credential_type.fields
-        if field.secret and field.name in values
-    )
     try:
-        detail = validate(values)
+        detail = test_credential(credential_type, values)
     except CredentialInvalid as exc:
-        _fail(shown, redactor.redact(str(exc)))
-    except Exception as exc:  # a plugin bug or a network error is still a failed check
-        _fail(shown, redactor.redact(f"{type(exc).__name__}: {exc}"))
-    click.echo(f"ok: {shown}" + (f": {redactor.redact(str(detail))}" if detail else ""))
+        hint = f"; run `al creds add {shown}`" if str(exc).startswith("missing field") else ""
+        _fail(shown, f"{exc}{hint}")
+    click.echo(f"ok: {shown}" + (f": {detail}" if detail else ""))
 
 
 def _fail(shown: str, message: str) -> NoReturn:

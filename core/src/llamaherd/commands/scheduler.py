@@ -344,20 +344,51 @@ def stat_command(app: AppContext, as_json: bool, watch: bool, environment: str |
     """Agents: state, active/scale, queue depth, last result, next scheduled fire."""
     with _reader(app, environment) as reader:
         if as_json:
-            click.echo(json.dumps({"agents": reader.agents()}, indent=2))
+            click.echo(json.dumps(reader.stat(), indent=2))
             return
         if not watch:
-            _console().print(_stat_table(reader.agents()))
+            _console().print(_stat_view(reader.stat()))
             return
         from rich.live import Live
 
-        with Live(_stat_table(reader.agents()), console=_console(), refresh_per_second=4) as live:
+        with Live(_stat_view(reader.stat()), console=_console(), refresh_per_second=4) as live:
             try:
                 while True:
                     time.sleep(1)
-                    live.update(_stat_table(reader.agents()))
+                    live.update(_stat_view(reader.stat()))
             except KeyboardInterrupt:
                 pass
+
+
+def _stat_view(stat: dict[str, Any]) -> Any:
+    """The scheduler line above the agents' table; no next fires when none will happen."""
+    from rich.console import Group
+
+    scheduler, rows = stat["scheduler"], stat["agents"]
+    if not scheduler["running"]:
+        rows = [{**row, "next_fire": None} for row in rows]
+    return Group(scheduler_line(scheduler), _stat_table(rows))
+
+
+def scheduler_line(scheduler: dict[str, Any]) -> str:
+    """One line (rich markup) on the scheduler: up since when, version, config current."""
+    from llamaherd.status import ago
+
+    if not scheduler["running"]:
+        return (
+            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
+        )
+    where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
+    line = (
+        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
+        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
+        f"{scheduler['url']})"
+    )
+    if scheduler["config_current"] is False:
+        line += "; [yellow]config changed on disk since it loaded it[/]"
+    elif scheduler["config_current"]:
+        line += "; config current"
+    return line
 
 
 STATE_STYLES = {

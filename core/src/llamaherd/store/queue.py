@@ -266,6 +266,9 @@ class Queue(Runs):
             "prompt": item.prompt,
             "source": item.source,
             "recovery": item.recovery,
+            # When it was queued and claimed: the queue wait, for observers (``run_started``).
+            "queued_at": item.created_at,
+            "claimed_at": now,
         }
         caller_run, depth = None, 0
         if item.call_id is not None:

@@ -18,3 +18,10 @@ def register_commands(cli):
     from llamaherd_docker.cli import setup_docker
 
     cli.commands["setup"].add_command(setup_docker)
+
+
+@hookimpl
+def register_doctor_checks(register):
+    from llamaherd_docker.doctor import DockerCheck
+
+    register(DockerCheck())

@@ -157,29 +157,12 @@ def build_agent(
     labels: dict[str, str] | None = None,
 ) -> str:
     """The image tag for an agent with a Dockerfile, built unless an identical one exists."""
-    from docker.errors import ImageNotFound
     from docker.utils.build import tar
 
-    dockerfile = rewrite_from((agent_dir / "Dockerfile").read_text(), base_image)
-    with docker_errors(what):
-        try:
-            base_id = client.images.get(base_image).id
-        except ImageNotFound:
-            if uses_base(dockerfile, base_image):
-                raise SandboxError(
-                    f"{what}: image build failed: base image {base_image} not found locally; "
-                    "build it with `al setup docker`"
-                ) from None
-            base_id = ""
-    files = context_files(agent_dir)
-    repository = agent_repository(agent_dir.name)
-    tag = f"{repository}:{context_digest(agent_dir, files, dockerfile, base_id)}"
-    with docker_errors(what):
-        try:
-            client.images.get(tag)
-            return tag
-        except ImageNotFound:
-            pass
+    tag, dockerfile = agent_image(client, agent_dir, what, base_image)
+    if image_exists(client, tag, what):
+        return tag
+    repository = tag.rpartition(":")[0]
     extra = (BUILD_DOCKERFILE, dockerfile)
     with tar(str(agent_dir), exclude=ignore_patterns(agent_dir), dockerfile=extra) as context:
         build(
@@ -194,6 +177,38 @@ def build_agent(
         )
     remove_stale(client, repository, keep=tag)
     return tag
+
+
+def agent_image(client: Any, agent_dir: Path, what: str, base_image: str) -> tuple[str, str]:
+    """The tag an agent's image has for its build context as it is now, and its Dockerfile
+    with ``FROM`` rewritten (SandboxError when the base image it builds on is missing)."""
+    from docker.errors import ImageNotFound
+
+    dockerfile = rewrite_from((agent_dir / "Dockerfile").read_text(), base_image)
+    with docker_errors(what):
+        try:
+            base_id = client.images.get(base_image).id
+        except ImageNotFound:
+            if uses_base(dockerfile, base_image):
+                raise SandboxError(
+                    f"{what}: image build failed: base image {base_image} not found locally; "
+                    "build it with `al setup docker`"
+                ) from None
+            base_id = ""
+    files = context_files(agent_dir)
+    repository = agent_repository(agent_dir.name)
+    return f"{repository}:{context_digest(agent_dir, files, dockerfile, base_id)}", dockerfile
+
+
+def image_exists(client: Any, tag: str, what: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    with docker_errors(what):
+        try:
+            client.images.get(tag)
+        except ImageNotFound:
+            return False
+    return True
 
 
 def remove_stale(client: Any, repository: str, keep: str) -> None:

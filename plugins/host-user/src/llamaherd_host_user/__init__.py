@@ -20,3 +20,10 @@ def register_commands(cli):
     setup = cli.commands.get("setup")
     if setup is not None:
         setup.add_command(setup_host_user)
+
+
+@hookimpl
+def register_doctor_checks(register):
+    from llamaherd_host_user.doctor import HostUserCheck
+
+    register(HostUserCheck())

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import pwd
 import shlex
-import subprocess
 import sys
 
 import click
@@ -29,16 +27,14 @@ def setup_host_user(user: str) -> None:
         click.echo(f"  sudo {shlex.join(command)}")
         click.echo(f"or: sudo al setup host-user --user {shlex.quote(user)}")
         sys.exit(1)
+    from llamaherd.api import SandboxError
+    from llamaherd_host_user.doctor import create_user
+
     try:
-        entry = pwd.getpwnam(user)
-        click.echo(f"user {user!r} already exists (uid {entry.pw_uid})")
-    except KeyError:
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            click.echo(f"error: {shlex.join(command)} failed: {done.stderr.strip()}", err=True)
-            sys.exit(2)
-        entry = pwd.getpwnam(user)
-        click.echo(f"created system user {user!r} (uid {entry.pw_uid}, shell /bin/sh, no home)")
+        click.echo(create_user(user))
+    except SandboxError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     base = runs_base()
     click.echo(f"runs will use {base}/<run-id>/ (owned by {user!r}, mode 0700)")
     click.echo(f'set in agents/<name>/config.toml: [runtime] type = "host-user", run_as = "{user}"')

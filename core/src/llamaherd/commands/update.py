@@ -1,0 +1,163 @@
+"""``al update [AGENT]``: fetch each agent's ``source`` again and update its SKILL.md and
+Dockerfile from it, showing the diff. ``config.toml`` is the user's and is never touched."""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llamaherd.cli import AppContext, pass_app
+from llamaherd.types import LlamaherdError
+
+# What an update may replace, in an agent's folder; every other file stays as it is.
+UPDATED_FILES = ("SKILL.md", "Dockerfile")
+COLLECTIONS = ("skills", "agents")  # folders of a repository holding several skills
+
+
+@dataclass
+class Change:
+    """One file of an agent that differs from its source."""
+
+    name: str
+    old: str | None  # None: the agent has none yet
+    new: str
+
+    def diff(self, agent: str) -> list[str]:
+        return list(
+            difflib.unified_diff(
+                (self.old or "").splitlines(keepends=True),
+                self.new.splitlines(keepends=True),
+                f"agents/{agent}/{self.name}",
+                f"agents/{agent}/{self.name} (source)",
+            )
+        )
+
+
+@click.command("update")
+@click.argument("agent", required=False)
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Update without asking.")
+@pass_app
+def update_command(app: AppContext, agent: str | None, dry_run: bool, yes: bool) -> None:
+    """Fetch AGENT's source again (every agent with a `source` when none is named) and update
+    its SKILL.md and Dockerfile, showing the diff; its config.toml is never touched.
+
+    Asks before writing unless --yes; exit 1 when a source could not be fetched.
+    """
+    project = app.project
+    agents = [project.agent(agent)] if agent else list(project.agents.values())
+    sourced = [a for a in agents if isinstance(a.config.get("source"), str)]
+    if agent and not sourced:
+        raise LlamaherdError(
+            f"agents/{agent} has no `source` in its config.toml: nothing to update from "
+            "(`al add SOURCE --force` installs it again)"
+        )
+    if not sourced:
+        click.echo("no agent has a `source` in its config.toml: nothing to update")
+        return
+    failures = 0
+    for one in sourced:
+        try:
+            _update(project, one, dry_run, yes)
+        except LlamaherdError as exc:
+            failures += 1
+            click.echo(f"agents/{one.name}: {exc}", err=True)
+    sys.exit(1 if failures else 0)
+
+
+def _update(project: Any, agent: Any, dry_run: bool, yes: bool) -> None:
+    source = agent.config["source"]
+    changes = fetch_changes(project, agent, source)
+    if not changes:
+        click.echo(f"agents/{agent.name}: up to date with {source}")
+        return
+    for change in changes:
+        _show(change.diff(agent.name))
+    names = " and ".join(change.name for change in changes)
+    if dry_run:
+        click.echo(f"agents/{agent.name}: {names} would be updated from {source} (dry run)")
+        return
+    if not yes and not _confirm(f"update {names} of agents/{agent.name}?"):
+        click.echo(f"agents/{agent.name}: left as it is")
+        return
+    for change in changes:
+        (agent.path / change.name).write_text(change.new, encoding="utf-8")
+    click.echo(f"agents/{agent.name}: updated {names} from {source}")
+
+
+def _confirm(question: str) -> bool:
+    try:
+        return click.confirm(question, default=True)
+    except click.Abort:  # no answer (stdin closed): nothing is written
+        click.echo("no answer: use --yes to update without asking", err=True)
+        return False
+
+
+def fetch_changes(project: Any, agent: Any, source: str) -> list[Change]:
+    """The files of ``UPDATED_FILES`` whose copy at ``source`` differs from the agent's."""
+    from llamaherd.commands.project import _fetch
+
+    with tempfile.TemporaryDirectory(prefix="al-update-") as tmp:
+        fetched, _ = _fetch(_located(project, source), Path(tmp))
+        skill_dir = upstream_skill(fetched, agent.name)
+        changes = []
+        for name in UPDATED_FILES:
+            new = _read(skill_dir / name)
+            old = _read(agent.path / name)
+            if new is not None and new != old:
+                changes.append(Change(name, old, new))
+        return changes
+
+
+def _located(project: Any, source: str) -> str:
+    """A relative folder source is taken from the project root when it is there (``al add``
+    may have been run from it), else from the current directory."""
+    address, hash_, subdir = source.partition("#")
+    candidate = project.root / address
+    if not Path(address).is_absolute() and "://" not in address and candidate.is_dir():
+        return f"{candidate}{hash_}{subdir}"
+    return source
+
+
+def upstream_skill(fetched: Path, name: str) -> Path:
+    """The folder holding the agent's SKILL.md in what was fetched: the folder itself,
+    ``skills/<name>/`` or ``agents/<name>/`` of a collection, or a collection's only skill."""
+    if (fetched / "SKILL.md").is_file():
+        return fetched
+    for collection in COLLECTIONS:
+        if (fetched / collection / name / "SKILL.md").is_file():
+            return fetched / collection / name
+    found = [p.parent for c in COLLECTIONS for p in sorted((fetched / c).glob("*/SKILL.md"))]
+    if len(found) == 1:
+        return found[0]
+    raise LlamaherdError(
+        f"no SKILL.md for {name!r} in its source (looked at the top, in skills/{name}/ and "
+        f"agents/{name}/)"
+    )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LlamaherdError(f"cannot read {path}: {exc}") from None
+
+
+def _show(lines: list[str]) -> None:
+    styles = {"+": "green", "-": "red", "@": "cyan"}
+    for line in lines:
+        text = line.rstrip("\n")
+        style = None if text.startswith(("+++", "---")) else styles.get(text[:1])
+        click.secho(text, fg=style, bold=text.startswith(("+++", "---")))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(update_command)

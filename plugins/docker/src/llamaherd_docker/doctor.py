@@ -1,0 +1,82 @@
+"""``al doctor``: the Docker daemon and the images container agents run in, with fixes that
+build what is missing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llamaherd.api import Finding, Fix, SandboxError
+from llamaherd_docker import images
+from llamaherd_docker.cli import default_base_image
+from llamaherd_docker.daemon import connect, docker_host
+
+
+class DockerCheck:
+    name = "docker"
+    description = "The Docker daemon, the base image and the agents' images (built if missing)."
+
+    def check(self, project: Any, registry: Any) -> list[Finding]:
+        agents = [a for a in project.agents.values() if a.runtime.get("type") == "container"]
+        if not agents:
+            return []
+        try:
+            client = connect()
+        except SandboxError as exc:
+            return [Finding.error("Docker daemon", str(exc))]
+        version = client.version().get("Version", "?")
+        findings = [Finding.ok(f"Docker daemon {docker_host()}", f"answers (Docker {version})")]
+        base = project.local["image"]
+        if any(self._needs_base(agent, base) for agent in agents):
+            findings.append(self._base(client, base))
+        runtime = registry.runtimes.get("container")
+        for agent in agents:
+            if (agent.path / "Dockerfile").is_file():
+                findings.append(self._agent(client, agent, project, runtime))
+        return findings
+
+    @staticmethod
+    def _needs_base(agent: Any, base: str) -> bool:
+        dockerfile = agent.path / "Dockerfile"
+        if not dockerfile.is_file():
+            return True
+        return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+
+    @staticmethod
+    def _base(client: Any, base: str) -> Finding:
+        subject = f"image {base}"
+        if images.image_exists(client, base, subject):
+            return Finding.ok(subject, "present")
+        start = default_base_image()
+
+        def build() -> str:
+            images.build_base(connect(), start, base)
+            return f"built {base} from {start}"
+
+        return Finding.error(
+            subject,
+            # As the runtime's validate says it (`al doctor` then shows it once, with the fix).
+            f"image {base} not found locally: build it with `al setup docker` "
+            f"(or `docker pull {base}` and set [local].image)",
+            Fix(f"build {base} from {start} (as `al setup docker` does)", build),
+        )
+
+    @staticmethod
+    def _agent(client: Any, agent: Any, project: Any, runtime: Any) -> Finding:
+        what = project.relative(agent.path / "Dockerfile")
+        subject = f"agents/{agent.name} image"
+        try:
+            tag, _ = images.agent_image(client, agent.path, what, project.local["image"])
+        except SandboxError as exc:
+            return Finding.error(subject, str(exc))
+        if images.image_exists(client, tag, what):
+            return Finding.ok(subject, f"{tag} built from {what} as it is")
+
+        def build() -> str:
+            return f"built {runtime.prepare(agent, project)}"
+
+        fix = Fix(f"build it from {what} now", build) if runtime is not None else None
+        return Finding.warning(
+            subject,
+            f"not built for {what} as it is: its next run builds it first (and waits)",
+            fix,
+        )

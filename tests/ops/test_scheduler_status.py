@@ -1,0 +1,57 @@
+"""`al stat` and the control API say whether a scheduler is up, since when, its version, and
+whether the config it loaded is the one on disk."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from llamaherd import __version__
+
+
+@pytest.fixture
+def scheduled(project):
+    from llamaherd.plugins import registry
+
+    if "cron" not in registry().trigger_types:
+        pytest.skip("needs the llamaherd-cron plugin")
+    project.add_scripted_agent("tick", 'every = "1h"\n')
+    return project
+
+
+def test_without_a_scheduler_stat_says_so_and_shows_no_next_fire(scheduled):
+    result = scheduled.al("stat")
+    assert result.returncode == 0, result.stderr
+    assert "no scheduler is running" in result.stdout
+    assert not re.search(r"\bin \d+[smhd]\b", result.stdout)  # no next fire
+    data = json.loads(scheduled.al("stat", "--json").stdout)
+    assert data["scheduler"] == {"running": False}
+
+
+def test_with_a_scheduler_stat_shows_since_version_and_current_config(scheduled, scheduler):
+    running = scheduler(scheduled)
+    text = scheduled.al("stat").stdout
+    assert "scheduler up since" in text and f"llamaherd {__version__}" in text
+    assert "config current" in text
+    assert re.search(r"\bin \d+[smhd]\b", text)  # the next fire is real now
+    status = json.loads(scheduled.al("stat", "--json").stdout)["scheduler"]
+    assert status["running"] is True and status["where"] == "this machine"
+    assert status["pid"] == running.proc.pid and status["url"] == running.url
+    assert status["version"] == __version__ and status["config_current"] is True
+    assert status["since"] > 0
+
+    for path in ("/control/health", "/control/stat"):
+        served = running.get(path).json()["scheduler"]
+        assert served["running"] is True and served["config_current"] is True
+        assert served["since"] == status["since"] and served["version"] == __version__
+
+
+def test_a_changed_config_on_disk_is_reported(scheduled, scheduler):
+    running = scheduler(scheduled)
+    scheduled.write("agents/tick/SKILL.md", "---\nname: tick\ndescription: Changed.\n---\nNew.\n")
+    text = scheduled.al("stat").stdout
+    assert "config changed on disk since it loaded it" in text
+    assert json.loads(scheduled.al("stat", "--json").stdout)["scheduler"]["config_current"] is False
+    assert running.get("/control/health").json()["scheduler"]["config_current"] is False
