@@ -67,21 +67,17 @@ def test_new_scaffold_documents_the_real_defaults(al, tmp_path):
 def test_validate_reports_parse_errors_one_line_each(al, tmp_project):
     tmp_project.add_agent("toml", 'models = ["m"\nscale = 1\n')
     tmp_project.add_agent("yaml", "", skill="---\nname: [x\n---\n")
-    tmp_project.add_agent("plain", "", skill="just text\n")
     (tmp_project.root / "agents" / "notes").mkdir()  # no SKILL.md: ignored
     result = al("validate", cwd=tmp_project.root, env=NO_PLUGINS)
     no_traceback(result)
     assert result.returncode == 2
     out = result.stdout.splitlines()
     assert (
-        out[0] == "agents/plain/SKILL.md: expected YAML frontmatter between '---' lines at the top"
+        out[0].startswith("agents/toml/config.toml: invalid TOML: ")
+        and "(at line 2, column " in out[0]
     )
-    assert (
-        out[1].startswith("agents/toml/config.toml: invalid TOML: ")
-        and "(at line 2, column " in out[1]
-    )
-    assert out[2].startswith("agents/yaml/SKILL.md: invalid YAML frontmatter at line 2, column ")
-    assert len(out) == 3
+    assert out[1].startswith("agents/yaml/SKILL.md: invalid YAML frontmatter at line 2, column ")
+    assert len(out) == 2
     assert "notes" not in result.stdout
 
 
