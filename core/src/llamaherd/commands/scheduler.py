@@ -54,14 +54,41 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
 @click.option(
     "--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop."
 )
+@click.option(
+    "-e", "--expose", is_flag=True, help="Listen on all interfaces (0.0.0.0), not [gateway] bind."
+)
+@click.option(
+    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: there is no TUI."
+)
+@click.option(
+    "-w",
+    "--web-ui",
+    is_flag=True,
+    help="Accepted for Action Llama users: the dashboard is served at /dashboard whenever "
+    "llamaherd-dashboard is installed.",
+)
 @pass_app
-def start_command(app: AppContext, detach: bool, port: int | None, grace: float) -> None:
+def start_command(
+    app: AppContext,
+    detach: bool,
+    port: int | None,
+    grace: float,
+    expose: bool,
+    headless: bool,
+    web_ui: bool,
+) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
+    from llamaherd.plugins import get_manager
+
     project = app.project
     if port is not None:
         project.config.setdefault("gateway", {})["port"] = port
+    if expose:
+        project.config.setdefault("gateway", {})["bind"] = "0.0.0.0"
+    if web_ui and "dashboard" not in get_manager().info:
+        click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
     if detach:
-        _detach(project, port, grace)
+        _detach(project, port, grace, ["--expose"] if expose else [])
         return
     from llamaherd.scheduler import Scheduler
 
@@ -81,7 +108,7 @@ def _configure_logging() -> None:
     )
 
 
-def _detach(project: Any, port: int | None, grace: float) -> None:
+def _detach(project: Any, port: int | None, grace: float, extra: list[str]) -> None:
     from llamaherd.scheduler import scheduler_info
 
     project.state_dir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +121,7 @@ def _detach(project: Any, port: int | None, grace: float) -> None:
         "start",
         "--grace",
         str(grace),
+        *extra,
     ]
     if port is not None:
         args += ["--port", str(port)]
@@ -135,14 +163,25 @@ def stop_command(app: AppContext) -> None:
 # ---------------------------------------------------------------------- run
 @click.command("run")
 @click.argument("agent")
+@click.argument("prompt", required=False)
 @click.option(
     "--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file."
 )
 @click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
+@click.option(
+    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
+)
 @pass_app
-def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bool) -> None:
+def run_command(
+    app: AppContext,
+    agent: str,
+    prompt: str | None,
+    payload: Path | None,
+    no_follow: bool,
+    headless: bool,
+) -> None:
     """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
-    else in the foreground.
+    else in the foreground. PROMPT, when given, is the task: it goes into the run's prompt.
 
     Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
     """
@@ -151,6 +190,8 @@ def run_command(app: AppContext, agent: str, payload: Path | None, no_follow: bo
     project = app.project
     project.agent(agent)
     data = _load_payload(payload)
+    if prompt is not None:
+        data["prompt"] = prompt
     client = ControlClient.find(project)
     if client is not None:
         item = client.post("/control/run", {"agent": agent, "payload": data})["items"][0]
@@ -273,17 +314,21 @@ def follow(store: Any, run_id: str, *, poll: float = 0.1) -> int:
 
 # ---------------------------------------------------------------------- stat / runs / logs
 @click.command("stat")
+@click.argument("agent", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--watch", is_flag=True, help="Redraw every second.")
 @pass_app
-def stat_command(app: AppContext, as_json: bool, watch: bool) -> None:
-    """Agents: state, active/scale, queue depth, last result, next scheduled fire."""
+def stat_command(app: AppContext, agent: str | None, as_json: bool, watch: bool) -> None:
+    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire."""
     from llamaherd.status import agent_rows
 
+    if agent:
+        app.project.agent(agent)
     store = _store(app)
 
     def rows() -> list[dict[str, Any]]:
-        return agent_rows(app.project, store, app.registry)
+        found = agent_rows(app.project, store, app.registry)
+        return [row for row in found if agent in (None, row["agent"])]
 
     if as_json:
         click.echo(json.dumps({"agents": rows()}, indent=2))
@@ -395,25 +440,49 @@ def _resolve_run(app: AppContext, store: Any, target: str) -> str:
 
 
 @click.command("logs")
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
-@click.option("--json", "as_json", is_flag=True, help="Print raw events as JSON lines.")
+@click.option(
+    "--json", "-r", "--raw", "as_json", is_flag=True, help="Print raw events as JSON lines."
+)
+@click.option(
+    "-n", "--lines", type=click.IntRange(min=1), help="Only the last N entries (default: all)."
+)
 @pass_app
-def logs_command(app: AppContext, target: str, follow_: bool, as_json: bool) -> None:
-    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run)."""
+def logs_command(
+    app: AppContext, target: str | None, follow_: bool, as_json: bool, lines: int | None
+) -> None:
+    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run);
+    without TARGET, the log of the scheduler started with `al start --detach`."""
     from llamaherd.logview import format_event
 
+    if target is None:
+        _scheduler_log(app, lines)
+        return
     store = _store(app)
     run_id = _resolve_run(app, store, target)
     if follow_:
         follow(store, run_id)
         return
     console = _console()
-    for event in store.events(run_id):
+    for event in store.events(run_id)[-lines if lines else 0 :]:
         if as_json:
             click.echo(json.dumps(event))
         else:
             console.print(format_event(event))
+
+
+def _scheduler_log(app: AppContext, lines: int | None) -> None:
+    """The tail of ``.al/scheduler.log`` (``al logs`` without a run, as Action Llama has it)."""
+    path = app.project.state_dir / "scheduler.log"
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise LlamaherdError(
+            "no scheduler log (.al/scheduler.log is written by `al start --detach`); "
+            "name a run or an agent: `al logs AGENT`"
+        ) from None
+    click.echo("\n".join(text.splitlines()[-(lines or 50) :]))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
@@ -454,16 +523,28 @@ def _pause_command(paused: bool) -> click.Command:
 # ---------------------------------------------------------------------- stats
 @click.command("stats")
 @click.argument("agent", required=False)
-@click.option("--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
+@click.option("-s", "--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "-n", "recent", type=click.IntRange(min=0), default=0, help="Also list the N latest runs."
+)
+@click.option("--calls", is_flag=True, help="Only the agent-call graph.")
 @pass_app
-def stats_command(app: AppContext, agent: str | None, since: str, as_json: bool) -> None:
+def stats_command(
+    app: AppContext, agent: str | None, since: str, as_json: bool, recent: int, calls: bool
+) -> None:
     """Run history: counts, durations, exit codes, tokens, the agent-call graph."""
     from llamaherd.durations import parse_duration
+    from llamaherd.status import run_dict
 
     if agent:
         app.project.agent(agent)
-    data = _store(app).stats(agent, time.time() - parse_duration(since, "--since"))
+    store = _store(app)
+    data = store.stats(agent, time.time() - parse_duration(since, "--since"))
+    if calls:
+        data = {"calls": data["calls"]}
+    elif recent:
+        data["recent"] = [run_dict(r) for r in store.runs(agent=agent, limit=recent)]
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -486,3 +567,4 @@ def register(cli: click.Group) -> None:
         stats_command,
     ):
         cli.add_command(command)
+    cli.add_command(stat_command, name="status")  # Action Llama's name for `al stat`
