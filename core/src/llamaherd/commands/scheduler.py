@@ -92,18 +92,20 @@ def start_command(
         return
     from llamaherd.scheduler import Scheduler
 
-    _configure_logging()
+    _configure_logging(project.config.get("projectName"))
     scheduler = Scheduler(project, grace=grace)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
     sys.exit(scheduler.run())
 
 
-def _configure_logging() -> None:
+def _configure_logging(project_name: str | None = None) -> None:
+    """Log lines on stderr, prefixed with ``[projectName]`` when the project sets one."""
     import logging
 
+    prefix = f"[{project_name}] ".replace("%", "%%") if project_name else ""
     logging.basicConfig(
         level=os.environ.get("AL_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llamaherd_docker.images import AL_BASE
-
-# For users with a registry: Action Llama's agents expect Node and Alpine's `apk`.
-DEFAULT_BASE_IMAGE = "node:20-alpine"
+from llamaherd_docker.images import AL_BASE, DEFAULT_BASE_IMAGE
 
 
 @click.command("docker")
