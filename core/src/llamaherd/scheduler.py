@@ -205,7 +205,7 @@ class Scheduler(Engine):
 
     def _log_webhook_urls(self) -> None:
         """Where each webhook source receives, under ``[gateway] url`` when set (the address
-        senders use), with Action Llama's ``/webhooks/<type>`` form that also reaches it."""
+        senders use)."""
         base = self.project.public_url or self.gateway_url
         sources = self.project.config.get("webhooks")
         for name, table in sorted(sources.items() if isinstance(sources, dict) else []):
