@@ -241,8 +241,9 @@ def test_add_a_subdirectory_keeps_its_own_config(al, tmp_project, skill_repo):
     assert (tmp_project.root / "agents" / "fix" / "config.toml").read_text() == (
         f'models = ["shipped"]\nsource = "{skill_repo}#skills/fix" # where `al add` got this skill\n'
     )
-    assert 'to do: add a [models.shipped] table to config.toml (provider = "...", model = "...")' in (
-        result.stdout
+    assert (
+        'to do: add a [models.shipped] table to config.toml (provider = "...", model = "...")'
+        in (result.stdout)
     )
 
 
@@ -253,7 +254,9 @@ def test_add_refuses_to_overwrite_without_force(al, tmp_project, skill_repo):
     assert again.returncode == 2
     assert again.stderr.strip() == "error: agents/triage already exists; use --force to replace it"
     assert (tmp_project.root / "agents" / "triage" / "local.txt").exists()
-    forced = al("add", skill_repo, "-a", "triage", "--force", "--name", "triage", cwd=tmp_project.root)
+    forced = al(
+        "add", skill_repo, "-a", "triage", "--force", "--name", "triage", cwd=tmp_project.root
+    )
     assert forced.returncode == 0, forced.stderr
     assert not (tmp_project.root / "agents" / "triage" / "local.txt").exists()
 

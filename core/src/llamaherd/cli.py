@@ -46,6 +46,7 @@ class ErrorHandlingGroup(click.Group):
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
+    "-p",
     "--project",
     "project_dir",
     type=click.Path(file_okay=False, path_type=Path),

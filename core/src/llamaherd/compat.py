@@ -188,6 +188,16 @@ def project_notes(config: Mapping[str, Any]) -> list[Note]:
     return notes
 
 
+def env_toml_notes(env: Mapping[str, Any]) -> list[Note]:
+    """Warnings for Action Llama's ``.env.toml`` (its per-machine overrides): llamaherd reads
+    ``projectName`` from it and nothing else."""
+    return [
+        (key, "not read: llamaherd reads settings from config.toml (move it there)")
+        for key in env
+        if key != "projectName"
+    ]
+
+
 def agent_notes(config: Mapping[str, Any]) -> list[Note]:
     """Warnings for the peer's agent keys that llamaherd does not act on."""
     return _harness_notes("harness", config.get("harness"))
@@ -268,12 +278,12 @@ def frontmatter_notes(origins: Mapping[str, str], shadowed: list[str]) -> list[N
     notes: list[Note] = []
     if origins:
         where = ", ".join(origins.values())
+        them = "it" if len(origins) == 1 else "them"
         notes.append(
             (
                 "metadata" if all(v.startswith("metadata.") for v in origins.values()) else "",
-                f"{where}: used as agent config (config.toml does not set "
-                f"{'it' if len(origins) == 1 else 'them'}); Action Llama 0.29 reads these "
-                "from config.toml only: move them there",
+                f"{where}: used as agent config (config.toml does not set {them}); "
+                f"Action Llama 0.29 reads agent config from config.toml only: move {them} there",
             )
         )
     if shadowed:

@@ -40,6 +40,7 @@ GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
+ENV_TOML = ".env.toml"  # Action Llama's per-machine overrides
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
@@ -104,7 +105,9 @@ def _load_frontmatter(path: Path, frontmatter: str, first_line: int) -> Any:
             yaml.safe_load(frontmatter)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + first_line + 1}, column {mark.column + 1}" if mark else ""
+            where = (
+                f" at line {mark.line + first_line + 1}, column {mark.column + 1}" if mark else ""
+            )
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError(
                 str(path), "", f"invalid YAML frontmatter{where}: {problem}"
@@ -211,10 +214,18 @@ class Project:
         """A top-level setting (or its deprecated Action Llama spelling), else its default."""
         return compat.setting(self.config, key, DEFAULTS.get(key))
 
+    @cached_property
+    def env_toml(self) -> dict[str, Any]:
+        """Action Llama's ``.env.toml`` (per-machine overrides), when present: only its
+        ``projectName`` is read (``llamaherd.compat.env_toml_notes``)."""
+        path = self.root / ENV_TOML
+        return read_toml(path) if path.is_file() else {}
+
     @property
     def name(self) -> str:
-        """``projectName``, else the directory's name."""
-        return str(self.config.get("projectName") or self.root.name)
+        """``projectName`` (config.toml, then .env.toml), else the directory's name."""
+        named = self.config.get("projectName") or self.env_toml.get("projectName")
+        return str(named or self.root.name)
 
     @property
     def public_url(self) -> str | None:

@@ -699,6 +699,10 @@ class _Checker:
         file = "config.toml"
         self.schema_errors(self.schemas.project_base, config, file, [])
         self.notes(file, compat.project_notes(config))
+        try:
+            self.notes(".env.toml", compat.env_toml_notes(self.project.env_toml))
+        except ConfigError as exc:
+            self.add(".env.toml", exc.key, exc.message)
         used = {
             m for agent in self.project.agents.values() for m in _names(agent.config.get("models"))
         }
@@ -812,7 +816,9 @@ class _Checker:
         self.frontmatter(agent)
         self.notes(file, compat.agent_notes(config), agent.name)
         for where, key, message in agent.notes:
-            self.add(self.project.relative(Path(where)), key, message, agent=agent.name, warning=True)
+            self.add(
+                self.project.relative(Path(where)), key, message, agent=agent.name, warning=True
+            )
         self.relocate(agent, file)
 
     def relocate(self, agent: Agent, file: str) -> None:
@@ -825,7 +831,9 @@ class _Checker:
             root = re.split(r"[.\[]", problem.key)[0]
             if problem.agent == agent.name and problem.file == file and root in agent.origins:
                 key = agent.origins[root] + problem.key[len(root) :]
-                self.problems[i] = Problem(skill, key, problem.message, problem.severity, agent.name)
+                self.problems[i] = Problem(
+                    skill, key, problem.message, problem.severity, agent.name
+                )
 
     def plugin_keys(self, agent: Agent, file: str) -> set[str]:
         """Report keys of first-party plugins that are not installed; return them."""
@@ -963,9 +971,7 @@ class _Checker:
         for key in ("name", "description"):
             value = agent.meta.get(key)
             if key in agent.meta and (not isinstance(value, str) or not value.strip()):
-                self.add(
-                    file, key, "expected a non-empty string", agent=agent.name, warning=True
-                )
+                self.add(file, key, "expected a non-empty string", agent=agent.name, warning=True)
         name = agent.meta.get("name")
         if isinstance(name, str) and name.strip() and name != agent.name:
             self.add(

@@ -148,7 +148,9 @@ def choose(skills: list[Skill], wanted: str | None, source: str) -> Skill:
         for s in skills
     )
     if wanted is None:
-        raise LlamaherdError(f"{source} holds {len(skills)} skills, pick one with -a NAME: {listing}")
+        raise LlamaherdError(
+            f"{source} holds {len(skills)} skills, pick one with -a NAME: {listing}"
+        )
     raise LlamaherdError(f"{source} has no skill {wanted!r}; it holds: {listing}")
 
 
@@ -273,7 +275,9 @@ def fit_webhooks(
                 f"instead of {name!r} in the agent's config.toml"
             )
         elif name in theirs:
-            fitted.todo.append(f"add to config.toml:\n{_toml_table(f'webhooks.{name}', theirs[name])}")
+            fitted.todo.append(
+                f"add to config.toml:\n{_toml_table(f'webhooks.{name}', theirs[name])}"
+            )
         elif kind in known_types:
             fitted.todo.append(
                 f'add to config.toml:\n[webhooks.{name}]\ntype = "{kind}"\n'
@@ -298,7 +302,9 @@ def fit_config(
     fitted = Fitted()
     models = document.get("models")
     if isinstance(models, list):
-        mapped, fitted = fit_models(list(models), _tables(theirs, "models"), _tables(ours, "models"))
+        mapped, fitted = fit_models(
+            list(models), _tables(theirs, "models"), _tables(ours, "models")
+        )
         if mapped != list(models):
             document["models"] = mapped
     hooks = document.get("webhooks")

@@ -92,7 +92,7 @@ def start_command(
         return
     from llamaherd.scheduler import Scheduler
 
-    _configure_logging(project.config.get("projectName"))
+    _configure_logging(project.name if project.name != project.root.name else None)
     scheduler = Scheduler(project, grace=grace)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
     sys.exit(scheduler.run())

@@ -48,7 +48,9 @@ def _parse(
     sign = getattr(config.source, "request_headers", None)
     synthetic = sign(body, _entry_event(entry), PREVIEW_DELIVERY, None) if sign else {}
     try:
-        return config.source.parse({**{k.lower(): v for k, v in synthetic.items()}, **headers}, body)
+        return config.source.parse(
+            {**{k.lower(): v for k, v in synthetic.items()}, **headers}, body
+        )
     except ValueError as exc:
         raise LlamaherdError(f"--payload: source {config.name!r} cannot parse it: {exc}") from None
 
