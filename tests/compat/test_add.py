@@ -103,7 +103,14 @@ def test_an_agent_is_installed_with_its_names_fitted_to_the_project(github, tmp_
     assert checked.returncode == 0, checked.stdout
     assert "ok  agents/reviewer" in checked.stdout
     # The recorded source installs the same skill again.
-    again = al("add", "acme/agents#agents/reviewer", "--name", "reviewer2", cwd=tmp_project.root, env=github)
+    again = al(
+        "add",
+        "acme/agents#agents/reviewer",
+        "--name",
+        "reviewer2",
+        cwd=tmp_project.root,
+        env=github,
+    )
     assert again.returncode == 0, again.stderr
 
 

@@ -86,7 +86,10 @@ def test_start_accepts_headless_and_web_ui(project, al):
         assert "scheduler started" in started.stdout
         assert al("status", "-p", root, env=project.env).returncode == 0
         log = al("logs", "-n", "5", "-p", root, env=project.env)  # no target: the scheduler's
-        assert log.returncode == 0 and "listening on" in (project.root / ".al/scheduler.log").read_text()
+        assert (
+            log.returncode == 0
+            and "listening on" in (project.root / ".al/scheduler.log").read_text()
+        )
     finally:
         assert al("stop", "-p", root, env=project.env).returncode == 0
 
@@ -118,7 +121,9 @@ def test_prompt_shows_what_a_real_webhook_run_gets(tmp_path, al):
             }
         )
     )
-    result = al("prompt", "dev", "--trigger", "webhook", "--payload", str(fixture), cwd=project.root)
+    result = al(
+        "prompt", "dev", "--trigger", "webhook", "--payload", str(fixture), cwd=project.root
+    )
     assert result.returncode == 0, result.stderr
     block = result.stdout[result.stdout.index("<webhook-trigger>") :].splitlines()
     assert block[1:7] == [

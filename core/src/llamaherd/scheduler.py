@@ -221,9 +221,11 @@ class Scheduler(Engine):
             if runtime is None or self.store.agent_state(agent.name) == "error":
                 continue
             try:
-                runtime.prepare(agent, self.project)
+                prepared = runtime.prepare(agent, self.project)
             except Exception as exc:  # a plugin's failure must not stop the scheduler
                 log.error("agent %s: %s", agent.name, exc)
+                continue
+            log.info("agent %s: ready%s", agent.name, f" ({prepared})" if prepared else "")
 
     def request_stop(self, *_: Any) -> None:
         self.stopping.set()
