@@ -76,3 +76,6 @@ def test_health_answers_as_action_llama_does_without_a_token(webhook_server):
     answer = requests.get(server.url + "/health", timeout=10)
     assert answer.status_code == 200
     assert answer.json() == {"status": "ok"}
+    # Action Llama's dashboard address lands on ours.
+    moved = requests.get(server.url + "/dashboard", allow_redirects=False, timeout=10)
+    assert (moved.status_code, moved.headers["location"]) == (308, "/")

@@ -64,7 +64,7 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
     "-w",
     "--web-ui",
     is_flag=True,
-    help="Accepted for Action Llama users: the dashboard is served at /dashboard whenever "
+    help="Accepted for Action Llama users: the dashboard is served (at /) whenever "
     "llamaherd-dashboard is installed.",
 )
 @pass_app
