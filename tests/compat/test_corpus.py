@@ -99,10 +99,15 @@ def test_every_agent_assembles_its_prompts(name, corpus, al) -> None:
         assert "You have been triggered manually." in user
 
 
-def test_frontmatter_runtime_keys_are_used_under_config_toml(corpus) -> None:
+def test_frontmatter_runtime_keys_are_used_under_config_toml(corpus, al) -> None:
     from llamaherd.project import load_project
 
-    project = load_project(corpus("old-style"))
+    root = corpus("old-style")
+    status = json.loads(al("status", "--json", cwd=root).stdout)["agents"]
+    fires = {row["agent"]: row["next_fire"] for row in status}
+    assert fires["triage"] and fires["dev"]  # scheduled by their frontmatter
+    assert fires["reviewer"] is None  # webhooks only
+    project = load_project(root)
     dev = project.agent("dev")
     assert dev.models == ["fast"]  # config.toml wins
     assert dev.scale == 5
