@@ -680,11 +680,9 @@ class _Checker:
     ) -> bool:
         """An Action Llama runtime no installed plugin provides (``compat.FOREIGN_RUNTIMES``):
         its keys are still checked, and the error says what is missing. False for other tags."""
-        keys = compat.FOREIGN_RUNTIMES.get(name) if kind == "runtimes" else None
-        if keys is None or kind in self.registry.runtimes:
+        if kind != "runtimes" or name not in compat.FOREIGN_RUNTIMES:
             return False
-        validator = _foreign_validator(name)
-        self.schema_errors(validator, table, file, prefix, agent)
+        self.schema_errors(_foreign_validator(name), table, file, prefix, agent)
         self.add(file, _join([*prefix, "type"]), compat.foreign_runtime_message(name), agent=agent)
         return True
 
