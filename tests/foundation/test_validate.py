@@ -200,27 +200,25 @@ def test_runtimes_validate_themselves(project, make_registry):
     ]
 
 
-def test_skill_frontmatter_needs_name_and_description(project, make_registry):
+def test_skill_frontmatter_name_and_description_are_optional(project, make_registry):
     project.add_agent("hello", AGENT, skill="---\nname: hi\n---\nbody\n")
+    project.add_agent("plain", AGENT, skill="# no frontmatter, as Action Llama allows\n")
+    project.add_agent("odd", AGENT, skill="---\ndescription: 3\n---\nbody\n")
     assert lines(project, make_registry()) == [
-        "agents/hello/SKILL.md: description: missing in the frontmatter (expected a non-empty string)",
         'warning: agents/hello/SKILL.md: name: "hi" differs from the directory name "hello"',
+        "warning: agents/odd/SKILL.md: description: expected a non-empty string",
     ]
 
 
 def test_parse_errors_are_reported_relative_with_line_and_column(project, make_registry):
     project.add_agent("toml", 'models = ["main"\nscale = 1\n')
     project.add_agent("yaml", AGENT, skill="---\nname: [unclosed\n---\nbody\n")
-    project.add_agent("plain", AGENT, skill="# no frontmatter\n")
     (project.root / "agents" / "empty").mkdir()  # no SKILL.md: not an agent, ignored
     problems = lines(project, make_registry())
-    assert len(problems) == 3
-    assert problems[0] == (
-        "agents/plain/SKILL.md: expected YAML frontmatter between '---' lines at the top"
-    )
-    assert problems[1].startswith("agents/toml/config.toml: invalid TOML: ")
-    assert "line 2, column" in problems[1]
-    assert problems[2].startswith("agents/yaml/SKILL.md: invalid YAML frontmatter at line 2")
+    assert len(problems) == 2
+    assert problems[0].startswith("agents/toml/config.toml: invalid TOML: ")
+    assert "line 2, column" in problems[0]
+    assert problems[1].startswith("agents/yaml/SKILL.md: invalid YAML frontmatter at line 2")
 
 
 def test_only_named_agents(project, make_registry):
@@ -239,9 +237,10 @@ def test_provider_and_source_fragments_extend_their_tables(project, make_registr
         "secret = 1\n" + (project.root / "config.toml").read_text()
     )
     assert lines(project, make_registry(**kinds)) == [
-        "config.toml: secret: unknown key (known keys: database, defaultWaitTimeout, gateway, "
-        "historyRetentionDays, local, maxCallDepth, maxReruns, models, resourceLockTimeout, scale, "
-        "webhooks, workQueueSize)",
+        "config.toml: secret: unknown key (known keys: cloud, database, defaultAgentScale, "
+        "defaultWaitTimeout, gateway, harness, historyRetentionDays, local, maxCallDepth, "
+        "maxReruns, models, projectName, resourceLockTimeout, scale, telemetry, webhooks, "
+        "workQueueSize)",
         'config.toml: models.main.beta: expected true or false, got "yes"',
     ]
 

@@ -58,6 +58,7 @@ class ErrorHandlingGroup(click.Group):
 
 @click.group(cls=ErrorHandlingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
+    "-p",
     "--project",
     "project_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -79,6 +80,35 @@ def setup() -> None:
     """Prepare a runtime on this machine (plugins add one subcommand each)."""
 
 
+def _set_project(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    app = ctx.find_object(AppContext)
+    if value is not None and app is not None:
+        app.project_dir = value
+
+
+def add_project_option(command: click.Command) -> None:
+    """Give ``command`` (and every command under a group) Action Llama's ``-p/--project DIR``,
+    as well as ``al --project DIR``; a name the command already uses is left to it (``al schema
+    --project`` is a flag)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_project_option(sub)
+        return
+    taken = {name for param in command.params for name in param.opts + param.secondary_opts}
+    names = [name for name in ("-p", "--project") if name not in taken]
+    if not names or any(param.name == "project_dir_option" for param in command.params):
+        return
+    command.params.append(
+        click.Option(
+            [*names, "project_dir_option"],
+            type=click.Path(file_okay=False, path_type=Path),
+            expose_value=False,
+            callback=_set_project,
+            help="Project directory (as `al --project DIR`).",
+        )
+    )
+
+
 def _load_commands() -> None:
     import importlib
 
@@ -89,6 +119,7 @@ def _load_commands() -> None:
         importlib.import_module(module_name).register(cli)
     # One plugin's broken commands must not take the whole CLI down.
     get_manager().call_each("register_commands", cli=cli)
+    add_project_option(cli)
 
 
 def main() -> None:

@@ -1,7 +1,9 @@
 """The control API the CLI uses on a running scheduler: a built-in plugin (``register_routes``).
 
 Reads are open on the loopback interface; every mutating call needs the control token from
-``.al/control-token``. The operations themselves live in ``llamaherd.agents``.
+``.al/control-token``. ``GET /health`` (Action Llama's liveness probe) is open from anywhere:
+it says nothing but that the server is up. The operations themselves live in
+``llamaherd.agents``.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ async def health(request: Request) -> Response:
     return JSONResponse(
         {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
     )
+
+
+async def peer_health(request: Request) -> Response:
+    """``GET /health`` as Action Llama answers it (load balancers and deploy scripts probe it):
+    ``{"status": "ok"}`` without a token, since it tells nothing but that the server is up."""
+    return JSONResponse({"status": "ok"})
 
 
 @require_read
@@ -267,6 +275,7 @@ async def stop(request: Request) -> Response:
 
 ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/health", health, ["GET"]),
+    ("/health", peer_health, ["GET"]),
     ("/control/stat", stat, ["GET"]),
     ("/control/run", run, ["POST"]),
     ("/control/runs", runs, ["GET"]),

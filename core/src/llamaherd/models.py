@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from llamaherd.compat import AUTH_TYPES
 from llamaherd.pricing import call_cost, parse_pricing
 from llamaherd.providers import scrub
 from llamaherd.types import (
@@ -191,7 +192,7 @@ def _is_url(value: Any) -> bool:
 # Value checks of the core keys: (predicate, what was expected).
 MODEL_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "model": (lambda v: isinstance(v, str) and v != "", "a model id string"),
-    "authType": (lambda v: isinstance(v, str), 'a string such as "api_key"'),
+    "authType": (lambda v: v in AUTH_TYPES, "one of " + ", ".join(AUTH_TYPES)),
     "thinkingLevel": (lambda v: v in THINKING_LEVELS, "one of " + ", ".join(THINKING_LEVELS)),
     "base_url": (_is_url, "an http:// or https:// URL"),
     "baseUrl": (_is_url, "an http:// or https:// URL"),

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from llamaherd import compat
 from llamaherd.types import ConfigError
 
 # Defaults exactly as DESIGN.md §3.
@@ -27,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "defaultWaitTimeout": 1800,
     "historyRetentionDays": 14,
     "database": "sqlite:///.al/work-queue.db",
+    "defaultAgentScale": 1,
 }
 LOCAL_DEFAULTS: dict[str, Any] = {
     "image": "al-agent:latest",
@@ -38,6 +40,7 @@ GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
+ENV_TOML = ".env.toml"  # Action Llama's per-machine overrides
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
@@ -56,40 +59,66 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
 
 
-def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
-    """Split SKILL.md into its YAML frontmatter and markdown body."""
+@dataclass
+class SkillFile:
+    """A parsed SKILL.md: frontmatter, markdown body, and warnings about how it was read."""
+
+    meta: dict[str, Any]
+    body: str
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_skill(path: Path) -> SkillFile:
+    """Split SKILL.md into its YAML frontmatter and markdown body, as Action Llama does.
+
+    The frontmatter is optional (leading blank lines allowed): without one, the whole file is
+    the body. One that is not closed, or is not a mapping, is read as body too, with a warning.
+    Invalid YAML is a ConfigError naming its line.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8").lstrip("\ufeff")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc}") from None
-    if not text.startswith("---"):
-        raise ConfigError(str(path), "", "expected YAML frontmatter between '---' lines at the top")
-    parts = text.split("\n")
+    lead = len(text) - len(text.lstrip())
+    parts = text[lead:].split("\n")
+    if parts[0].rstrip() != "---":
+        return SkillFile({}, text.strip("\n"))
     try:
         end = next(i for i, line in enumerate(parts[1:], 1) if line.strip() == "---")
     except StopIteration:
-        raise ConfigError(str(path), "", "frontmatter is not closed by a '---' line") from None
-    frontmatter = "\n".join(parts[1:end])
+        note = ("", "frontmatter is not closed by a '---' line: the whole file is the body")
+        return SkillFile({}, text.strip("\n"), [note])
+    first_line = text[:lead].count("\n") + 1
+    meta = _load_frontmatter(path, "\n".join(parts[1:end]), first_line)
+    if not isinstance(meta, dict):
+        note = ("", "frontmatter is not a YAML mapping (name: ..., description: ...): ignored")
+        return SkillFile({}, text.strip("\n"), [note])
+    return SkillFile(meta, "\n".join(parts[end + 1 :]).strip("\n"))
+
+
+def _load_frontmatter(path: Path, frontmatter: str, first_line: int) -> Any:
     try:
-        meta = yaml.load(frontmatter, Loader=_YAML_LOADER) or {}
+        return yaml.load(frontmatter, Loader=_YAML_LOADER) or {}
     except yaml.YAMLError:
         # Re-parse with the pure-Python loader: its marks point at the offending token itself.
         try:
             yaml.safe_load(frontmatter)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 2}, column {mark.column + 1}" if mark else ""
+            where = (
+                f" at line {mark.line + first_line + 1}, column {mark.column + 1}" if mark else ""
+            )
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             raise ConfigError(
                 str(path), "", f"invalid YAML frontmatter{where}: {problem}"
             ) from None
         raise
-    if not isinstance(meta, dict):
-        raise ConfigError(
-            str(path), "", "frontmatter must be a YAML mapping (name: ..., description: ...)"
-        )
-    body = "\n".join(parts[end + 1 :]).strip("\n")
-    return meta, body
+
+
+def parse_skill(path: Path) -> tuple[dict[str, Any], str]:
+    """SKILL.md's frontmatter and body (``read_skill`` without its notes)."""
+    skill = read_skill(path)
+    return skill.meta, skill.body
 
 
 @dataclass
@@ -100,6 +129,11 @@ class Agent:
     meta: dict[str, Any] = field(default_factory=dict)
     body: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    # Top-level config keys taken from the SKILL.md frontmatter -> where they were there
+    # (``llamaherd.compat.merge_frontmatter``).
+    origins: dict[str, str] = field(default_factory=dict)
+    # Warnings about how the agent's files were read: (file, dotted key, message).
+    notes: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def skill_file(self) -> Path:
@@ -119,7 +153,7 @@ class Agent:
     # Resolved settings: agent, then project, then DESIGN default.
     @property
     def scale(self) -> int:
-        return int(self.config.get("scale", 1))
+        return int(self.config.get("scale", self.project.setting("defaultAgentScale")))
 
     @property
     def timeout(self) -> float:
@@ -177,7 +211,27 @@ class Project:
         return self.root / STATE_DIR
 
     def setting(self, key: str) -> Any:
-        return self.config.get(key, DEFAULTS.get(key))
+        """A top-level setting (or its deprecated Action Llama spelling), else its default."""
+        return compat.setting(self.config, key, DEFAULTS.get(key))
+
+    @cached_property
+    def env_toml(self) -> dict[str, Any]:
+        """Action Llama's ``.env.toml`` (per-machine overrides), when present: only its
+        ``projectName`` is read (``llamaherd.compat.env_toml_notes``)."""
+        path = self.root / ENV_TOML
+        return read_toml(path) if path.is_file() else {}
+
+    @property
+    def name(self) -> str:
+        """``projectName`` (config.toml, then .env.toml), else the directory's name."""
+        named = self.config.get("projectName") or self.env_toml.get("projectName")
+        return str(named or self.root.name)
+
+    @property
+    def public_url(self) -> str | None:
+        """``[gateway] url``: where senders reach the server (webhook URLs are shown under it)."""
+        url = self.config.get("gateway", {}).get("url")
+        return url.rstrip("/") if isinstance(url, str) and url else None
 
     @property
     def database_url(self) -> str:
@@ -202,16 +256,23 @@ class Project:
             skill = Path(entry.path) / "SKILL.md"
             if not entry.is_dir() or not skill.is_file():
                 continue
-            agent = Agent(name=entry.name, path=Path(entry.path), project=self)
             try:
-                agent.meta, agent.body = parse_skill(skill)
-                if agent.config_file.is_file():
-                    agent.config = read_toml(agent.config_file)
+                found[entry.name] = self._load_agent(entry.name, Path(entry.path))
             except ConfigError as exc:
                 self.errors.append(exc)
-                continue
-            found[agent.name] = agent
         return found
+
+    def _load_agent(self, name: str, path: Path) -> Agent:
+        """An agent from its SKILL.md and config.toml, the frontmatter's runtime keys merged
+        under config.toml (``llamaherd.compat``)."""
+        agent = Agent(name=name, path=path, project=self)
+        skill = read_skill(agent.skill_file)
+        own = read_toml(agent.config_file) if agent.config_file.is_file() else {}
+        agent.meta, agent.body = skill.meta, skill.body
+        agent.config, agent.origins, shadowed = compat.merge_frontmatter(skill.meta, own)
+        notes = skill.notes + compat.frontmatter_notes(agent.origins, shadowed)
+        agent.notes = [(str(agent.skill_file), key, message) for key, message in notes]
+        return agent
 
     def agent(self, name: str) -> Agent:
         try:

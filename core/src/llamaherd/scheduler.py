@@ -173,6 +173,7 @@ class Scheduler(Engine):
         from llamaherd.store import StoreError  # late: `al` imports this module for scheduler_info
 
         self.check_config()
+        threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()
         gateway = self.project.gateway
         self.serve(gateway["bind"], int(gateway["port"]))
         self.heartbeat()
@@ -181,6 +182,7 @@ class Scheduler(Engine):
         self._install_signals()
         self._write_info()  # last: its presence tells clients the scheduler is fully up
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
+        self._log_webhook_urls()
         try:
             while not self.stopping.is_set():
                 self.wakeup.clear()
@@ -211,6 +213,30 @@ class Scheduler(Engine):
         for name, problem in broken.items():
             if self.store.agent_state(name) != "error":
                 self.store.set_agent_state(name, "error", f"invalid config: {problem}")
+
+    def _log_webhook_urls(self) -> None:
+        """Where each webhook source receives, under ``[gateway] url`` when set (the address
+        senders use)."""
+        base = self.project.public_url or self.gateway_url
+        sources = self.project.config.get("webhooks")
+        for name, table in sorted(sources.items() if isinstance(sources, dict) else []):
+            kind = table.get("type", "generic") if isinstance(table, dict) else "?"
+            log.info("webhook source %s (%s): %s/webhooks/%s", name, kind, base, name)
+
+    def prepare_agents(self) -> None:
+        """Let each agent's runtime get ready ahead of its first run (the docker runtime
+        builds missing images, its progress in the log). A failure is logged; a run of the
+        agent then fails with it and holds the agent, as without this head start."""
+        for agent in self.project.agents.values():
+            runtime = self.registry.runtimes.get(agent.runtime["type"])
+            if runtime is None or self.store.agent_state(agent.name) == "error":
+                continue
+            try:
+                prepared = runtime.prepare(agent, self.project)
+            except Exception as exc:  # a plugin's failure must not stop the scheduler
+                log.error("agent %s: %s", agent.name, exc)
+                continue
+            log.info("agent %s: ready%s", agent.name, f" ({prepared})" if prepared else "")
 
     def request_stop(self, *_: Any) -> None:
         self.stopping.set()

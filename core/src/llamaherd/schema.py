@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import getpass
 import json
 import os
@@ -41,6 +42,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from llamaherd import compat
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
@@ -92,8 +94,10 @@ MODEL_KEYS: dict[str, Any] = {
     "provider": {"type": "string", "description": "Provider plugin that serves this model."},
     "model": {"type": "string", "minLength": 1, "description": "Model id sent to the provider."},
     "authType": {
-        "type": "string",
-        "description": 'How the provider authenticates, e.g. "api_key" (provider default).',
+        "enum": list(compat.AUTH_TYPES),
+        "description": 'How the provider authenticates: "api_key" (the default), "oauth_token" '
+        '(anthropic: a `claude setup-token` token) or "pi_auth" (Action Llama\'s pi login: '
+        "read as api_key, with a warning).",
     },
     "thinkingLevel": {
         "enum": list(THINKING_LEVELS),
@@ -202,6 +206,7 @@ PROJECT_KEYS: dict[str, Any] = {
                 "description": "CPU limit per sandbox.",
             },
             "timeout": _seconds("Default run timeout in seconds.", LOCAL_DEFAULTS["timeout"]),
+            **compat.LOCAL_KEYS,
         },
         "Local sandbox defaults.",
     ),
@@ -218,6 +223,12 @@ PROJECT_KEYS: dict[str, Any] = {
                 "type": "string",
                 "default": GATEWAY_DEFAULTS["bind"],
                 "description": "Address the server listens on.",
+            },
+            "url": {
+                "type": "string",
+                "pattern": "^https?://",
+                "description": "Public URL senders reach the server at (behind a proxy or "
+                "tunnel): `al start` prints the webhook URLs under it.",
             },
         },
         "The scheduler's HTTP server (gateway API, webhooks, control API, dashboard).",
@@ -249,6 +260,7 @@ PROJECT_KEYS: dict[str, Any] = {
         "default": DEFAULTS["database"],
         "description": "Database URL (peewee): sqlite:///path or postgresql://... ($AL_DATABASE_URL wins).",
     },
+    **compat.PROJECT_KEYS,
 }
 
 AGENT_KEYS: dict[str, Any] = {
@@ -276,7 +288,10 @@ AGENT_KEYS: dict[str, Any] = {
         "error with its output; a failing `post` command is logged.",
     ),
     "params": {"type": "object", "description": "Free-form parameters given to the agent."},
-    "scale": _int("Concurrent runs of this agent (0 disables it).", default=1),
+    "scale": _int(
+        "Concurrent runs of this agent (0 disables it); default: the project's "
+        "`defaultAgentScale`, else 1."
+    ),
     "timeout": _seconds(f"Run timeout in seconds (default `[local].timeout`, then {RUN_TIMEOUT})."),
     "maxWorkQueueSize": _int("Queued work items for this agent (default `workQueueSize`).", 1),
     "maxReruns": _int("Reruns a scheduled run may request (default project `maxReruns`)."),
@@ -316,6 +331,7 @@ AGENT_KEYS: dict[str, Any] = {
         "description": "States the agent may set itself (`set_state`, `state`, `al-state`); "
         "`[]` forbids it (the `state` command then exits 126).",
     },
+    **compat.AGENT_KEYS,
 }
 
 # --------------------------------------------------------------------------- assembly
@@ -447,6 +463,12 @@ class Schemas:
 _CACHE: weakref.WeakKeyDictionary[Any, Schemas] = weakref.WeakKeyDictionary()
 
 
+@functools.cache
+def _foreign_validator(name: str) -> Draft202012Validator:
+    """The ``[runtime]`` table of an Action Llama runtime no plugin provides."""
+    return Draft202012Validator(_table(compat.FOREIGN_RUNTIMES[name], f"[runtime] {name}"))
+
+
 def schemas(registry: Any) -> Schemas:
     """The (cached) assembled schemas of ``registry``."""
     found = _CACHE.get(registry)
@@ -538,9 +560,11 @@ def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
     """(relative key path, message) pairs for one jsonschema error."""
     kind, expected, value = error.validator, error.validator_value, error.instance
     if kind in ("additionalProperties", "unevaluatedProperties"):
-        known = list(error.schema.get("properties", {}))
+        properties = error.schema.get("properties", {})
+        # Deprecated spellings stay accepted but are never suggested.
+        known = [k for k, v in properties.items() if not v.get("deprecated")]
         for key in value:
-            if key not in known:
+            if key not in properties:
                 hint = did_you_mean(key, known) or f" (known keys: {', '.join(sorted(known))})"
                 yield [key], f"unknown key{hint}"
     elif kind == "required":
@@ -651,6 +675,8 @@ class _Checker:
             self.add(file, key, f"expected a string, got {_describe(name)}", agent=agent)
             return None
         if name not in variants:
+            if self.foreign(table, kind, name, file, prefix, agent):
+                return None
             label = f'{what} "{name}"' + ("" if tag in table else " (the default)")
             hint = missing_plugin(kind, name, label)
             known = set(variants) | {n for (k, n) in PROVIDED_BY if k == kind}
@@ -665,12 +691,38 @@ class _Checker:
         self.schema_errors(variants[name], table, file, prefix, agent)
         return name
 
+    def foreign(
+        self,
+        table: dict[str, Any],
+        kind: str,
+        name: str,
+        file: str,
+        prefix: list[Any],
+        agent: str | None,
+    ) -> bool:
+        """An Action Llama runtime no installed plugin provides (``compat.FOREIGN_RUNTIMES``):
+        its keys are still checked, and the error says what is missing. False for other tags."""
+        if kind != "runtimes" or name not in compat.FOREIGN_RUNTIMES:
+            return False
+        self.schema_errors(_foreign_validator(name), table, file, prefix, agent)
+        self.add(file, _join([*prefix, "type"]), compat.foreign_runtime_message(name), agent=agent)
+        return True
+
+    def notes(self, file: str, notes: Iterable[compat.Note], agent: str | None = None) -> None:
+        for key, message in notes:
+            self.add(file, key, message, agent=agent, warning=True)
+
     # ----------------------------------------------------------------- project
 
     def check_project(self) -> None:
         config = self.project.config
         file = "config.toml"
         self.schema_errors(self.schemas.project_base, config, file, [])
+        self.notes(file, compat.project_notes(config))
+        try:
+            self.notes(".env.toml", compat.env_toml_notes(self.project.env_toml))
+        except ConfigError as exc:
+            self.add(".env.toml", exc.key, exc.message)
         used = {
             m for agent in self.project.agents.values() for m in _names(agent.config.get("models"))
         }
@@ -782,6 +834,26 @@ class _Checker:
         self.agent_credentials(agent, file)
         self.agent_webhooks(agent, file)
         self.frontmatter(agent)
+        self.notes(file, compat.agent_notes(config), agent.name)
+        for where, key, message in agent.notes:
+            self.add(
+                self.project.relative(Path(where)), key, message, agent=agent.name, warning=True
+            )
+        self.relocate(agent, file)
+
+    def relocate(self, agent: Agent, file: str) -> None:
+        """Problems of keys taken from the SKILL.md frontmatter name SKILL.md and the key's
+        place there (``metadata.schedule``), not config.toml."""
+        if not agent.origins:
+            return
+        skill = self.project.relative(agent.skill_file)
+        for i, problem in enumerate(self.problems):
+            root = re.split(r"[.\[]", problem.key)[0]
+            if problem.agent == agent.name and problem.file == file and root in agent.origins:
+                key = agent.origins[root] + problem.key[len(root) :]
+                self.problems[i] = Problem(
+                    skill, key, problem.message, problem.severity, agent.name
+                )
 
     def plugin_keys(self, agent: Agent, file: str) -> set[str]:
         """Report keys of first-party plugins that are not installed; return them."""
@@ -913,16 +985,13 @@ class _Checker:
                 )
 
     def frontmatter(self, agent: Agent) -> None:
+        """``name`` and ``description`` are optional (the directory names the agent); when
+        given they are text, and a ``name`` that differs from the directory is pointed out."""
         file = self.project.relative(agent.skill_file)
         for key in ("name", "description"):
             value = agent.meta.get(key)
-            if not isinstance(value, str) or not value.strip():
-                self.add(
-                    file,
-                    key,
-                    "missing in the frontmatter (expected a non-empty string)",
-                    agent=agent.name,
-                )
+            if key in agent.meta and (not isinstance(value, str) or not value.strip()):
+                self.add(file, key, "expected a non-empty string", agent=agent.name, warning=True)
         name = agent.meta.get("name")
         if isinstance(name, str) and name.strip() and name != agent.name:
             self.add(

@@ -35,6 +35,8 @@ MANUAL_TEXT = (
     "You have been triggered manually. Check for new work and act on anything you find; "
     "if there is nothing to do, say so and stop."
 )
+# After a <user-prompt> block, as Action Llama words it.
+USER_PROMPT_TEXT = "You have been given a specific task. Complete the task described above."
 
 
 # ------------------------------------------------------------------ policy lookups
@@ -101,10 +103,18 @@ class ManualTrigger(_Passive):
     description = "A run started by hand (`al run AGENT`, the dashboard or the control API)."
 
     def prompt_block(self, trigger: dict[str, Any]) -> str:
-        payload = trigger.get("payload")
+        """The manual text; with a ``prompt`` (``al run AGENT PROMPT``), Action Llama's
+        ``<user-prompt>`` task instead. Other payload keys follow as ``<manual-payload>``."""
+        payload = dict(trigger.get("payload") or {})
+        prompt = payload.pop("prompt", None)
+        text = MANUAL_TEXT
+        if isinstance(prompt, str) and prompt.strip():
+            text = block("user-prompt", prompt) + "\n\n" + USER_PROMPT_TEXT
+        elif prompt is not None:
+            payload["prompt"] = prompt  # not text: shown as given
         if not payload:
-            return MANUAL_TEXT
-        return MANUAL_TEXT + "\n\n" + block("manual-payload", payload_json(payload))
+            return text
+        return text + "\n\n" + block("manual-payload", payload_json(payload))
 
 
 def subagent_block(caller_agent: str, caller_run: str, context: str, call_id: Any = None) -> str:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -162,80 +160,83 @@ def new_command(directory: Path) -> None:
 
 # --------------------------------------------------------------------------- al add
 
-# A scp-like git address (user@host:path) or any URL with a scheme.
-GIT_URL = re.compile(r"^([a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)", re.IGNORECASE)
 AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-CLONE_TIMEOUT = 300
 
 
 @click.command("add")
 @click.argument("source")
+@click.option(
+    "-a",
+    "--agent",
+    "-s",
+    "--skill",
+    "wanted",
+    metavar="NAME",
+    help="Which skill of a source holding several (its name or folder).",
+)
 @click.option("--name", help="Agent name (default: the skill's frontmatter name, else its folder).")
 @click.option("--force", is_flag=True, help="Replace an existing agent of the same name.")
+@click.option(
+    "--no-config", "no_config", is_flag=True, help="Accepted for Action Llama users (no prompts)."
+)
 @pass_app
-def add_command(app: AppContext, source: str, name: str | None, force: bool) -> None:
-    """Install a skill from a folder or a git URL (URL#subdir) as agents/<name>/."""
-    from llamaherd.project import parse_skill
+def add_command(
+    app: AppContext,
+    source: str,
+    wanted: str | None,
+    name: str | None,
+    force: bool,
+    no_config: bool,
+) -> None:
+    """Install a skill as agents/<name>/ from a folder, a git URL or GitHub owner/repo.
+
+    SOURCE#path picks a folder inside it; else every SKILL.md is found (at the root, in
+    skills/*/ and agents/*/) and -a NAME picks one. A skill's own config.toml is kept, with
+    the model and webhook source names it uses fitted to this project.
+    """
+    from llamaherd import skill_sources
 
     project = _load(app)
     with tempfile.TemporaryDirectory(prefix="al-add-") as tmp:
-        skill_dir, fallback = _fetch(source, Path(tmp))
-        if not (skill_dir / "SKILL.md").is_file():
-            raise LlamaherdError(f"{source}: no SKILL.md there")
-        try:
-            meta, _ = parse_skill(skill_dir / "SKILL.md")
-        except ConfigError as exc:  # name the source, not our temporary clone
-            raise ConfigError(f"{source}: SKILL.md", exc.key, exc.message) from None
-        declared = meta.get("name")
-        name = name or (
-            declared.strip() if isinstance(declared, str) and declared.strip() else fallback
-        )
+        fetched = skill_sources.fetch(source, Path(tmp))
+        skill = skill_sources.choose(skill_sources.discover(fetched, source), wanted, source)
+        name = name or skill.name
         if not AGENT_NAME.match(name):
             raise LlamaherdError(
                 f"{name!r} is not a valid agent name (letters, digits, '_', '.', '-'); use --name"
             )
         target = project.root / "agents" / name
+        if target.exists() and not force:
+            raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
+        recorded = source if fetched.subdir or not skill.where else f"{source}#{skill.where}"
+        config = _added_config(app, project, fetched, skill, recorded)
         if target.exists():
-            if not force:
-                raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
             shutil.rmtree(target)
-        shutil.copytree(skill_dir, target, ignore=shutil.ignore_patterns(".git"))
-    if not (target / "config.toml").exists():
-        (target / "config.toml").write_text(_agent_config(project, source), encoding="utf-8")
-    click.echo(f"added agents/{name} from {source}")
+        shutil.copytree(skill.path, target, ignore=shutil.ignore_patterns(".git"))
+    (target / "config.toml").write_text(config, encoding="utf-8")
+    click.echo(f"added agents/{name} from {recorded}")
 
 
-def _fetch(source: str, tmp: Path) -> tuple[Path, str]:
-    """The directory holding the skill (``source`` or a shallow clone) and a fallback name."""
-    address, _, subdir = source.partition("#")
-    if ".." in Path(subdir).parts or Path(subdir).is_absolute():
-        raise LlamaherdError(f"{source}: the #path must stay inside the source")
-    is_url = bool(GIT_URL.match(address))
-    local = Path(address).expanduser()
-    if not is_url and local.is_dir():
-        skill_dir = (local / subdir).resolve()
-        return skill_dir, skill_dir.name
-    if not is_url and not address.endswith(".git"):
-        raise LlamaherdError(f"{source}: no such folder, and not a git URL")
-    clone = tmp / "clone"
-    try:
-        result = subprocess.run(
-            ["git", "clone", "--depth", "1", "--quiet", address, str(clone)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},  # never hang on a password prompt
-            timeout=CLONE_TIMEOUT,
-        )
-    except OSError as exc:
-        raise LlamaherdError(f"cannot run git to fetch {address}: {exc.strerror}") from None
-    except subprocess.TimeoutExpired:
-        raise LlamaherdError(f"git clone {address} timed out after {CLONE_TIMEOUT} s") from None
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit status {result.returncode}"
-        raise LlamaherdError(f"git clone {address} failed: {reason}")
-    repo = re.split(r"[/:]", address.rstrip("/"))[-1].removesuffix(".git")
-    return clone / subdir, Path(subdir).name if subdir.strip("/") else repo
+def _added_config(app: AppContext, project: Any, fetched: Any, skill: Any, source: str) -> str:
+    """The new agent's config.toml: the skill's own, fitted to the project (each change and
+    what is left to add is printed), else a commented one."""
+    from llamaherd import skill_sources
+
+    own = skill.path / "config.toml"
+    if not own.is_file():
+        return _agent_config(project, source)
+    text, fitted = skill_sources.fit_config(
+        own.read_text(encoding="utf-8"),
+        skill_sources.source_config(fetched, skill),
+        project.config,
+        source,
+        set(app.registry.webhook_sources),
+    )
+    for line in fitted.renamed:
+        click.echo(line)
+    for item in fitted.todo:
+        click.echo(f"to do: {item}".rstrip())
+    return text
 
 
 def _agent_config(project: Any, source: str) -> str:

@@ -89,33 +89,59 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
 @click.option(
     "--grace", type=float, default=30.0, show_default=True, help="Seconds active runs get on stop."
 )
+@click.option(
+    "-e", "--expose", is_flag=True, help="Listen on all interfaces (0.0.0.0), not [gateway] bind."
+)
+@click.option(
+    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: there is no TUI."
+)
+@click.option(
+    "-w",
+    "--web-ui",
+    is_flag=True,
+    help="Accepted for Action Llama users: the dashboard is served (at /) whenever "
+    "llamaherd-dashboard is installed.",
+)
 @pass_app
 def start_command(
-    app: AppContext, detach: bool, port: int | None, bind: str | None, grace: float
+    app: AppContext,
+    detach: bool,
+    port: int | None,
+    bind: str | None,
+    grace: float,
+    expose: bool,
+    headless: bool,
+    web_ui: bool,
 ) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
+    from llamaherd.plugins import get_manager
+
     project = app.project
-    overrides = {"port": port, "bind": bind}
+    overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
     for key, value in overrides.items():
         if value is not None:
             project.config.setdefault("gateway", {})[key] = value
+    if web_ui and "dashboard" not in get_manager().info:
+        click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
     if detach:
         _detach(project, overrides, grace)
         return
     from llamaherd.scheduler import Scheduler
 
-    _configure_logging()
+    _configure_logging(project.name if project.name != project.root.name else None)
     scheduler = Scheduler(project, grace=grace)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
     sys.exit(scheduler.run())
 
 
-def _configure_logging() -> None:
+def _configure_logging(project_name: str | None = None) -> None:
+    """Log lines on stderr, prefixed with ``[projectName]`` when the project sets one."""
     import logging
 
+    prefix = f"[{project_name}] ".replace("%", "%%") if project_name else ""
     logging.basicConfig(
         level=os.environ.get("AL_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
 
@@ -175,17 +201,28 @@ def stop_command(app: AppContext) -> None:
 # ---------------------------------------------------------------------- run
 @click.command("run")
 @click.argument("agent")
+@click.argument("prompt", required=False)
 @click.option(
     "--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file."
 )
 @click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
 @click.option("--wake", is_flag=True, help="Set a hibernating or off agent idle first.")
+@click.option(
+    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
+)
 @pass_app
 def run_command(
-    app: AppContext, agent: str, payload: Path | None, no_follow: bool, wake: bool
+    app: AppContext,
+    agent: str,
+    prompt: str | None,
+    payload: Path | None,
+    no_follow: bool,
+    wake: bool,
+    headless: bool,
 ) -> None:
     """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
-    else in the foreground. A hibernating or switched-off agent refuses it unless --wake.
+    else in the foreground. PROMPT, when given, is the task: it goes into the run's prompt. A
+    hibernating or switched-off agent refuses it unless --wake.
 
     Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
     """
@@ -195,6 +232,8 @@ def run_command(
     project = app.project
     project.agent(agent)
     data = _load_payload(payload)
+    if prompt is not None:
+        data["prompt"] = prompt
     client = ControlClient.find(project)
     if client is not None:
         body = {"agent": agent, "payload": data, "wake": wake}
@@ -336,26 +375,37 @@ def follow(reader: Any, run_id: str, *, poll: float = 0.1) -> int:
 
 # ---------------------------------------------------------------------- stat / runs / logs
 @click.command("stat")
+@click.argument("agent", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--watch", is_flag=True, help="Redraw every second.")
 @env_option
 @pass_app
-def stat_command(app: AppContext, as_json: bool, watch: bool, environment: str | None) -> None:
-    """Agents: state, active/scale, queue depth, last result, next scheduled fire."""
+def stat_command(
+    app: AppContext, agent: str | None, as_json: bool, watch: bool, environment: str | None
+) -> None:
+    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire."""
     with _reader(app, environment) as reader:
+        if agent:
+            reader.check_agent(agent)
+
+        def stat() -> dict[str, Any]:
+            found = reader.stat()
+            found["agents"] = [row for row in found["agents"] if agent in (None, row["agent"])]
+            return found
+
         if as_json:
-            click.echo(json.dumps(reader.stat(), indent=2))
+            click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(_stat_view(reader.stat()))
+            _console().print(_stat_view(stat()))
             return
         from rich.live import Live
 
-        with Live(_stat_view(reader.stat()), console=_console(), refresh_per_second=4) as live:
+        with Live(_stat_view(stat()), console=_console(), refresh_per_second=4) as live:
             try:
                 while True:
                     time.sleep(1)
-                    live.update(_stat_view(reader.stat()))
+                    live.update(_stat_view(stat()))
             except KeyboardInterrupt:
                 pass
 
@@ -489,28 +539,55 @@ def _resolve_run(reader: Any, target: str) -> str:
 
 
 @click.command("logs")
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
-@click.option("--json", "as_json", is_flag=True, help="Print raw events as JSON lines.")
+@click.option(
+    "--json", "-r", "--raw", "as_json", is_flag=True, help="Print raw events as JSON lines."
+)
+@click.option(
+    "-n", "--lines", type=click.IntRange(min=1), help="Only the last N entries (default: all)."
+)
 @env_option
 @pass_app
 def logs_command(
-    app: AppContext, target: str, follow_: bool, as_json: bool, environment: str | None
+    app: AppContext,
+    target: str | None,
+    follow_: bool,
+    as_json: bool,
+    lines: int | None,
+    environment: str | None,
 ) -> None:
-    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run)."""
+    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run);
+    without TARGET, the log of the scheduler started with `al start --detach`."""
     from llamaherd.logview import format_event
 
+    if target is None:
+        _scheduler_log(app, lines)
+        return
     with _reader(app, environment) as reader:
         run_id = _resolve_run(reader, target)
         if follow_:
             follow(reader, run_id)
             return
         console = _console()
-        for event in reader.events(run_id):
+        for event in reader.events(run_id)[-lines if lines else 0 :]:
             if as_json:
                 click.echo(json.dumps(event))
             else:
                 console.print(format_event(event))
+
+
+def _scheduler_log(app: AppContext, lines: int | None) -> None:
+    """The tail of ``.al/scheduler.log`` (``al logs`` without a run, as Action Llama has it)."""
+    path = app.project.state_dir / "scheduler.log"
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise LlamaherdError(
+            "no scheduler log (.al/scheduler.log is written by `al start --detach`); "
+            "name a run or an agent: `al logs AGENT`"
+        ) from None
+    click.echo("\n".join(text.splitlines()[-(lines or 50) :]))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
@@ -551,12 +628,22 @@ def _pause_command(paused: bool) -> click.Command:
 # ---------------------------------------------------------------------- stats
 @click.command("stats")
 @click.argument("agent", required=False)
-@click.option("--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
+@click.option("-s", "--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "-n", "recent", type=click.IntRange(min=0), default=0, help="Also list the N latest runs."
+)
+@click.option("--calls", is_flag=True, help="Only the agent-call graph.")
 @env_option
 @pass_app
 def stats_command(
-    app: AppContext, agent: str | None, since: str, as_json: bool, environment: str | None
+    app: AppContext,
+    agent: str | None,
+    since: str,
+    as_json: bool,
+    recent: int,
+    calls: bool,
+    environment: str | None,
 ) -> None:
     """Run history: counts, durations, exit codes, tokens, the agent-call graph."""
     from llamaherd.durations import parse_duration
@@ -566,6 +653,10 @@ def stats_command(
         if agent:
             reader.check_agent(agent)
         data = reader.stats(agent, time.time() - window)
+        if calls:
+            data = {"calls": data["calls"]}
+        elif recent:
+            data["recent"] = reader.runs(agent, recent)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -588,3 +679,4 @@ def register(cli: click.Group) -> None:
         stats_command,
     ):
         cli.add_command(command)
+    cli.add_command(stat_command, name="status")  # Action Llama's name for `al stat`

@@ -51,7 +51,9 @@ def complete(messages: list[Message], tools: list[ToolSpec], model: ModelConfig)
 def headers(model: ModelConfig) -> dict[str, str]:
     common = {"anthropic-version": API_VERSION, "content-type": "application/json"}
     auth = model.auth_type or "api_key"
-    if auth == "api_key":
+    # pi_auth is Action Llama's pi login file, which llamaherd does not read: the stored key
+    # is used as with api_key (`al validate` says so).
+    if auth in ("api_key", "pi_auth"):
         return {**common, "x-api-key": model.api_key or ""}
     if auth == "oauth_token":
         return {
@@ -59,7 +61,7 @@ def headers(model: ModelConfig) -> dict[str, str]:
             "authorization": f"Bearer {model.api_key}",
             "anthropic-beta": "oauth-2025-04-20",
         }
-    raise Fatal(f"{PROVIDER}: authType {auth!r} is not supported (api_key, oauth_token)")
+    raise Fatal(f"{PROVIDER}: authType {auth!r} is not supported (api_key, oauth_token, pi_auth)")
 
 
 def _classify(status: int, body: str) -> type[ProviderError] | None:

@@ -386,8 +386,14 @@ def _talk(reply: bool) -> Handler:
     return endpoint
 
 
+async def peer_dashboard(request: Request) -> Response:
+    """Action Llama serves its dashboard at /dashboard: bookmarks of it land on ours."""
+    return RedirectResponse("/", status_code=308)
+
+
 ROUTES = [
     Route("/", agents_page, methods=["GET"]),
+    Route("/dashboard", peer_dashboard, methods=["GET"]),
     Route("/agents/{name}", agent_page, methods=["GET"]),
     Route("/runs/{run_id}", run_page, methods=["GET"]),
     Route("/login", login_page, methods=["GET", "POST"]),

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from llamaherd_docker.images import AL_BASE
-
-# For users with a registry: Action Llama's agents expect Node and Alpine's `apk`.
-DEFAULT_BASE_IMAGE = "node:20-alpine"
-BASE_IMAGE_ENV = "AL_DOCKER_BASE_IMAGE"  # overrides it (a mirror, a machine without a registry)
-
-
-def default_base_image() -> str:
-    return os.environ.get(BASE_IMAGE_ENV) or DEFAULT_BASE_IMAGE
+from llamaherd_docker.images import AL_BASE, BASE_IMAGE_ENV, DEFAULT_BASE_IMAGE
 
 
 @click.command("docker")

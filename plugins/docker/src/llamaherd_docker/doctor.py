@@ -7,7 +7,6 @@ from typing import Any
 
 from llamaherd.api import Finding, Fix, SandboxError
 from llamaherd_docker import images
-from llamaherd_docker.cli import default_base_image
 from llamaherd_docker.daemon import connect, docker_host
 
 
@@ -46,7 +45,7 @@ class DockerCheck:
         subject = f"image {base}"
         if images.image_exists(client, base, subject):
             return Finding.ok(subject, "present")
-        start = default_base_image()
+        start = images.default_base_image()
 
         def build() -> str:
             images.build_base(connect(), start, base)

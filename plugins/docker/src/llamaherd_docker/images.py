@@ -1,10 +1,17 @@
-"""Images: the project base image (``al setup docker``) and one image per agent.
+"""Images: the base image (``al setup docker``), the project's, and one image per agent.
 
-An agent with a ``Dockerfile`` gets ``al-agent-<name>:<digest>``, where the digest covers its
-build context (honouring ``.dockerignore``) and the base image's id, so an unchanged agent is never
-rebuilt and a rebuilt base image rebuilds the agents on top of it. Nothing is ever pulled: Action
-Llama Dockerfiles say ``FROM al-agent:latest``, which is rewritten to the project's ``[local].image``
-and must exist locally.
+Layers, as in Action Llama: ``[local].image`` (default ``al-agent:latest``), then the project
+image built from a ``Dockerfile`` at the project root (when it holds more than its ``FROM``
+line), then an agent's image built from its own ``Dockerfile``. An agent without one runs in the
+project image, else in ``[local].image``. Dockerfiles written for Action Llama say ``FROM
+al-agent:latest``: that line is rewritten to the layer below.
+
+Images are tagged by content: ``al-agent-<name>:<digest>`` covers the agent's build context
+(honouring ``.dockerignore``) and the base image's id; ``al-project-<dir>-<hash>:<digest>``
+covers the project Dockerfile and its base's id. So nothing unchanged is rebuilt, and a rebuilt
+lower layer rebuilds what is on top. The project Dockerfile is built without a context (Action
+Llama builds it from its own package): ``RUN``/``ENV`` work, ``COPY`` of project files does not.
+Nothing is ever pulled except the ``FROM`` image of a base built by ``build_base``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,12 @@ Progress = Callable[[str], None]
 
 # The name Action Llama agent Dockerfiles build on.
 AL_BASE = "al-agent:latest"
+# What `al setup docker` (and `al start`, for a missing al-agent:latest) builds the base from:
+# Action Llama's agents expect Node and Alpine's `apk`.
+DEFAULT_BASE_IMAGE = "node:20-alpine"
+BASE_IMAGE_ENV = "AL_DOCKER_BASE_IMAGE"  # overrides it (a mirror, a machine without a registry)
+# The project-level Dockerfile, at the project root.
+PROJECT_DOCKERFILE = "Dockerfile"
 # Written into the build context beside the agent's own Dockerfile, with FROM rewritten.
 BUILD_DOCKERFILE = ".llamaherd.Dockerfile"
 DIGEST_LENGTH = 16
@@ -58,6 +71,12 @@ USER node
 """
 
 
+def default_base_image() -> str:
+    """What the base image is built from when none is named: ``$AL_DOCKER_BASE_IMAGE``, else
+    ``DEFAULT_BASE_IMAGE``."""
+    return os.environ.get(BASE_IMAGE_ENV) or DEFAULT_BASE_IMAGE
+
+
 def base_dockerfile(base_image: str) -> str:
     return BASE_DOCKERFILE.format(base=base_image)
 
@@ -73,9 +92,26 @@ def uses_base(dockerfile: str, base_image: str) -> bool:
     return re.search(pattern, dockerfile, re.IGNORECASE | re.MULTILINE) is not None
 
 
+def _slug(name: str, fallback: str) -> str:
+    return _NOT_TAG_CHARS.sub("-", name.lower()).strip("-._") or fallback
+
+
 def agent_repository(name: str) -> str:
     """``al-agent-<name>``, made a valid image repository name."""
-    return "al-agent-" + (_NOT_TAG_CHARS.sub("-", name.lower()).strip("-._") or "agent")
+    return "al-agent-" + _slug(name, "agent")
+
+
+def project_repository(root: Path) -> str:
+    """``al-project-<dir>-<hash of its path>``: one per project directory on the daemon."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:6]
+    return f"al-project-{_slug(root.name, 'project')}-{digest}"
+
+
+def customized(dockerfile: str) -> bool:
+    """Whether a Dockerfile does more than name its base (a bare ``FROM`` adds no layer)."""
+    lines = [line.strip() for line in dockerfile.splitlines()]
+    steps = [line for line in lines if line and not line.startswith("#")]
+    return any(not step.upper().startswith("FROM") for step in steps)
 
 
 def ignore_patterns(root: Path) -> list[str]:
@@ -148,6 +184,48 @@ def build_base(
     build(client, "al setup docker", tag, progress, {"llamaherd.base": "1"}, fileobj=dockerfile)
 
 
+def _base_id(client: Any, dockerfile: str, base_image: str, what: str) -> str:
+    """The id of the image a (rewritten) Dockerfile builds on; "" when it builds on another."""
+    from docker.errors import ImageNotFound
+
+    with docker_errors(what):
+        try:
+            return str(client.images.get(base_image).id)
+        except ImageNotFound:
+            if uses_base(dockerfile, base_image):
+                raise SandboxError(
+                    f"{what}: image build failed: base image {base_image} not found locally; "
+                    "build it with `al setup docker`"
+                ) from None
+            return ""
+
+
+def build_project(
+    client: Any,
+    root: Path,
+    base_image: str,
+    progress: Progress | None = None,
+    labels: dict[str, str] | None = None,
+) -> str | None:
+    """The project image built from ``root/Dockerfile`` on ``base_image`` (unless an identical
+    one exists); None when there is no project Dockerfile or it is a bare ``FROM``."""
+    path = root / PROJECT_DOCKERFILE
+    if not path.is_file():
+        return None
+    dockerfile = rewrite_from(path.read_text(), base_image)
+    if not customized(dockerfile):
+        return None
+    what = PROJECT_DOCKERFILE
+    base_id = _base_id(client, dockerfile, base_image, what)
+    digest = hashlib.sha256(f"{base_id}\0{dockerfile}".encode()).hexdigest()[:DIGEST_LENGTH]
+    repository = project_repository(root)
+    tag = f"{repository}:{digest}"
+    if not image_exists(client, tag, what):
+        build(client, what, tag, progress, labels, fileobj=io.BytesIO(dockerfile.encode()))
+        remove_stale(client, repository, keep=tag)
+    return tag
+
+
 def build_agent(
     client: Any,
     agent_dir: Path,
@@ -182,19 +260,9 @@ def build_agent(
 def agent_image(client: Any, agent_dir: Path, what: str, base_image: str) -> tuple[str, str]:
     """The tag an agent's image has for its build context as it is now, and its Dockerfile
     with ``FROM`` rewritten (SandboxError when the base image it builds on is missing)."""
-    from docker.errors import ImageNotFound
 
     dockerfile = rewrite_from((agent_dir / "Dockerfile").read_text(), base_image)
-    with docker_errors(what):
-        try:
-            base_id = client.images.get(base_image).id
-        except ImageNotFound:
-            if uses_base(dockerfile, base_image):
-                raise SandboxError(
-                    f"{what}: image build failed: base image {base_image} not found locally; "
-                    "build it with `al setup docker`"
-                ) from None
-            base_id = ""
+    base_id = _base_id(client, dockerfile, base_image, what)
     files = context_files(agent_dir)
     repository = agent_repository(agent_dir.name)
     return f"{repository}:{context_digest(agent_dir, files, dockerfile, base_id)}", dockerfile

@@ -8,6 +8,7 @@ capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bri
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
@@ -23,6 +24,8 @@ from llamaherd.api import SandboxError, SandboxSpec, StagedFile
 from llamaherd_docker import images
 from llamaherd_docker.daemon import connect, docker_errors
 from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
+
+log = logging.getLogger("llamaherd.docker")
 
 BIN = "/app/bin"
 CREDENTIALS = "/credentials"
@@ -183,6 +186,16 @@ def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:
     return private
 
 
+def _log_progress(line: str) -> None:
+    log.info("%s", line)
+
+
+def _uses_al_base(dockerfile: Path, project: Any) -> bool:
+    """Whether an agent Dockerfile builds on our layers (``FROM al-agent`` or [local].image)."""
+    base = project.local["image"]
+    return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+
+
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -229,27 +242,66 @@ class ContainerRuntime:
     # ------------------------------------------------------------------ images
 
     def prepare(self, agent: Any, project: Any, progress: images.Progress | None = None) -> str:
-        """Make sure the agent's image exists (building it from its Dockerfile); return its tag.
+        """Make sure the agent's image exists, building what is missing: ``al-agent:latest``
+        (when it is ``[local].image``), the project image, the agent's (``images``); return
+        its tag.
 
-        ``progress`` receives the build's log lines. Raises SandboxError naming the Dockerfile
-        when the build fails, or naming the image when the base image is missing.
+        ``progress`` receives the builds' log lines (default: the ``llamaherd.docker`` log,
+        which ``al start`` prints). Raises SandboxError naming the Dockerfile when a build
+        fails, or naming the image when a base image is missing.
         """
-        client = self.client()
-        base = project.local["image"]
+        self.client()
         key = (str(project.root), agent.name)
         self._roots.add(key[0])
-        if not (agent.path / "Dockerfile").is_file():
-            self._require(base)
-            tag = base
+        say = progress or _log_progress
+        dockerfile = agent.path / "Dockerfile"
+        if dockerfile.is_file() and not _uses_al_base(dockerfile, project):
+            lower = project.local["image"]  # FROM another image: no layer of ours below
         else:
-            what = project.relative(agent.path / "Dockerfile")
+            lower = self._lower_layers(project, say)
+        if not dockerfile.is_file():
+            tag = lower
+        else:
+            what = project.relative(dockerfile)
             labels = {LABEL_AGENT: agent.name, LABEL_PROJECT: str(project.root)}
-            with self._lock:
-                build_lock = self._build_locks.setdefault(key, threading.Lock())
-            with build_lock:
-                tag = images.build_agent(client, agent.path, what, base, progress, labels)
+            with self._build_lock(key):
+                tag = images.build_agent(self.client(), agent.path, what, lower, say, labels)
         self._prepared[key] = tag
         return tag
+
+    def _build_lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._lock:
+            return self._build_locks.setdefault(key, threading.Lock())
+
+    def _lower_layers(self, project: Any, progress: images.Progress) -> str:
+        """The image agents of ``project`` build on: the project image (built from the
+        project Dockerfile), else ``[local].image``; the base is built first when missing."""
+        base = project.local["image"]
+        root = str(project.root)
+        with self._build_lock((root, "")):
+            self._ensure_base(base, progress)
+            labels = {LABEL_PROJECT: root}
+            built = images.build_project(self.client(), project.root, base, progress, labels)
+        return built or base
+
+    def _ensure_base(self, base: str, progress: images.Progress) -> None:
+        """``base`` exists; ``al-agent:latest`` is built when missing, as ``al setup docker``
+        would (from ``node:20-alpine``, pulled if need be)."""
+        try:
+            self._require(base)
+            return
+        except SandboxError:
+            if base != images.AL_BASE:
+                raise
+        source = images.default_base_image()
+        progress(f"{base} not found locally: building it from {source} (as `al setup docker`)")
+        try:
+            images.build_base(self.client(), source, base, progress)
+        except SandboxError as exc:
+            raise SandboxError(
+                f"image {base} not found locally, and building it from {source} failed "
+                f"({exc}); build it with `al setup docker --base-image IMAGE`"
+            ) from None
 
     def _require(self, image: str) -> dict[str, Any]:
         """The image's inspect data; SandboxError saying how to get it when it is not there."""
@@ -265,7 +317,8 @@ class ContainerRuntime:
                 ) from None
 
     def validate(self, agent: Any, project: Any) -> list[str]:
-        """Problems ``al validate`` reports for this agent: no daemon, no base image.
+        """Warnings ``al validate`` gives for this agent's environment: no daemon, no base
+        image (``al start`` builds what it can). Never errors: the config itself is sound.
 
         A scheduler validates its project on start, which also tells ``cleanup_orphans`` whose
         containers it may judge.
@@ -274,17 +327,21 @@ class ContainerRuntime:
         try:
             self.client()
         except SandboxError as exc:
-            return [str(exc)]
-        base = project.local["image"]
+            return [f"warning: {exc}"]
         dockerfile = agent.path / "Dockerfile"
-        if dockerfile.is_file():
-            text = images.rewrite_from(dockerfile.read_text(), base)
-            if not images.uses_base(text, base):
-                return []
+        if dockerfile.is_file() and not _uses_al_base(dockerfile, project):
+            return []
+        base = project.local["image"]
         try:
             self._require(base)
         except SandboxError as exc:
-            return [str(exc)]
+            if base != images.AL_BASE:
+                return [f"warning: {exc}"]
+            return [
+                f"warning: image {base} not found locally: `al start` builds it from "
+                f"{images.DEFAULT_BASE_IMAGE} (which needs that image or a registry), or build "
+                "it now with `al setup docker --base-image IMAGE`"
+            ]
         return []
 
     # ------------------------------------------------------------------ sandboxes

@@ -44,6 +44,8 @@ def register_routes(app):
 
 @hookimpl
 def register_commands(cli):
-    from llamaherd_webhooks.commands import webhooks
+    from llamaherd_webhooks.commands import replay, webhooks
 
     cli.add_command(webhooks)
+    cli.add_command(webhooks, name="webhook")  # Action Llama's `al webhook replay|simulate`
+    webhooks.add_command(replay, name="simulate")

@@ -27,15 +27,14 @@ def _read_json(path: Path) -> Any:
 
 
 def _fixture(path: Path) -> tuple[dict[str, str], bytes]:
-    """Headers and body of a fixture: ``{"headers": {...}, "payload": {...}}`` as recorded, or a
-    bare payload object."""
+    """Headers and body of a fixture: ``{"headers": {...}, "payload": {...}}`` as recorded (or
+    ``"body"``, as Action Llama's fixtures have it), or a bare payload object."""
+    from llamaherd_webhooks.preview import recorded
+
     data = _read_json(path)
-    if isinstance(data, dict) and isinstance(data.get("headers"), dict) and "payload" in data:
-        headers = {str(k).lower(): str(v) for k, v in data["headers"].items()}
-        return headers, json.dumps(data["payload"]).encode()
     if not isinstance(data, dict):
         raise LlamaherdError(f"{path}: expected a JSON object (a payload, or headers + payload)")
-    return {}, json.dumps(data).encode()
+    return recorded(data)
 
 
 def _source_name(project: Any, name: str | None, agent: Any = None) -> str:
@@ -63,9 +62,12 @@ def _resolve(app: AppContext, name: str) -> Any:
 
 @webhooks.command("replay")
 @click.argument("fixture", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@click.option("--source", "source_name", help="Webhook source (default: the only one declared).")
+@click.option(
+    "-s", "--source", "source_name", help="Webhook source (default: the only one declared)."
+)
 @click.option("--event", help="Event name, when the fixture does not carry its headers.")
 @click.option(
+    "-r",
     "--run",
     "run_",
     is_flag=True,

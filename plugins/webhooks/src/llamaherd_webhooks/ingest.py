@@ -76,6 +76,19 @@ def resolve_source(project: Any, registry: Any, name: str) -> SourceConfig | Out
     )
 
 
+def sources_of_type(project: Any, registry: Any, kind: str) -> list[SourceConfig]:
+    """The declared sources of type ``kind``, by name: who takes a delivery posted to Action
+    Llama's ``/webhooks/<type>`` URL when no source is named ``<type>``."""
+    tables = project.config.get("webhooks") or {}
+    names = sorted(
+        name
+        for name, table in tables.items()
+        if isinstance(table, dict) and table.get("type", "generic") == kind
+    )
+    found = (resolve_source(project, registry, name) for name in names)
+    return [config for config in found if isinstance(config, SourceConfig)]
+
+
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
     """The source's signing secret (or public key) from its credential (``CredentialStore``),
     if stored: the field ``secret_field`` names, ``secret`` by default."""
@@ -105,6 +118,40 @@ class Ingest:
 
     def source(self, name: str) -> SourceConfig | Outcome:
         return resolve_source(self.engine.project, self.engine.registry, name)
+
+    def candidates(self, name: str) -> list[SourceConfig] | Outcome:
+        """The source named ``name``; else, when ``name`` is a source type (Action Llama's
+        ``/webhooks/github``), every declared source of that type; else the 404."""
+        config = self.source(name)
+        if isinstance(config, SourceConfig):
+            return [config]
+        of_type = sources_of_type(self.engine.project, self.engine.registry, name)
+        return of_type or config
+
+    def pick(
+        self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes | None
+    ) -> SourceConfig | Outcome:
+        """The source a delivery to a type's URL belongs to: the only one; else the first
+        whose secret verifies its signature; else the only one taking unsigned deliveries;
+        else the first (which refuses it, 401)."""
+        if len(candidates) == 1 or body is None:
+            return candidates[0]
+        lowered = {k.lower(): v for k, v in headers.items()}
+        for config in candidates:
+            secrets = source_secrets(self.engine.credentials, config)
+            if secrets and config.source.verify(lowered, body, secrets):
+                return config
+        unsigned = [config for config in candidates if config.allow_unsigned]
+        if len(unsigned) > 1:
+            names = ", ".join(config.name for config in unsigned)
+            return Outcome(
+                409,
+                {
+                    "error": f"several {unsigned[0].kind} sources take unsigned deliveries "
+                    f"({names}): post to /webhooks/<source name>"
+                },
+            )
+        return unsigned[0] if unsigned else candidates[0]
 
     def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
         """Process one delivery (``body`` None: it exceeded the size limit and was not read).

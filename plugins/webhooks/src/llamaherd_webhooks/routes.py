@@ -1,6 +1,10 @@
 """``POST /webhooks/{name}`` on the scheduler's server, for every ``[webhooks.<name>]`` source,
 and ``GET /webhooks/{name}`` for the sources that answer a challenge there (X's CRC).
 
+Action Llama receives at ``/webhooks/<type>`` (``/webhooks/github``), and senders are set up
+with that URL: when no source is named so, a delivery there goes to the source of that type (of
+several, the one whose secret verifies the signature: ``Ingest.pick``).
+
 The body is read with the source's size limit before anything else; the rest of the work
 (blocking store calls) runs in Starlette's thread pool through ``Ingest.receive``.
 """
@@ -56,9 +60,13 @@ async def receive(request: Request) -> Response:
 async def challenge(request: Request) -> Response:
     """Answer a GET challenge (X's CRC) with the source's ``answer_get``; nothing is stored."""
     ingest = Ingest(request.app.state.engine)
-    config = ingest.source(request.path_params["name"])
-    if isinstance(config, Outcome):
-        return respond(config)
+    candidates = ingest.candidates(request.path_params["name"])
+    if isinstance(candidates, Outcome):
+        return respond(candidates)
+    if len(candidates) > 1:  # the answer depends on the source's secret: it must be named
+        names = ", ".join(config.name for config in candidates)
+        return respond(Outcome(409, {"error": f"several sources ({names}): use /webhooks/<name>"}))
+    config = candidates[0]
     try:
         outcome = await run_in_threadpool(ingest.challenge, config, dict(request.query_params))
     except Exception:
@@ -69,15 +77,18 @@ async def challenge(request: Request) -> Response:
 
 async def _receive(request: Request) -> Outcome:
     ingest = Ingest(request.app.state.engine)
-    name = request.path_params["name"]
-    config = ingest.source(name)
-    if isinstance(config, Outcome):
-        return config
+    candidates = ingest.candidates(request.path_params["name"])
+    if isinstance(candidates, Outcome):
+        return candidates
     try:
-        body = await read_limited(request, config.max_body)
+        body = await read_limited(request, max(config.max_body for config in candidates))
     except ClientDisconnect:
         return Outcome(400, {"error": "the client disconnected before sending the whole body"})
-    return await run_in_threadpool(ingest.receive, config, dict(request.headers), body)
+    headers = dict(request.headers)
+    config = await run_in_threadpool(ingest.pick, candidates, headers, body)
+    if isinstance(config, Outcome):
+        return config
+    return await run_in_threadpool(ingest.receive, config, headers, body)
 
 
 def add_routes(app: Any) -> None:

@@ -132,12 +132,22 @@ class WebhooksTrigger:
 
     def __init__(self) -> None:
         self.sources: dict[str, WebhookSource] = {}
+        self.registry: Registry | None = None
 
     def bind(self, registry: Registry) -> None:
         """Take every installed webhook source type: their filter keys join the entry schema,
         and waits match with them."""
+        self.registry = registry
         self.sources = dict(registry.webhook_sources)
         self.schema = agent_schema(self.sources)
+
+    def preview(self, agent: Agent, payload: dict[str, Any]) -> TriggerEvent:
+        """The event a real delivery of ``payload`` gives ``agent`` (``al prompt --trigger
+        webhook --payload FILE``): parsed by its source, as ``llamaherd_webhooks.preview``."""
+        from llamaherd_webhooks.preview import preview_event
+
+        assert self.registry is not None, "the registry binds every trigger type"
+        return preview_event(agent, self.registry, payload)
 
     def start(self, ctx: TriggerContext) -> None:
         """Nothing to run: deliveries come in through the HTTP routes."""
