@@ -17,7 +17,6 @@ from llamaherd.types import LlamaherdError
 
 # What an update may replace, in an agent's folder; every other file stays as it is.
 UPDATED_FILES = ("SKILL.md", "Dockerfile")
-COLLECTIONS = ("skills", "agents")  # folders of a repository holding several skills
 
 
 @dataclass
@@ -101,11 +100,11 @@ def _confirm(question: str) -> bool:
 
 def fetch_changes(project: Any, agent: Any, source: str) -> list[Change]:
     """The files of ``UPDATED_FILES`` whose copy at ``source`` differs from the agent's."""
-    from llamaherd.commands.project import _fetch
+    from llamaherd.skill_sources import discover, fetch
 
     with tempfile.TemporaryDirectory(prefix="al-update-") as tmp:
-        fetched, _ = _fetch(_located(project, source), Path(tmp))
-        skill_dir = upstream_skill(fetched, agent.name)
+        skills = discover(fetch(_located(project, source), Path(tmp)), source)
+        skill_dir = upstream_skill(skills, agent.name, source)
         changes = []
         for name in UPDATED_FILES:
             new = _read(skill_dir / name)
@@ -125,21 +124,13 @@ def _located(project: Any, source: str) -> str:
     return source
 
 
-def upstream_skill(fetched: Path, name: str) -> Path:
-    """The folder holding the agent's SKILL.md in what was fetched: the folder itself,
-    ``skills/<name>/`` or ``agents/<name>/`` of a collection, or a collection's only skill."""
-    if (fetched / "SKILL.md").is_file():
-        return fetched
-    for collection in COLLECTIONS:
-        if (fetched / collection / name / "SKILL.md").is_file():
-            return fetched / collection / name
-    found = [p.parent for c in COLLECTIONS for p in sorted((fetched / c).glob("*/SKILL.md"))]
-    if len(found) == 1:
-        return found[0]
-    raise LlamaherdError(
-        f"no SKILL.md for {name!r} in its source (looked at the top, in skills/{name}/ and "
-        f"agents/{name}/)"
-    )
+def upstream_skill(skills: list[Any], name: str, source: str) -> Path:
+    """The folder of the agent's skill among those its source holds (``al add``'s discovery):
+    the one named like the agent, else the source's only one."""
+    from llamaherd.skill_sources import choose
+
+    named = [skill for skill in skills if name in (skill.name, Path(skill.where).name)]
+    return choose(named or skills, None, source).path
 
 
 def _read(path: Path) -> str | None:
