@@ -108,6 +108,10 @@ class Runner:
 
     def run(self, row: Any) -> Any:
         """Execute a fresh run or continue a resumed one; never raises; returns the final row."""
+        log.info(
+            "run %s of %s %s (%s trigger)",
+            row.id, row.agent, "resumed" if row.transcript else "started", row.trigger_kind,
+        )  # fmt: skip
         try:
             self._run(row)
         except Exception as exc:  # the last line of defence: record, never propagate
@@ -132,9 +136,11 @@ class Runner:
             if live and live.timer:
                 live.timer.cancel()
         try:
-            return self.store.get_run(row.id)
+            final = self.store.get_run(row.id)
         except StoreError:
             return None
+        _log_end(final)
+        return final
 
     def kill(self, run_id: str, reason: str = "killed by user", state: str = "killed") -> bool:
         """End a queued, active or waiting run now; True if it was live."""
@@ -596,6 +602,18 @@ class Runner:
         dist = PROVIDED_BY.get(("runtimes", name))
         hint = f"; install {dist}" if dist else ""
         return f"{agent.config_file}: runtime.type: runtime {name!r} is not installed{hint}"
+
+
+def _log_end(final: Any) -> None:
+    """The scheduler log's line for a run that ended (or parked, waiting for a trigger)."""
+    if final is None:
+        return
+    took = ""
+    if final.started_at and final.finished_at:
+        took = f" after {final.finished_at - final.started_at:.1f} s"
+    code = "" if final.exit_code is None else f" (exit {final.exit_code})"
+    reason = f": {final.reason}" if final.reason and final.state != "done" else ""
+    log.info("run %s of %s %s%s%s%s", final.id, final.agent, final.state, code, took, reason)
 
 
 def _final_state(outcome: Outcome) -> tuple[str, str | None]:

@@ -604,7 +604,8 @@ class Session:
                 "duration": round(time.monotonic() - started, 4),
                 "exit_code": exit_code,
                 "is_error": is_error,
-                "output": truncate(text, 2000),
+                # All the model saw (already cut to MAX_OUTPUT): `al logs --full` shows it.
+                "output": text,
             },
         )
         return None

@@ -187,8 +187,12 @@ class Ingest:
                 config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
             )
             outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+            log.info(
+                "webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event")
+            )
         elif self.receipts.seen(config.name, delivery):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
         else:
             outcome = self._route(config, delivery, headers, body, fields)
         return answer(config, fields, outcome)
@@ -244,6 +248,11 @@ class Ingest:
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         self._record(config, delivery, headers, body, 202, result, agents)
+        log.info(
+            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
+            config.name, delivery, fields.get("event") or "-", result,
+            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
+        )  # fmt: skip
         return Outcome(
             202,
             {
