@@ -15,7 +15,7 @@ What is here, by topic:
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
   on) and ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``);
-- errors shown to users as one line: ``LlamaherdError``, ``Failure`` (exit 1), ``ConfigError``, ``SandboxError``,
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
@@ -108,6 +108,7 @@ if TYPE_CHECKING:
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
+        CommandFailed,
         ConfigError,
         ControlChannel,
         CredentialField,
@@ -117,7 +118,6 @@ if TYPE_CHECKING:
         Emit,
         EmitResult,
         ExecResult,
-        Failure,
         Fatal,
         Finding,
         Fix,
@@ -194,8 +194,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
-        "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Failure", "Fatal", "Finding", "Fix",
+        "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",

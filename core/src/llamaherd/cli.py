@@ -35,7 +35,7 @@ class AppContext:
 
 class ErrorHandlingGroup(click.Group):
     """Turns LlamaherdError into one line on stderr and its exit code, never a traceback:
-    2 for a usage or config error (as click's own usage errors), 1 for a ``Failure``."""
+    2 for a usage or config error (as click's own usage errors), 1 for a ``CommandFailed``."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

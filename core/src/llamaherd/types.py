@@ -33,7 +33,7 @@ class LlamaherdError(Exception):
     exit_code = 2
 
 
-class Failure(LlamaherdError):
+class CommandFailed(LlamaherdError):
     """What a command set out to do failed (a scheduler that did not start, a webhook the
     server refused), the command line and config being fine: ``al`` exits 1."""
 

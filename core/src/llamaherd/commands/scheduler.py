@@ -16,9 +16,10 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import Failure, LlamaherdError
+from llamaherd.types import CommandFailed, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
+DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
 
 
 def _store(app: AppContext) -> Any:
@@ -138,8 +139,6 @@ def complete_run_or_agent(ctx: click.Context, param: click.Parameter, incomplete
     help="Accepted for Action Llama users: the dashboard is served (at /) whenever "
     "llamaherd-dashboard is installed.",
 )
-# The child of `al start --detach`: its stderr is the log file already.
-@click.option("--detached", is_flag=True, hidden=True)
 @pass_app
 def start_command(
     app: AppContext,
@@ -150,7 +149,6 @@ def start_command(
     expose: bool,
     headless: bool,
     web_ui: bool,
-    detached: bool,
 ) -> None:
     """Run the scheduler: triggers, dispatcher and the HTTP server."""
     from llamaherd.plugins import get_manager
@@ -168,7 +166,8 @@ def start_command(
     from llamaherd import schedlog
     from llamaherd.scheduler import Scheduler
 
-    schedlog.configure(project, to_stderr=not detached)
+    # The child of `al start --detach` logs to the file only: its stderr is that file already.
+    schedlog.configure(project, to_stderr=os.environ.get(DETACHED_ENV) != "1")
     scheduler = Scheduler(project, grace=grace)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
     sys.exit(scheduler.run())
@@ -182,7 +181,7 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
 
     project.state_dir.mkdir(parents=True, exist_ok=True)
     args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
-    args += ["--detached", "--grace", str(grace)]
+    args += ["--grace", str(grace)]
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
@@ -191,7 +190,12 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     try:
         offset = os.fstat(log).st_size
         child = subprocess.Popen(
-            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, DETACHED_ENV: "1"},
         )
     finally:
         os.close(log)
@@ -205,11 +209,11 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
             )
             return
         if child.poll() is not None:
-            raise Failure(
+            raise CommandFailed(
                 f"the scheduler exited with {child.returncode}: {_start_error(path, offset)}"
             )
         time.sleep(0.05)
-    raise Failure("the scheduler did not come up within 30 s; see .al/scheduler.log")
+    raise CommandFailed("the scheduler did not come up within 30 s; see .al/scheduler.log")
 
 
 def _start_error(path: Path, offset: int) -> str:
@@ -627,7 +631,7 @@ def _stat_table(rows: list[dict[str, Any]]) -> Any:
 
 
 @click.command("runs")
-@click.argument("agent", required=False)
+@click.argument("agent", required=False, shell_complete=complete_agent)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @env_option
@@ -817,7 +821,7 @@ def _scheduler_log(
     try:
         handle = path.open(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        raise Failure(
+        raise CommandFailed(
             f"no scheduler log yet ({path} is written by `al start`); "
             "name a run or an agent: `al logs AGENT`"
         ) from None
@@ -842,7 +846,7 @@ def _echo_entries(entries: list[Any], as_json: bool) -> None:
 
 # ---------------------------------------------------------------------- kill / pause / resume
 @click.command("kill")
-@click.argument("target")
+@click.argument("target", shell_complete=complete_run_or_agent)
 @pass_app
 def kill_command(app: AppContext, target: str) -> None:
     """Kill a run (id or prefix), or every live run of an agent."""
@@ -859,7 +863,7 @@ def _pause_command(paused: bool) -> click.Command:
     verb = "pause" if paused else "resume"
 
     @click.command(verb)
-    @click.argument("agent", required=False)
+    @click.argument("agent", required=False, shell_complete=complete_agent)
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
         if agent:

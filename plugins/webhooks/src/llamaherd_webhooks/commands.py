@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, Failure, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
 
 
 @click.group("webhooks")
@@ -169,7 +169,7 @@ def test(
     try:
         response = requests.post(url, data=body, headers=headers, timeout=30)
     except requests.RequestException as exc:
-        raise Failure(
+        raise CommandFailed(
             f"no scheduler answered at {url} ({type(exc).__name__}); start it with `al start`"
         ) from None
     click.echo(f"HTTP {response.status_code}")
