@@ -34,8 +34,21 @@ def build_app(engine: Any) -> Starlette:
     app = Starlette(exception_handlers={LlamaherdError: on_user_error})
     app.state.engine = engine
     app.state.control_token = control_token(engine.project.state_dir)
+    app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
     get_manager().call_each("register_routes", app=app)
     return app
+
+
+def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
+    """Names besides loopback that ``Host`` may carry (``auth.known_host``): the host of
+    ``[gateway] url`` and a specific ``bind`` address."""
+    from urllib.parse import urlsplit
+
+    names = [urlsplit(str(gateway.get("url", ""))).hostname or ""]
+    bind = str(gateway.get("bind", ""))
+    if bind not in ("", "0.0.0.0", "::"):
+        names.append(bind)
+    return tuple(name for name in names if name)
 
 
 class ServerThread:
