@@ -37,7 +37,8 @@ What is here, by topic:
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
-  ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
+  ``bearer_token``, ``known_host``, ``is_local``, ``require_token``, ``require_read``,
+  ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
   ``say_to_run``) and what ``al stat`` shows
@@ -65,9 +66,11 @@ if TYPE_CHECKING:
     )
     from llamaherd.auth import (
         authorized,
+        bearer_token,
         control_token,
         is_local,
         json_body,
+        known_host,
         require_read,
         require_token,
         token_matches,
@@ -162,8 +165,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "say_to_run", "set_agent_state", "state_of",
     ),
     "llamaherd.auth": (
-        "authorized", "control_token", "is_local", "json_body", "require_read", "require_token",
-        "token_matches",
+        "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
+        "require_read", "require_token", "token_matches",
     ),
     "llamaherd.cli": ("AppContext", "pass_app"),
     "llamaherd.client": ("ControlClient",),

@@ -103,13 +103,11 @@ def require_token(handler: Handler) -> Handler:
             return JSONResponse(
                 {"error": f"Host {host_name(request)!r} is not this server's name"},
                 status_code=421,
-                headers={"Connection": "close"},
             )
         if not token_matches(request, bearer_token(request)):
             return JSONResponse(
                 {"error": "control token required (Authorization: Bearer, .al/control-token)"},
                 status_code=401,
-                headers={"Connection": "close"},
             )
         return await handler(request)
 

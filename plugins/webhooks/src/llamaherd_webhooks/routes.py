@@ -92,6 +92,8 @@ async def _receive(request: Request) -> Outcome:
 
 
 def add_routes(app: Any) -> None:
-    """Mount the webhook routes on the scheduler's Starlette app."""
+    """Mount the webhook routes on the scheduler's Starlette app. Their bodies are bounded
+    by each source's ``maxBodyBytes`` (``read_limited``), not the server's default limit."""
+    app.state.body_limits["/webhooks/"] = None
     app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
