@@ -7,7 +7,10 @@ Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llamaherd.api import WebhookReply
@@ -104,13 +107,45 @@ def sources_of_type(project: Any, registry: Any, kind: str) -> list[SourceConfig
     return [config for config in found if isinstance(config, SourceConfig)]
 
 
+class SecretCache:
+    """Signing secrets by file, read again only when the file changed: a delivery costs one
+    ``stat`` instead of reading the credential's files (rotating a secret with ``al creds``
+    replaces the file, so the next delivery sees the new one)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Path, tuple[tuple[int, ...], str]] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: Path) -> str | None:
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        stamp = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+        with self.lock:
+            cached = self.entries.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("cannot read the webhook secret %s: %s", path, exc)
+            return None
+        with self.lock:
+            self.entries[path] = (stamp, value)
+        return value
+
+
+SECRETS = SecretCache()
+
+
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
     """The source's signing secret (or public key) from its credential (``CredentialStore``),
     if stored: the field ``secret_field`` names, ``secret`` by default."""
     if not config.source.credential_type:
         return []
-    values = credentials.read(config.source.credential_type, config.instance)
-    secret = (values or {}).get(getattr(config.source, "secret_field", "secret"))
+    directory = credentials.path(config.source.credential_type, config.instance)
+    secret = SECRETS.read(directory / getattr(config.source, "secret_field", "secret"))
     return [secret] if secret else []
 
 
