@@ -59,15 +59,23 @@ class Engine:
     # ------------------------------------------------------------------ HTTP
     def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:
         """Start the HTTP server on ``bind:port`` and on a private unix socket."""
+        from llamaherd.http_guard import Limits
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
-        tcp = ServerThread(app, host=bind, port=port).start()
+        limits = Limits.of(self.project.gateway)
+        tcp = ServerThread(app, host=bind, port=port, limits=limits).start()
         self._servers.append(tcp)
         local = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
         self.gateway_url = f"http://{local}:{tcp.port}"
         self.gateway_socket = self._socket_path()
-        self._servers.append(ServerThread(app, uds=self.gateway_socket).start())
+        # The socket has its own cap: sandboxes reach the gateway there, so a flood of TCP
+        # connections never evicts them.
+        self._servers.append(
+            ServerThread(
+                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway)
+            ).start()
+        )
         self.app = app
 
     def _socket_path(self) -> str:

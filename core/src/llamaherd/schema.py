@@ -224,6 +224,19 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": GATEWAY_DEFAULTS["bind"],
                 "description": "Address the server listens on.",
             },
+            "maxConnections": {
+                "type": "integer",
+                "minimum": 1,
+                "default": GATEWAY_DEFAULTS["maxConnections"],
+                "description": "Open connections the server holds (TCP and the unix socket each); "
+                "beyond it the connection idle longest is closed.",
+            },
+            "headerTimeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": GATEWAY_DEFAULTS["headerTimeout"],
+                "description": "Seconds a client has to send a request's headers (else 408).",
+            },
             "url": {
                 "type": "string",
                 "pattern": "^https?://",
