@@ -241,6 +241,15 @@ def registered_plugin() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
+def fakes(registered_plugin: Callable[..., Any]) -> Any:
+    """Core's stand-in provider (``fake``) and runtime (``local``), registered in this process
+    for the test (see :mod:`llamaherd.testing_fakes`); returns the registry."""
+    import importlib
+
+    return registered_plugin(importlib.import_module(FAKES), FAKES)
+
+
+@pytest.fixture
 def al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``al(*args, cwd=None, env=None, input=None, timeout=60)`` runs this environment's ``al``.
 
@@ -275,9 +284,11 @@ def al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+FAKES = "llamaherd.testing_fakes"  # core's stand-in provider ("fake") and runtime ("local")
+
 OFFLINE_CONFIG = """
 [models.scripted]
-provider = "scripted"
+provider = "{provider}"
 model = "scripted"
 
 [gateway]
@@ -285,9 +296,28 @@ port = 0
 """
 
 
+def with_fakes(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with core's stand-in plugins added to ``AL_PLUGINS``,
+    for an ``al`` subprocess."""
+    env = dict(os.environ if env is None else env)
+    names = [n for n in env.get("AL_PLUGINS", "").split(",") if n.strip()]
+    env["AL_PLUGINS"] = ",".join(dict.fromkeys([*names, FAKES]))
+    return env
+
+
+def scripted_plugins_installed() -> bool:
+    """Whether the scripted provider and the host-user runtime load in this environment."""
+    from llamaherd.plugins import registry
+
+    return "scripted" in registry().providers and "host-user" in registry().runtimes
+
+
 class OfflineProject(TmpProject):
     """A project whose agents use the scripted provider and the host-user runtime as the
-    current user: real runs with no network, no API key and no Docker.
+    current user: real runs with no network, no API key and no Docker. Where those plugins are
+    not installed (or with ``fakes=True``) core's stand-ins take their place: the ``fake``
+    provider (plain ``script.toml`` turns, see :mod:`llamaherd.testing_fakes`) and the
+    ``local`` runtime, loaded into ``al`` subprocesses through ``AL_PLUGINS``.
 
     ``env`` is added to the environment of ``al(...)`` and of a :class:`SchedulerProcess` of
     this project; ``creds`` (need not exist) isolates the credential store there
@@ -302,11 +332,16 @@ class OfflineProject(TmpProject):
         env: dict[str, str] | None = None,
         creds: Path | None = None,
         timeout: float = 120,
+        fakes: bool | None = None,
     ):
         super().__init__(root)
+        self.fakes = not scripted_plugins_installed() if fakes is None else fakes
+        provider = "fake" if self.fakes else "scripted"
         # Top-level settings must come before the first [table].
-        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG)
+        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG.format(provider=provider))
         self.env = dict(env or {})
+        if self.fakes:
+            self.env["AL_PLUGINS"] = with_fakes(self.env)["AL_PLUGINS"]
         self.creds = creds
         if creds is not None:
             self.env["AL_CREDENTIALS_DIR"] = str(creds)
@@ -324,7 +359,12 @@ class OfflineProject(TmpProject):
         run by the host-user runtime as ``run_as`` (default: the current user). Its models are
         ``["scripted"]`` unless ``config`` sets ``models``."""
         config = textwrap.dedent(config)
-        offline = f'runtime = {{ type = "host-user", run_as = "{run_as or getpass.getuser()}" }}\n'
+        user = run_as or getpass.getuser()
+        offline = (
+            'runtime = { type = "local" }\n'
+            if self.fakes
+            else f'runtime = {{ type = "host-user", run_as = "{user}" }}\n'
+        )
         if not re.search(r"^models\s*=", config, re.MULTILINE):
             offline = 'models = ["scripted"]\n' + offline
         path = self.add_agent(name, offline + config)
@@ -491,7 +531,8 @@ class SchedulerProcess:
 
 @pytest.fixture
 def offline_project(tmp_path: Path) -> OfflineProject:
-    """An offline project (scripted provider, host-user runtime as the current user)."""
+    """An offline project (scripted provider, host-user runtime as the current user; core's
+    stand-ins where those are not installed)."""
     return OfflineProject(tmp_path / "project")
 
 
