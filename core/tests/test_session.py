@@ -193,18 +193,18 @@ def test_timeout_kills_the_run(engine):
 def test_secrets_are_redacted(engine, tmp_path):
     from llamaherd.credentials import CredentialStore
 
-    CredentialStore().write("github_token", "default", {"token": "ghp_supersecretvalue123"})
+    CredentialStore().write("fake_token", "default", {"token": "ghp_supersecretvalue123"})
     add_agent(
         engine,
         "leaky",
         """
         [[turns]]
-        tool_calls = [{name = "bash", arguments = {command = "echo token=$GITHUB_TOKEN"}},
+        tool_calls = [{name = "bash", arguments = {command = "echo token=$FAKE_TOKEN"}},
                       {name = "set_status", arguments = {text = "{{ last_result }}"}}]
         [[turns]]
         text = "done"
     """,
-        config='credentials = ["github_token"]\n',
+        config='credentials = ["fake_token"]\n',
     )
     final = run(engine, "leaky")
     assert final.state == "done", final.reason

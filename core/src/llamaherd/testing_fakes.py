@@ -2,8 +2,9 @@
 
 ``llamaherd.testing`` registers them in a test's process (``fakes`` fixture) and names this
 module in ``AL_PLUGINS`` for ``al`` subprocesses, which load it as a plugin. Nothing here is
-meant for production: the ``fake`` provider answers from a script and the ``local`` runtime
-runs commands as the current user, without isolation.
+meant for production: the ``fake`` provider answers from a script, the ``local`` runtime runs
+commands as the current user, without isolation, and the ``fake_token`` credential type
+exports its one secret field as ``FAKE_TOKEN``.
 
 The ``fake`` provider replays ``[[turns]]`` of the agent's ``script.toml`` (``text`` and
 ``tool_calls = [{name, arguments}]``), one per model call, chosen by counting the assistant
@@ -30,6 +31,7 @@ from typing import Any
 from llamaherd import hookimpl
 from llamaherd.api import (
     ConfigError,
+    CredentialField,
     ExecResult,
     Message,
     ModelConfig,
@@ -282,6 +284,25 @@ class LocalRuntime:
         for run_id in orphans:
             _remove(base / run_id)
         return len(orphans)
+
+
+class FakeToken:
+    """A credential with one secret, exported to the sandbox as ``FAKE_TOKEN``."""
+
+    name = "fake_token"
+    description = "Test stand-in: one secret token as FAKE_TOKEN (llamaherd.testing)."
+    fields = [CredentialField("token")]
+
+    def env(self, values: dict[str, str], path: Any) -> dict[str, str]:
+        return {"FAKE_TOKEN": values["token"]}
+
+    def context(self, values: dict[str, str]) -> str:
+        return "FAKE_TOKEN holds a test token."
+
+
+@hookimpl
+def register_credential_types(register: Any) -> None:
+    register(FakeToken())
 
 
 @hookimpl
