@@ -1,13 +1,17 @@
 """pytest plugin with fixtures for llamaherd's tests and for third-party plugin authors.
 
-Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtures:
+pytest loads it wherever llamaherd is installed (a ``pytest11`` entry point): no ``-p`` needed.
+Fixtures:
 
 - ``tmp_project``: a throwaway project directory with helpers to write its config and agents;
 - ``registered_plugin``: registers a plugin object in the process-wide manager and always
   unregisters it afterwards;
 - ``al``: runs the real ``al`` command in a subprocess;
 - ``offline_project``: a project whose agents run offline (scripted provider, host-user runtime
-  as the current user), with ``al(...)`` and ``store()`` helpers;
+  as the current user; core's stand-ins where those plugins are not installed), with
+  ``al(...)`` and ``store()`` helpers;
+- ``fakes``: core's stand-in provider (``fake``), runtime (``local``) and credential type
+  (``fake_token``) of :mod:`llamaherd.testing_fakes`, registered for the test;
 - ``scheduler``: ``scheduler(project)`` starts ``al start`` as a real subprocess and stops it at
   teardown;
 - ``started_trigger``: ``started_trigger(trigger, project)`` starts a trigger type on a real
@@ -25,17 +29,16 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   real plugin registry, with a controllable circuit-breaker clock and recorded events.
 
 And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook source's
-signature checks (needs hypothesis); ``pip_installed(path, distribution)``, a context manager that really installs a plugin
-distribution into the running environment for a test; ``fake_distribution(site, ...)``, a
-throwaway installed distribution with one entry point (for ``al`` subprocesses); ``wait_until(predicate, ...)``, bounded
-polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
+signature checks (needs hypothesis); ``fake_distribution(site, ...)``, a throwaway installed
+distribution with one entry point, and ``source_distribution(site, path)``, a distribution of
+this checkout as if installed (both for ``al`` subprocesses, with nothing installed);
+``wait_until(predicate, ...)``, bounded polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -50,7 +53,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,40 +60,6 @@ from typing import Any
 import pytest
 
 AL = Path(sys.executable).with_name("al")
-
-
-def _pip(*args: str) -> None:
-    # No build isolation and no deps: hatchling and llamaherd are already installed, so this
-    # needs no network and takes a second.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-
-@contextmanager
-def pip_installed(path: Path, distribution: str) -> Iterator[None]:
-    """``pip install`` the distribution at ``path`` into this environment; uninstall it after.
-
-    An exclusive lock on ``<venv>/.<distribution>-test.lock`` serialises every test (and test
-    session) sharing the environment, so one's uninstall never lands in another's test. An
-    already installed distribution (e.g. editable in a dev venv) is left as it is.
-    """
-    with open(Path(sys.prefix) / f".{distribution}-test.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            metadata.version(distribution)
-            yield
-            return
-        except metadata.PackageNotFoundError:
-            pass
-        _pip("install", "--no-build-isolation", "--no-deps", str(path))
-        try:
-            yield
-        finally:
-            _pip("uninstall", "-y", distribution)
 
 
 def _pg_execute(server_url: str, sql: str) -> None:
@@ -154,6 +122,29 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not met within {timeout:g} s")
+
+
+def source_distribution(site: Path, path: Path) -> dict[str, str]:
+    """The environment under which a process finds the distribution whose source is at ``path``
+    (a pyproject.toml, code under ``src/``) as if pip had installed it, entry points included:
+    a dist-info written to directory ``site`` and ``PYTHONPATH``. Nothing is installed, so tests
+    sharing an environment never see each other's plugins."""
+    import tomllib
+
+    project = tomllib.loads((path / "pyproject.toml").read_text())["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+    )
+    groups = project.get("entry-points", {})
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items())
+            for group, points in groups.items()
+        )
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(site), str(path / "src")])}
 
 
 def fake_distribution(site: Path, dist: str, entry_point: str, module: str, code: str) -> None:
