@@ -402,8 +402,9 @@ class OfflineProject(TmpProject):
 class StartedTrigger:
     """A trigger type started on a real Engine of ``project`` exactly as a scheduler starts it
     (``trigger.start(ctx)`` with core's TriggerContext). ``fired`` records every event it
-    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``stop()`` stops the
-    trigger and closes the engine."""
+    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``clock_reads``
+    counts its ``ctx.clock()`` calls (see :meth:`settled`); ``stop()`` stops the trigger and
+    closes the engine."""
 
     def __init__(self, trigger: Any, project: TmpProject):
         from llamaherd.engine import Engine
@@ -412,9 +413,15 @@ class StartedTrigger:
         self.trigger = trigger
         self.engine = Engine(project.load())
         self.fired: list[tuple[Any, bool]] = []
+        self.clock_reads = 0
         fired = self.fired
+        started = self
 
         class Recording(TriggerHost):
+            def clock(self) -> float:
+                started.clock_reads += 1
+                return super().clock()
+
             def emit(self, event: Any, *, coalesce: bool = False) -> Any:
                 fired.append((event, coalesce))
                 return super().emit(event, coalesce=coalesce)
@@ -429,6 +436,14 @@ class StartedTrigger:
 
         self.ctx = Recording(self.engine, trigger)
         trigger.start(self.ctx)
+
+    def settled(self, passes: int = 2, timeout: float = 30) -> None:
+        """Wait until the trigger has read the clock ``passes`` more times: for a trigger that
+        reads it once per pass, a whole pass then ran after this call, so whatever the clock
+        (or the world) now makes due has been emitted; to assert that nothing was, without
+        sleeping."""
+        target = self.clock_reads + passes
+        wait_until(lambda: self.clock_reads >= target, timeout, 0.01, what="a trigger pass")
 
     def stop(self) -> None:
         self.trigger.stop()
