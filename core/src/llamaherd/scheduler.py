@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,15 +109,17 @@ class HostWatch:
     A host is presumed dead once its heartbeat row has not changed for ``stale_after`` seconds
     of our own time (as client-go's leader election judges a lease it observes), so clock skew
     between hosts, or a jump of the wall or fake clock, never makes a live host look dead. A
-    host first seen less than ``stale_after`` ago is not judged yet."""
+    host first seen less than ``stale_after`` ago is not judged yet. ``clock`` is that monotonic
+    clock (tests pass their own)."""
 
-    def __init__(self, stale_after: float):
+    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic):
         self.stale_after = stale_after
+        self._clock = clock
         self._seen: dict[str, tuple[Any, float]] = {}  # host -> (last heartbeat seen, when)
 
     def dead(self, hosts: list[dict[str, Any]]) -> set[str]:
         """Update from ``store.hosts()``; the hosts presumed dead now."""
-        now = time.monotonic()
+        now = self._clock()
         seen = {}
         for host in hosts:
             mark = (host["heartbeat_at"], (host["info"] or {}).get("beat"))
