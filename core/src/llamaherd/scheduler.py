@@ -25,6 +25,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType
@@ -85,7 +86,7 @@ class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        state_dir.mkdir(parents=True, exist_ok=True)
+        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -257,7 +258,8 @@ class Scheduler(Engine):
         }
         path = self.project.state_dir / "scheduler.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
+        with open_private(tmp, "wb") as fh:
+            fh.write(json.dumps(info).encode())
         os.replace(tmp, path)
 
     def identity(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
+from llamaherd.statedir import open_private, private_dir
 from llamaherd.types import LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
@@ -149,7 +150,7 @@ def _configure_logging(project_name: str | None = None) -> None:
 def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     from llamaherd.scheduler import scheduler_info
 
-    project.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(project.state_dir)
     args = [
         sys.executable,
         "-m",
@@ -163,7 +164,7 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
-    with open(project.state_dir / "scheduler.log", "ab") as log:
+    with open_private(project.state_dir / "scheduler.log") as log:
         child = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )
@@ -171,7 +172,8 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     while time.monotonic() < deadline:
         info = scheduler_info(project.state_dir)
         if info and info["pid"] == child.pid:
-            (project.state_dir / "scheduler.pid").write_text(str(child.pid))
+            with open_private(project.state_dir / "scheduler.pid", "wb") as fh:
+                fh.write(str(child.pid).encode())
             click.echo(
                 f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)"
             )
