@@ -61,6 +61,8 @@ class _Prepared:
     redactor: Any
     spec: SandboxSpec
     token: str
+    # The session's setenv values while the run waits: the stored transcript masks them.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,6 +183,7 @@ class Runner:
         if live.session is not None:
             live.session.setenv(name, value)
         else:
+            live.ctx.keep_secret(value)
             live.pending_env[name] = value
 
     def expire_wait(self, row: Any) -> None:
@@ -331,11 +334,12 @@ class Runner:
                 "options": self._options(ctx, row),
                 "time_left": lambda: deadline - self.engine.clock(),
                 "human_timeout": float(ctx.agent.wait_timeout or 1800),
+                "credentials": prepared.credentials,
             }
             if suspends(ctx.agent):  # an agent's own maxTurns pauses for approval
                 session_kw["on_turn_limit"] = _suspend
             if resumed:
-                live.session = Session(ctx, chain, row.transcript, **session_kw)
+                live.session = Session(ctx, chain, row.transcript, env=prepared.env, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
             get_manager().call_each(
                 "run_started", run=ctx
@@ -357,7 +361,8 @@ class Runner:
                 credential_store=self.engine.credentials,
             )
             live.session = Session.start(ctx, chain, system, user, **session_kw)
-            live.session.env.update(live.pending_env)
+            for name, value in live.pending_env.items():
+                live.session.setenv(name, value)
             for message in live.pending_messages:
                 live.session.interrupt(message)
             return self._session(live)
@@ -458,6 +463,7 @@ class Runner:
         remaining = (self.store.get_run(row.id).deadline or now) - now
         session.meta["time_left"] = max(1.0, remaining)
         session.checkpoint()
+        live.prepared.env = dict(session.env)  # kept here, not in the stored transcript
         data = outcome.deferred.data
         try:
             self.store.set_waiting(row.id, data["filter"], now + float(data["timeout"]))
