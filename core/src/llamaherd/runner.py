@@ -40,6 +40,7 @@ from llamaherd.session import (
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.waits import SCRIPT_WAITS
 
 log = logging.getLogger("llamaherd.runner")
 
@@ -101,6 +102,11 @@ class Runner:
         with self._lock:
             return set(self._live)
 
+    def is_active(self, run_id: str) -> bool:
+        """Is the run executing in this process (not parked, not ended)?"""
+        with self._lock:
+            return run_id in self._live
+
     def live(self, run_id: str) -> _Live | None:
         """The live handles of an active run (the gateway uses them for ``setenv``)."""
         with self._lock:
@@ -133,6 +139,9 @@ class Runner:
                 live = self._live.pop(row.id, None)
             if live and live.timer:
                 live.timer.cancel()
+            # Its blocked al-wait commands end with it (parked: its thread is gone), so no
+            # event is handed to a wait nobody reads.
+            SCRIPT_WAITS.end_run(row.id, "the run ended or parked")
         try:
             return self.store.get_run(row.id)
         except StoreError:
