@@ -639,7 +639,11 @@ class Session:
                 if isinstance(value, Deferred):
                     self.ctx.log(
                         "tool_call",
-                        {"tool": tc.name, "arguments": tc.arguments, "deferred": value.kind},
+                        {
+                            "tool": tc.name,
+                            "arguments": _short_args(tc.arguments),
+                            "deferred": value.kind,
+                        },
                     )
                     return value
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -866,7 +870,18 @@ def restore_env(
 
 
 def _short_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: truncate(v, 2000) if isinstance(v, str) else v for k, v in args.items()}
+    """Tool-call arguments as a run event keeps them: each at most 2000 characters (a nested
+    value that is longer as JSON is kept as truncated JSON text)."""
+    return {key: _short(value) for key, value in args.items()}
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str):
+        return truncate(value, 2000)
+    if isinstance(value, dict | list):
+        text = json.dumps(value, default=str)
+        return value if len(text) <= 2000 else truncate(text, 2000)
+    return value
 
 
 def _turn_limit_error(session: Session) -> Outcome:
