@@ -25,6 +25,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.processes import pid_alive
 from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
@@ -62,24 +63,6 @@ def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return info if pid_alive(int(info.get("pid", 0))) else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs; an exited one its parent has not reaped yet (a zombie, e.g.
-    under a container init that never reaps) counts as gone."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: the signal said it exists
 
 
 class SchedulerLock:
