@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
+from llamaherd.statedir import open_private, private_dir
 from llamaherd.types import CommandFailed, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
@@ -179,16 +180,15 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     from llamaherd import schedlog
     from llamaherd.scheduler import scheduler_info
 
-    project.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(project.state_dir)
     args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
     args += ["--grace", str(grace)]
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
     path = project.state_dir / schedlog.LOG_FILE
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        offset = os.fstat(log).st_size
+    with open_private(path) as log:
+        offset = os.fstat(log.fileno()).st_size
         child = subprocess.Popen(
             args,
             stdout=log,
@@ -197,13 +197,12 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
             start_new_session=True,
             env={**os.environ, DETACHED_ENV: "1"},
         )
-    finally:
-        os.close(log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         info = scheduler_info(project.state_dir)
         if info and info["pid"] == child.pid:
-            (project.state_dir / "scheduler.pid").write_text(str(child.pid))
+            with open_private(project.state_dir / "scheduler.pid", "wb") as fh:
+                fh.write(str(child.pid).encode())
             click.echo(
                 f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)"
             )
