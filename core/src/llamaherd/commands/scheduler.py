@@ -118,9 +118,6 @@ def start_command(
 
     project = app.project
     overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
-    for key, value in overrides.items():
-        if value is not None:
-            project.config.setdefault("gateway", {})[key] = value
     if web_ui and "dashboard" not in get_manager().info:
         click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
     if detach:
@@ -129,7 +126,7 @@ def start_command(
     from llamaherd.scheduler import Scheduler
 
     _configure_logging(project.name if project.name != project.root.name else None)
-    scheduler = Scheduler(project, grace=grace)
+    scheduler = Scheduler(project, grace=grace, gateway=overrides)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
     sys.exit(scheduler.run())
 
@@ -421,7 +418,10 @@ def _stat_view(stat: dict[str, Any]) -> Any:
 
 
 def scheduler_line(scheduler: dict[str, Any]) -> str:
-    """One line (rich markup) on the scheduler: up since when, version, config current."""
+    """One line (rich markup) on the scheduler: up since when, version, config current (else
+    the problems that refused the config on disk, one line each)."""
+    from rich.markup import escape
+
     from llamaherd.status import ago
 
     if not scheduler["running"]:
@@ -434,7 +434,10 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
         f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
         f"{scheduler['url']})"
     )
-    if scheduler["config_current"] is False:
+    if scheduler.get("config_errors"):
+        problems = "".join(f"\n  {escape(p)}" for p in scheduler["config_errors"])
+        line += f"; [red]config change refused[/] (the last good config runs):{problems}"
+    elif scheduler["config_current"] is False:
         line += "; [yellow]config changed on disk since it loaded it[/]"
     elif scheduler["config_current"]:
         line += "; config current"
