@@ -121,3 +121,19 @@ def test_a_changed_schedule_applies_to_the_next_tick(herd, scheduler):
     good = (herd.root / "agents/first/config.toml").read_text()
     herd.write("agents/first/config.toml", good.replace('"1h"', '"2s"'))
     wait_until(lambda: runs_of(herd, "first", "scheduled"), 15, what="the new schedule")
+
+
+def test_without_watchfiles_it_polls(herd, scheduler, tmp_path):
+    """The polling fallback: watchfiles cannot be imported (a stub that raises shadows it)."""
+    import os
+
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "watchfiles.py").write_text("raise ImportError('watchfiles is not installed')\n")
+    path = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
+    running = scheduler(herd, env={"PYTHONPATH": path})
+    herd.add_scripted_agent("second")
+    wait_until(lambda: reloaded(running, {"first", "second"}), RELOAD_WITHIN, what="reload")
+    assert "live reload polls the config every 1s (watchfiles is not installed)" in (
+        running.read_log()
+    )
