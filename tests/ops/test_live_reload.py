@@ -72,6 +72,9 @@ def test_a_broken_edit_is_refused_and_the_last_good_config_keeps_running(herd, s
     assert "config change refused: agents/first/config.toml" in running.read_log()
     served = running.get("/control/stat").json()["scheduler"]
     assert served["config_errors"] == status["config_errors"]
+    page = running.get("/")
+    if page.status_code != 404:  # the dashboard plugin is installed
+        assert "Config change refused" in page.text and "banana" in page.text
     # The last good version still runs, on the control API (the on-disk config is invalid, so
     # `al run` itself would refuse to start it).
     assert running.post("/control/run", {"agent": "first"}).status_code == 202

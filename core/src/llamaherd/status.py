@@ -7,6 +7,7 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -152,3 +153,13 @@ def scheduler_status(
         "config_errors": list(info.get("config_errors") or []),
         "reloaded_at": info.get("reloaded_at"),
     }
+
+
+def served_scheduler_status(engine: Any) -> dict[str, Any]:
+    """``scheduler_status`` of the process serving an HTTP request (the control API, the
+    dashboard): a scheduler says who it is; a foreground ``al run`` is none."""
+    identity = getattr(engine, "identity", None)
+    if identity is None:
+        return scheduler_status(engine.project, None)
+    info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
+    return scheduler_status(engine.project, info)
