@@ -16,13 +16,9 @@ RELOAD_WITHIN = 10.0  # generous for a loaded CI machine; the acceptance figure 
 
 
 @pytest.fixture
-def herd(project):
-    from llamaherd.plugins import registry
-
-    if "cron" not in registry().trigger_types:
-        pytest.skip("needs the llamaherd-cron plugin")
-    project.add_scripted_agent("first", 'every = "1h"\n')
-    return project
+def herd(cron_project):
+    cron_project.add_scripted_agent("first", 'every = "1h"\n')
+    return cron_project
 
 
 def stat(project) -> dict:

@@ -12,13 +12,9 @@ from llamaherd import __version__
 
 
 @pytest.fixture
-def scheduled(project):
-    from llamaherd.plugins import registry
-
-    if "cron" not in registry().trigger_types:
-        pytest.skip("needs the llamaherd-cron plugin")
-    project.add_scripted_agent("tick", 'every = "1h"\n')
-    return project
+def scheduled(cron_project):
+    cron_project.add_scripted_agent("tick", 'every = "1h"\n')
+    return cron_project
 
 
 def test_without_a_scheduler_stat_says_so_and_shows_no_next_fire(scheduled):
