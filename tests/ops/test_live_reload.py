@@ -132,7 +132,38 @@ def test_without_watchfiles_it_polls(herd, scheduler, tmp_path):
     path = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
     running = scheduler(herd, env={"PYTHONPATH": path})
     herd.add_scripted_agent("second")
-    wait_until(lambda: reloaded(running, {"first", "second"}), RELOAD_WITHIN, what="reload")
+    # At once, before the next look: `al run` of an agent the scheduler does not know yet
+    # makes it look.
+    assert herd.al("run", "second").returncode == 0
+    herd.add_scripted_agent("third")
+    wait_until(
+        lambda: reloaded(running, {"first", "second", "third"}), RELOAD_WITHIN, what="reload"
+    )
     assert "live reload polls the config every 1s (watchfiles is not installed)" in (
         running.read_log()
     )
+
+
+def test_webhook_sources_and_filters_apply_to_the_next_delivery(herd, scheduler):
+    from llamaherd.plugins import registry
+
+    if "webhooks" not in registry().trigger_types:
+        pytest.skip("needs the llamaherd-webhooks plugin")
+    config = (herd.root / "config.toml").read_text()
+    running = scheduler(herd)
+
+    def deliver(source: str, event: str) -> list[str]:
+        body = json.dumps({"event": event, "n": time.monotonic_ns()})
+        answer = running.http.post(f"{running.url}/webhooks/{source}", data=body, timeout=10)
+        assert answer.status_code == 202, answer.text
+        return answer.json()["agents"]
+
+    herd.write(
+        "config.toml", config + '\n[webhooks.open]\ntype = "generic"\nallowUnsigned = true\n'
+    )
+    herd.add_scripted_agent("hooked", '[[webhooks]]\nsource = "open"\nevents = ["ping"]\n')
+    wait_until(lambda: reloaded(running, {"first", "hooked"}), RELOAD_WITHIN, what="reload")
+    assert deliver("open", "ping") == ["hooked"]
+    herd.add_scripted_agent("hooked", '[[webhooks]]\nsource = "open"\nevents = ["push"]\n')
+    wait_until(lambda: deliver("open", "ping") == [], RELOAD_WITHIN, what="the new filter")
+    assert deliver("open", "push") == ["hooked"]

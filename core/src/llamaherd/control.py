@@ -125,6 +125,9 @@ async def run(request: Request) -> Response:
     engine = _engine(request)
     body = await json_body(request)
     agent = _field(body, "agent", str, "")
+    reload = getattr(engine, "reload", None)
+    if agent not in engine.project.agents and reload is not None:
+        await run_in_threadpool(reload)  # saved a moment ago: the watcher may not have looked yet
     engine.project.agent(agent)  # unknown agent -> 400 with the known names
     count = _field(body, "count", int, 1)
     if not 1 <= count <= 10_000:
