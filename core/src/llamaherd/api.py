@@ -107,7 +107,16 @@ if TYPE_CHECKING:
     from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
-    from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
+    from llamaherd.status import (
+        FINAL,
+        SETTABLE_STATES,
+        agent_rows,
+        ago,
+        next_fire,
+        run_dict,
+        served_scheduler_status,
+        until,
+    )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
@@ -193,7 +202,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
-        "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
+        "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict",
+        "served_scheduler_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),

@@ -423,12 +423,19 @@ class SchedulerCheck:
         if not status["running"]:
             return [Finding.ok("scheduler", "not running here (`al start` runs it)")]
         subject = f"scheduler pid {status['pid']}"
+        if status["config_errors"]:
+            problems = "; ".join(status["config_errors"])
+            return [
+                Finding.warning(
+                    subject, f"refused the config on disk (the last good one runs): {problems}"
+                )
+            ]
         if status["config_current"] is False:
             return [
                 Finding.warning(
                     subject,
-                    "runs with an older config than the files on disk: restart it "
-                    "(`al stop && al start`)",
+                    "runs with an older config than the files on disk (it reloads an edit "
+                    "within seconds; if this stays, restart it: `al stop && al start`)",
                 )
             ]
         return [Finding.ok(subject, f"running, llamaherd {status['version']}, config current")]

@@ -7,6 +7,7 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -130,7 +131,8 @@ def scheduler_status(
     wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
     machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
     its llamaherd version, and whether the config it loaded is the one on disk here
-    (``config_current``; None when it did not say)."""
+    (``config_current``; None when it did not say), with the problems for which a live reload
+    refused the files on disk (``config_errors``) and when it last reloaded (``reloaded_at``)."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -148,4 +150,16 @@ def scheduler_status(
         "since": info.get("started_at"),
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == config_digest(project.root),
+        "config_errors": list(info.get("config_errors") or []),
+        "reloaded_at": info.get("reloaded_at"),
     }
+
+
+def served_scheduler_status(engine: Any) -> dict[str, Any]:
+    """``scheduler_status`` of the process serving an HTTP request (the control API, the
+    dashboard): a scheduler says who it is; a foreground ``al run`` is none."""
+    identity = getattr(engine, "identity", None)
+    if identity is None:
+        return scheduler_status(engine.project, None)
+    info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
+    return scheduler_status(engine.project, info)

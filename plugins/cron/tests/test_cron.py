@@ -200,3 +200,25 @@ def test_validation_names_the_key(tmp_project, config, key, text):
     assert len(problems) == 1 and isinstance(problems[0], ConfigError)
     assert problems[0].key == key and text in problems[0].message
     assert problems[0].file.endswith("agents/bad/config.toml")
+
+
+def test_reconfigure_applies_a_live_reload_from_the_next_tick(project, clock, schedulers):
+    """After a live reload (the engine runs the new project, then ``reconfigure(ctx)``): a
+    changed schedule applies, a new agent fires, a removed one no more."""
+    scheduler = schedulers(project)
+    project.add_agent("every5", 'schedule = "*/10 * * * *"\ntimezone = "UTC"\n')
+    project.add_agent("every2", 'schedule = "*/2 * * * *"\ntimezone = "UTC"\n')
+    (project.root / "agents/nocatch/SKILL.md").unlink()
+    scheduler.engine.project = project.load()
+    scheduler.started.trigger.reconfigure(scheduler.started.ctx)
+
+    clock.set(at(12, 5, 0.2))
+    assert wait_until(lambda: scheduler.fired, timeout=10, interval=0.02)
+    time.sleep(0.7)
+    assert scheduler.fired == [("every2", at(12, 4), True)], "every5 now fires on */10 only"
+    clock.set(at(12, 10, 0.2))
+    assert wait_until(lambda: len(scheduler.fired) == 3, timeout=10, interval=0.02)
+    assert sorted(scheduler.fired[1:]) == [
+        ("every2", at(12, 10), True),
+        ("every5", at(12, 10), True),
+    ]

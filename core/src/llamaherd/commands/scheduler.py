@@ -131,7 +131,10 @@ def complete_run_or_agent(ctx: click.Context, param: click.Parameter, incomplete
     "-e", "--expose", is_flag=True, help="Listen on all interfaces (0.0.0.0), not [gateway] bind."
 )
 @click.option(
-    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: there is no TUI."
+    "-H",
+    "--headless",
+    is_flag=True,
+    help="Plain log lines, no live view (the default when not in a terminal).",
 )
 @click.option(
     "-w",
@@ -151,14 +154,13 @@ def start_command(
     headless: bool,
     web_ui: bool,
 ) -> None:
-    """Run the scheduler: triggers, dispatcher and the HTTP server."""
+    """Run the scheduler: triggers, dispatcher and the HTTP server. In a terminal, a live view
+    (agents, active runs, recent results, queue depth) below the log lines; it applies edits
+    of agents/ and config.toml as they are saved."""
     from llamaherd.plugins import get_manager
 
     project = app.project
     overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
-    for key, value in overrides.items():
-        if value is not None:
-            project.config.setdefault("gateway", {})[key] = value
     if web_ui and "dashboard" not in get_manager().info:
         click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
     if detach:
@@ -169,9 +171,15 @@ def start_command(
 
     # The child of `al start --detach` logs to the file only: its stderr is that file already.
     schedlog.configure(project, to_stderr=os.environ.get(DETACHED_ENV) != "1")
-    scheduler = Scheduler(project, grace=grace)
+    scheduler = Scheduler(project, grace=grace, gateway=overrides)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
-    sys.exit(scheduler.run())
+    from llamaherd.termview import TerminalView, wants_view
+
+    if not wants_view(headless):
+        sys.exit(scheduler.run())
+    with TerminalView(scheduler):
+        code = scheduler.run()
+    sys.exit(code)
 
 
 def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
@@ -524,13 +532,19 @@ def follow(
 @click.command("stat")
 @click.argument("agent", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--watch", is_flag=True, help="Redraw every second.")
+@click.option(
+    "--watch", is_flag=True, help="Live view (active runs, recent results), redrawn every second."
+)
 @env_option
 @pass_app
 def stat_command(
     app: AppContext, agent: str | None, as_json: bool, watch: bool, environment: str | None
 ) -> None:
-    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire."""
+    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire;
+    with --watch, the live view `al start` shows in a terminal (active runs with their
+    status, recent results, queue depth)."""
+    from llamaherd.termview import stat_view
+
     with _reader(app, environment) as reader:
         if agent:
             reader.check_agent(agent)
@@ -544,89 +558,30 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(_stat_view(stat()))
+            _console().print(stat_view(stat()))
             return
-        from rich.live import Live
-
-        with Live(_stat_view(stat()), console=_console(), refresh_per_second=4) as live:
-            try:
-                while True:
-                    time.sleep(1)
-                    live.update(_stat_view(stat()))
-            except KeyboardInterrupt:
-                pass
+        _watch(reader, agent)
 
 
-def _stat_view(stat: dict[str, Any]) -> Any:
-    """The scheduler line above the agents' table; no next fires when none will happen."""
-    from rich.console import Group
+def _watch(reader: Any, agent: str | None) -> None:
+    """``al stat --watch``: the view ``al start`` shows, redrawn every second (in a terminal;
+    else printed anew every second) until Ctrl-C."""
+    from rich.live import Live
 
-    scheduler, rows = stat["scheduler"], stat["agents"]
-    if not scheduler["running"]:
-        rows = [{**row, "next_fire": None} for row in rows]
-    return Group(scheduler_line(scheduler), _stat_table(rows))
+    from llamaherd.termview import REFRESH_SECONDS, render, snapshot
 
-
-def scheduler_line(scheduler: dict[str, Any]) -> str:
-    """One line (rich markup) on the scheduler: up since when, version, config current."""
-    from llamaherd.status import ago
-
-    if not scheduler["running"]:
-        return (
-            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
-        )
-    where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
-    line = (
-        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
-        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
-        f"{scheduler['url']})"
-    )
-    if scheduler["config_current"] is False:
-        line += "; [yellow]config changed on disk since it loaded it[/]"
-    elif scheduler["config_current"]:
-        line += "; config current"
-    return line
-
-
-STATE_STYLES = {
-    "active": "green",
-    "running": "green",
-    "waiting": "cyan",
-    "error": "red",
-    "idle": "dim",
-    "off": "red",
-    "hibernate": "blue",
-    "suspended": "yellow",
-    "paused": "yellow",
-    "done": "green",
-    "timeout": "red",
-    "killed": "red",
-}
-
-
-def _stat_table(rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    from llamaherd.status import ago, until
-
-    table = Table(box=None, header_style="bold")
-    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
-        table.add_column(column)
-    for row in rows:
-        last = "-"
-        if row["last_result"]:
-            last = f"[{STATE_STYLES.get(row['last_result'], 'white')}]{row['last_result']}[/] {ago(row['last_finished_at'])}"
-        waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
-        table.add_row(
-            row["agent"],
-            f"[{STATE_STYLES.get(row['state'], 'white')}]{row['state']}[/]",
-            f"{row['active']}/{row['scale']}{waiting}",
-            str(row["queued"]),
-            last,
-            until(row["next_fire"]),
-            ", ".join(row["hosts"]) or "-",
-        )
-    return table
+    console = _console()
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(render(snapshot(reader, agent)))
+                time.sleep(REFRESH_SECONDS)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                live.update(render(snapshot(reader, agent)), refresh=True)
+                time.sleep(REFRESH_SECONDS)
+    except KeyboardInterrupt:
+        pass
 
 
 @click.command("runs")
@@ -657,6 +612,7 @@ def _runs_table(rows: list[dict[str, Any]]) -> Any:
 
     from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.termview import STATE_STYLES
 
     table = Table(box=None, header_style="bold")
     widest = max((len(run["id"]) for run in rows), default=3)

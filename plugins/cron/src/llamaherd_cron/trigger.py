@@ -177,6 +177,7 @@ class CronTrigger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ctx: TriggerContext | None = None
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ validation and display
     def validate(self, agent: Agent) -> list[ConfigError]:
@@ -219,18 +220,41 @@ class CronTrigger:
         self._ctx = ctx
         self._stop.clear()
         now = ctx.clock()
+        with self._lock:
+            for plan in self._plan_all(ctx):
+                self._plans[plan.agent] = plan
+                self._cursor[plan.agent] = self._initial_cursor(ctx, plan, now)
+        self._thread = threading.Thread(target=self._loop, args=(ctx,), name="al-cron", daemon=True)
+        self._thread.start()
+
+    def reconfigure(self, ctx: TriggerContext) -> None:
+        """After a live reload: plan ``ctx.agents`` afresh. An unchanged plan keeps its place;
+        a new or changed one fires from its next tick on (no catch-up for the old schedule);
+        a removed agent fires no more."""
+        now = ctx.clock()
+        with self._lock:
+            plans, cursor = {}, {}
+            for plan in self._plan_all(ctx):
+                plans[plan.agent] = plan
+                if self._plans.get(plan.agent) == plan:
+                    cursor[plan.agent] = self._cursor[plan.agent]
+                else:
+                    last = ctx.last_tick(plan.agent)
+                    cursor[plan.agent] = max(plan.latest(now - 1e-3), last or -math.inf)
+            self._plans, self._cursor = plans, cursor
+
+    def _plan_all(self, ctx: TriggerContext) -> list[Plan]:
+        """The plans of ``ctx.agents`` with a schedule; an invalid one is logged, left out."""
+        plans = []
         for agent in ctx.agents:
             try:
                 plan = self.plan(agent)
             except ConfigError as exc:
                 log.error("cron: agent %s is not scheduled: %s", agent.name, exc)
                 continue
-            if plan is None:
-                continue
-            self._plans[plan.agent] = plan
-            self._cursor[plan.agent] = self._initial_cursor(ctx, plan, now)
-        self._thread = threading.Thread(target=self._loop, args=(ctx,), name="al-cron", daemon=True)
-        self._thread.start()
+            if plan is not None:
+                plans.append(plan)
+        return plans
 
     def stop(self) -> None:
         self._stop.set()
@@ -256,9 +280,10 @@ class CronTrigger:
         while not self._stop.is_set():
             now = ctx.clock()
             wait = POLL_SECONDS
-            for plan in list(self._plans.values()):
-                self._fire_due(ctx, plan, now)
-                wait = min(wait, plan.following(now) - now)
+            with self._lock:  # a reconfigure swaps the plans between passes only
+                for plan in list(self._plans.values()):
+                    self._fire_due(ctx, plan, now)
+                    wait = min(wait, plan.following(now) - now)
             self._stop.wait(max(wait, 0.01))
 
     def _fire_due(self, ctx: TriggerContext, plan: Plan, now: float) -> None:

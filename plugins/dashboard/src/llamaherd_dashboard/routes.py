@@ -26,7 +26,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from llamaherd.api import FINAL, ago, token_matches, until
+from llamaherd.api import FINAL, ago, served_scheduler_status, token_matches, until
 from llamaherd_dashboard import auth, views
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -154,8 +154,10 @@ def mutation(handler: Handler) -> Handler:
 # ---------------------------------------------------------------------- pages
 @page
 async def agents_page(request: Request) -> Response:
-    rows = await run_in_threadpool(views.agents, _engine(request))
-    return render(request, "agents.html", agents=rows)
+    engine = _engine(request)
+    rows = await run_in_threadpool(views.agents, engine)
+    scheduler = await run_in_threadpool(served_scheduler_status, engine)
+    return render(request, "agents.html", agents=rows, scheduler=scheduler)
 
 
 @page
