@@ -92,8 +92,9 @@ def display_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
-    """A peewee database for ``url``, its display name and its busy timeout."""
+def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Database, str, float]:
+    """A peewee database for ``url``, its display name and its busy timeout. A SQLite file is
+    created 0600 here unless ``create`` is false (a check that must not leave one behind)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     timeout = float(query.pop("timeout", BUSY_TIMEOUT))
@@ -103,7 +104,8 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
         path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
         try:
-            _create_private(path)
+            if create:
+                _create_private(path)
         except OSError as exc:
             raise StoreError(explain(str(path), timeout, exc)) from exc
         db = pw.SqliteDatabase(
