@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
+    PlainTextResponse,
     RedirectResponse,
     Response,
     StreamingResponse,
@@ -26,12 +27,13 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from llamaherd.api import FINAL, ago, token_matches, until
+from llamaherd.api import FINAL, ago, until
 from llamaherd_dashboard import auth, views
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 REFRESH_HEADER = "x-dashboard-refresh"  # sent by dashboard.js when it refreshes a page's live parts
+MISDIRECTED = "this server does not answer to that host name (see [gateway] url and bind)"
 STREAM_POLL = 0.2  # seconds between looks at the database for new run events
 STREAM_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from closing
 
@@ -89,7 +91,6 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     html = TEMPLATES.get_template(template).render(
         csrf=csrf,
         csrf_field=Markup(f'<input type="hidden" name="{auth.CSRF_FIELD}" value="{csrf}">'),
-        local=auth.is_local(request),
         reader=auth.may_read(request),
         signed_in=auth.signed_in(request),
         path=request.url.path,
@@ -114,9 +115,11 @@ def failed(request: Request, status: int, reason: str) -> Response:
 
 # ---------------------------------------------------------------------- access wrappers
 def page(handler: Handler) -> Handler:
-    """A page: readable locally or with the token, else the login page."""
+    """A page: for a signed-in browser (or the bearer token), else the sign-in page."""
 
     async def wrapper(request: Request) -> Response:
+        if not auth.allowed_host(request):
+            return PlainTextResponse(MISDIRECTED, status_code=421)
         if not auth.may_read(request):
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
@@ -127,11 +130,11 @@ def page(handler: Handler) -> Handler:
 
 
 def api(handler: Handler) -> Handler:
-    """A JSON read endpoint: readable locally or with the token, else 401."""
+    """A JSON read endpoint: for a signed-in browser (or the bearer token), else 401."""
 
     async def wrapper(request: Request) -> Response:
         if not auth.may_read(request):
-            return JSONResponse({"error": "control token required"}, status_code=401)
+            return JSONResponse({"error": "sign in required"}, status_code=401)
         return await handler(request)
 
     wrapper.__name__ = handler.__name__
@@ -184,7 +187,9 @@ def _safe_next(target: str) -> str:
 
 
 async def login_page(request: Request) -> Response:
-    """GET: the form. POST: check the control token, set the ``al_token`` cookie, go on."""
+    """GET: the form. POST: check the token or password, start a signed-in session, go on."""
+    if not auth.allowed_host(request):
+        return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
     if request.method == "GET":
         return render(request, "login.html", next=target, error=None)
@@ -192,18 +197,17 @@ async def login_page(request: Request) -> Response:
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
     form = await auth.form_fields(request)
-    given = form.get("token", "").strip()
-    if not token_matches(request, given):
+    if not auth.password_matches(request, form.get("token", "").strip()):
         return render(request, "login.html", status_code=401, next=target, error="wrong token")
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
-    auth.set_token_cookie(request, response, given)
+    auth.sign_in(request, response)
     return response
 
 
 @mutation
 async def logout(request: Request) -> Response:
-    response = RedirectResponse("/login" if not auth.is_local(request) else "/", status_code=303)
-    response.delete_cookie(auth.TOKEN_COOKIE, httponly=True, samesite="strict")
+    response = RedirectResponse("/login", status_code=303)
+    auth.sign_out(response)
     return response
 
 
