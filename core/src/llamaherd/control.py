@@ -9,7 +9,6 @@ it says nothing but that the server is up. The operations themselves live in
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,7 +26,7 @@ from llamaherd.agents import (
     state_of,
 )
 from llamaherd.auth import json_body, require_read, require_token
-from llamaherd.status import agent_rows, run_dict, scheduler_status
+from llamaherd.status import agent_rows, run_dict, serving_status
 from llamaherd.types import LlamaherdError
 
 
@@ -60,11 +59,7 @@ def _engine(request: Request) -> Any:
 
 def _scheduler(engine: Any) -> dict[str, Any]:
     """``scheduler_status`` of the process serving this API (a foreground ``al run`` is none)."""
-    identity = getattr(engine, "identity", None)
-    if identity is None:
-        return scheduler_status(engine.project, None)
-    info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
-    return scheduler_status(engine.project, info)
+    return serving_status(engine)
 
 
 @require_read

@@ -10,7 +10,10 @@ import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llamaherd.types import TriggerInfo
 
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
@@ -149,3 +152,29 @@ def scheduler_status(
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == config_digest(project.root),
     }
+
+
+def serving_status(engine: Any) -> dict[str, Any]:
+    """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
+    none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating
+    into the database (several share a PostgreSQL one), as ``store.hosts()`` lists them."""
+    import os
+
+    identity = getattr(engine, "identity", None)
+    info = None
+    if identity is not None:
+        info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
+    status = scheduler_status(engine.project, info)
+    status["paused"] = engine.store.paused()[0]
+    status["hosts"] = [
+        {"host": h["host"], "heartbeat_at": h["heartbeat_at"]} for h in engine.store.hosts()
+    ]
+    return status
+
+
+def agent_triggers(agent: Any, now: float) -> list[TriggerInfo]:
+    """Every trigger of ``agent`` the installed plugins describe (``describe_triggers``)."""
+    from llamaherd.plugins import get_manager
+
+    answers = get_manager().call_each("describe_triggers", agent=agent, now=now)
+    return [info for answer in answers for info in answer]
