@@ -70,11 +70,18 @@ def agent_rows(
                 "last_result": last.state if last else None,
                 "last_exit": last.exit_code if last else None,
                 "last_finished_at": last.finished_at if last else None,
+                "last_duration": _duration(last),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
             }
         )
     return rows
+
+
+def _duration(run: Any) -> float | None:
+    if run is None or run.started_at is None or run.finished_at is None:
+        return None
+    return max(0.0, run.finished_at - run.started_at)
 
 
 def run_dict(run: Any) -> dict[str, Any]:
