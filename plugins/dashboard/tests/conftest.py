@@ -7,6 +7,7 @@ runs are real (sandbox, gateway, store) and need no network.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,7 +73,7 @@ def make_project(root: Path, bind: str | None = None) -> OfflineProject:
     slow = 'schedule = "0 3 * * *"\n\n[[webhooks]]\nsource = "hooks"\nevents = ["push"]\n'
     project.add_scripted_agent("slow", slow, SLOW_SCRIPT)
     project.add_scripted_agent("forever", "timeout = 120", FOREVER_SCRIPT)
-    secret = 'credentials = ["github_token:bot"]\nevery = "6h"'
+    secret = 'credentials = ["github_token:bot"]\nevery = "6h"\nscale = 4'
     project.add_scripted_agent("secret", secret, SECRET_SCRIPT)
     project.write("credentials/github_token/bot/token", SECRET)
     return project
@@ -113,14 +114,22 @@ class Dashboard:
     def state(self, run_id: str) -> str:
         return self.get(f"/api/runs/{run_id}").json()["run"]["state"]
 
+    def queue_many(self, agent: str, count: int) -> None:
+        """Queue ``count`` manual runs through the control API."""
+        body = {"agent": agent, "count": count}
+        response = httpx.post(f"{self.url}/control/run", json=body, headers=self.bearer, timeout=10)
+        assert response.status_code == 202, response.text
+
     def kill(self, run_id: str) -> None:
         response = httpx.post(f"{self.url}/api/runs/{run_id}/kill", headers=self.bearer, timeout=10)
         assert response.status_code == 200, response.text
 
-    def deliver(self, event: str, body: dict[str, Any]) -> httpx.Response:
-        """An (unsigned) delivery to the ``hooks`` source."""
+    def deliver(self, event: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
+        """An (unsigned) delivery to the ``hooks`` source: ``body`` as JSON, or ``raw`` bytes."""
         headers = {"X-Event": event, "X-Delivery-Id": f"d-{time.time_ns()}"}
-        return httpx.post(f"{self.url}/webhooks/hooks", json=body, headers=headers, timeout=10)
+        content = raw if raw is not None else json.dumps(body).encode()
+        url = f"{self.url}/webhooks/hooks"
+        return httpx.post(url, content=content, headers=headers, timeout=10)
 
     def stop(self) -> None:
         self.sched.stop()

@@ -16,16 +16,22 @@ function patch(old, fresh) {
   for (let i = a.length - 1; i >= 0; i--) patch(a[i], b[i]);
 }
 
+// Someone typing (a reply, a filter) keeps the part they type in until they leave it.
+function typing(el) {
+  const active = document.activeElement;
+  return el.contains(active) && active.matches("textarea, input:not([type=hidden])");
+}
+
 function patchPage(html) {
   const doc = new DOMParser().parseFromString(html, "text/html");
   for (const el of document.querySelectorAll("[data-live]")) {
     const fresh = doc.getElementById(el.id);
-    if (fresh && !el.contains(document.activeElement)) patch(el, fresh);
+    if (fresh && !typing(el)) patch(el, fresh);
   }
 }
 
 function flash(text) {
-  const el = document.getElementById("flash");
+  const el = document.getElementById("alert");
   el.textContent = text;
   el.hidden = !text;
 }
