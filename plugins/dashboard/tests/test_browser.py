@@ -109,7 +109,7 @@ def test_overview_pause_resume_and_state_changes_act(project: Any, page: Any) ->
     rows = page.locator("#agents tbody tr")
     expect(rows).to_have_count(3)
     secret = page.locator('tr[data-agent="secret"]')
-    expect(secret.locator("td").nth(7).locator("polyline")).to_have_count(1)
+    expect(secret.locator("td").nth(7).locator("path")).to_have_count(1)
     assert re.fullmatch(r"\d+%", secret.locator("td").nth(8).inner_text())
     expect(page.locator("#sched-state")).to_have_text("up")
     screenshot(page, "overview")

@@ -69,11 +69,18 @@ def agents(engine: Any) -> list[dict[str, Any]]:
 
 
 def spark(counts: list[int]) -> str:
-    """SVG polyline points of hourly counts (x: hour, y: 0 at the top)."""
+    """An SVG path of hourly counts (x: hour, y: 0 at the top), a flat stretch as one ``h``
+    (most hours of most agents are alike: the path stays short for 200 rows)."""
     top = max(counts) or 1
-    return " ".join(
-        f"{x},{SPARK_HEIGHT - round(SPARK_HEIGHT * c / top)}" for x, c in enumerate(counts)
-    )
+    ys = [SPARK_HEIGHT - round(SPARK_HEIGHT * c / top) for c in counts]
+    path, flat = f"M0 {ys[0]}", 0
+    for before, y in zip(ys, ys[1:], strict=False):
+        if y == before:
+            flat += 1
+            continue
+        path += (f"h{flat}" if flat else "") + f"l1{y - before:+d}"
+        flat = 0
+    return path + (f"h{flat}" if flat else "")
 
 
 def _rate(activity: Mapping[str, Any]) -> float | None:

@@ -50,17 +50,22 @@ async function post(url, fields) {
   }
 }
 
+// The agent a control acts on: its own data-state, else its overview row's data-agent.
+function agentOf(el) {
+  return encodeURIComponent(el.dataset.state || el.closest("tr[data-agent]").dataset.agent);
+}
+
 document.addEventListener("click", (event) => {
-  const button = event.target.closest("[data-post]");
+  const button = event.target.closest("[data-post], [data-run-now]");
   if (!button) return;
   event.preventDefault();
-  post(button.dataset.post);
+  post(button.dataset.post || "/api/agents/" + agentOf(button) + "/run");
 });
 
 document.addEventListener("change", (event) => {
   const select = event.target.closest("select[data-state]");
   if (!select) return;
-  post("/api/agents/" + encodeURIComponent(select.dataset.state) + "/state", { state: select.value });
+  post("/api/agents/" + agentOf(select) + "/state", { state: select.value });
 });
 
 function follow() {
