@@ -112,7 +112,6 @@ def test_overview_pause_resume_and_state_changes_act(project: Any, page: Any) ->
     expect(secret.locator("td").nth(7).locator("path")).to_have_count(1)
     assert re.fullmatch(r"\d+%", secret.locator("td").nth(8).inner_text())
     expect(page.locator("#sched-state")).to_have_text("up")
-    screenshot(page, "overview")
 
     page.get_by_role("button", name="Pause all").click()
     expect(page.locator("#sched-state")).to_have_text("paused", timeout=LONG)
@@ -263,6 +262,19 @@ def test_deliveries_page_replays_a_delivery(project: Any, page: Any) -> None:
     project.wait_for(
         lambda: sum(r["trigger_kind"] == "webhook" for r in project.runs("slow")) > webhook_runs
     )
+
+
+def test_overview_with_history_and_a_live_run(project: Any, page: Any) -> None:
+    """Last of the local ones, so every agent has a history: the overview's picture."""
+    from playwright.sync_api import expect
+
+    run_id = project.queue_run("forever")
+    sign_in(page, project)
+    row = page.locator('tr[data-agent="forever"]')
+    expect(row.locator("td").nth(3)).to_have_text("1/1", timeout=LONG)
+    screenshot(page, "overview")
+    project.kill(run_id)
+    expect(row.locator("td").nth(3)).to_have_text("0/1", timeout=LONG)
 
 
 def test_a_cross_site_form_cannot_start_a_run(project: Any, page: Any) -> None:
