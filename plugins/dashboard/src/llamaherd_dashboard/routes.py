@@ -436,7 +436,8 @@ async def _live(
         if run is not None:
             seen = await run_in_threadpool(engine.store.events, run.id)
             turn = sum(1 for e in seen if e["type"] == "model_call" and e["id"] <= after)
-    while not engine.stopping.is_set():
+    # A sign-in that expires ends its streams too (checked each round: an HMAC, cheap).
+    while not engine.stopping.is_set() and auth.may_read(request):
         final = False
         if run is not None:
             current, events = await _tail(engine, run.id, after or 0)
