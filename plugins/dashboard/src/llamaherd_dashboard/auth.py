@@ -51,7 +51,7 @@ def _hostname(value: str) -> str:
 def served_names(request: Request) -> set[str]:
     """Host names a non-local client may use: ``[gateway] url``'s host and a specific bind."""
     project = request.app.state.engine.project
-    names = {_hostname(str(project.gateway.get("bind") or ""))} - set(WILDCARDS)
+    names = {str(project.gateway.get("bind") or "").strip("[]").lower()} - set(WILDCARDS)
     if project.public_url:
         names.add((urlsplit(project.public_url).hostname or "").lower())
     return names - {""}
