@@ -44,7 +44,8 @@ What is here, by topic:
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
   ``say_to_run``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
-  ``until``, ``event_summary``).
+  ``until``, ``event_summary``, ``serving_status``), and the triggers plugins describe
+  (``agent_triggers``, ``TriggerInfo``: the ``describe_triggers`` hook).
 """
 
 from __future__ import annotations
@@ -111,10 +112,11 @@ if TYPE_CHECKING:
         FINAL,
         SETTABLE_STATES,
         agent_rows,
+        agent_triggers,
         ago,
         next_fire,
         run_dict,
-        served_scheduler_status,
+        serving_status,
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
@@ -158,6 +160,7 @@ if TYPE_CHECKING:
         Transient,
         TriggerContext,
         TriggerEvent,
+        TriggerInfo,
         TriggerType,
         Unavailable,
         Usage,
@@ -202,8 +205,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
-        "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict",
-        "served_scheduler_status", "until",
+        "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "next_fire",
+        "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
@@ -214,7 +217,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
-        "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",
+        "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),

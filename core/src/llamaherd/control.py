@@ -27,7 +27,7 @@ from llamaherd.agents import (
     state_of,
 )
 from llamaherd.auth import json_body, require_token
-from llamaherd.status import agent_rows, run_dict, served_scheduler_status
+from llamaherd.status import agent_rows, run_dict, serving_status
 from llamaherd.types import LlamaherdError
 
 
@@ -61,7 +61,7 @@ def _engine(request: Request) -> Any:
 @require_token
 async def health(request: Request) -> Response:
     engine = _engine(request)
-    scheduler = await run_in_threadpool(served_scheduler_status, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse(
         {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
     )
@@ -79,7 +79,7 @@ async def stat(request: Request) -> Response:
     rows = await run_in_threadpool(
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
-    scheduler = await run_in_threadpool(served_scheduler_status, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse({"scheduler": scheduler, "agents": rows})
 
 

@@ -154,15 +154,21 @@ class PluginManager:
                 continue
             self.register(ext.plugin, ext.name)
 
-    def call_each(self, hook_name: str, **kwargs: Any) -> None:
-        """Call every implementation of a hook; one that raises becomes a warning naming it."""
+    def call_each(self, hook_name: str, **kwargs: Any) -> list[Any]:
+        """Call every implementation of a hook; one that raises becomes a warning naming it.
+        Returns the answers of those that did not raise, None ones left out."""
+        answers = []
         for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
             try:
-                impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+                answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
             except Exception as exc:  # a broken plugin must not take the CLI down
                 _warn(
                     f"plugin {impl.plugin_name!r} failed in {hook_name}: {type(exc).__name__}: {exc}"
                 )
+                continue
+            if answer is not None:
+                answers.append(answer)
+        return answers
 
     def registry(self) -> Registry:
         if self._registry is None:

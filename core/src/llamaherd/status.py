@@ -11,7 +11,10 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llamaherd.types import TriggerInfo
 
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
@@ -68,11 +71,18 @@ def agent_rows(
                 "last_result": last.state if last else None,
                 "last_exit": last.exit_code if last else None,
                 "last_finished_at": last.finished_at if last else None,
+                "last_duration": _duration(last),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
             }
         )
     return rows
+
+
+def _duration(run: Any) -> float | None:
+    if run is None or run.started_at is None or run.finished_at is None:
+        return None
+    return max(0.0, run.finished_at - run.started_at)
 
 
 def run_dict(run: Any) -> dict[str, Any]:
@@ -155,11 +165,27 @@ def scheduler_status(
     }
 
 
-def served_scheduler_status(engine: Any) -> dict[str, Any]:
-    """``scheduler_status`` of the process serving an HTTP request (the control API, the
-    dashboard): a scheduler says who it is; a foreground ``al run`` is none."""
+def serving_status(engine: Any) -> dict[str, Any]:
+    """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
+    none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating
+    into the database (several share a PostgreSQL one), as ``store.hosts()`` lists them."""
+    import os
+
     identity = getattr(engine, "identity", None)
-    if identity is None:
-        return scheduler_status(engine.project, None)
-    info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
-    return scheduler_status(engine.project, info)
+    info = None
+    if identity is not None:
+        info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
+    status = scheduler_status(engine.project, info)
+    status["paused"] = engine.store.paused()[0]
+    status["hosts"] = [
+        {"host": h["host"], "heartbeat_at": h["heartbeat_at"]} for h in engine.store.hosts()
+    ]
+    return status
+
+
+def agent_triggers(agent: Any, now: float) -> list[TriggerInfo]:
+    """Every trigger of ``agent`` the installed plugins describe (``describe_triggers``)."""
+    from llamaherd.plugins import get_manager
+
+    answers = get_manager().call_each("describe_triggers", agent=agent, now=now)
+    return [info for answer in answers for info in answer]

@@ -230,9 +230,9 @@ class TerminalView:
 
     def _snapshot(self) -> dict[str, Any]:
         from llamaherd.readers import StoreReader
-        from llamaherd.status import served_scheduler_status
+        from llamaherd.status import serving_status
 
         engine = self.engine
         view = snapshot(StoreReader(engine.store, engine.project, engine.registry))
-        view["scheduler"] = served_scheduler_status(engine)  # up before scheduler.json is
+        view["scheduler"] = serving_status(engine)  # up before scheduler.json is
         return view

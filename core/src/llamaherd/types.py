@@ -328,6 +328,19 @@ class TriggerType(Protocol):
 
 
 @dataclass
+class TriggerInfo:
+    """One trigger of an agent, as an operator sees it (``describe_triggers``): its ``kind``
+    (``schedule``, ``every``, ``webhook``, ``file_watch``...), a one-line ``summary``, the
+    settings that narrow it (``details``: a webhook's filters, watched paths) and, when the
+    trigger can tell, its ``next_fire`` (epoch seconds)."""
+
+    kind: str
+    summary: str
+    details: dict[str, str] = field(default_factory=dict)
+    next_fire: float | None = None
+
+
+@dataclass
 class ExecResult:
     exit_code: int
     output: str

@@ -21,6 +21,7 @@ from llamaherd.api import (
     LlamaherdError,
     TriggerContext,
     TriggerEvent,
+    TriggerInfo,
     parse_duration,
 )
 
@@ -160,6 +161,21 @@ class Plan:
 
 def _config(agent: Agent) -> tuple[str, dict[str, Any]]:
     return agent.name, agent.config
+
+
+def describe_plan(agent: Agent, now: float) -> list[TriggerInfo]:
+    """The agent's ``schedule`` or ``every`` with its next tick (``describe_triggers``)."""
+    config = agent.config
+    try:
+        plan = Plan.from_config(*_config(agent))
+    except ValueError:  # `al validate` reports it
+        return []
+    if plan is None:
+        return []
+    details = {"timezone": str(config["timezone"])} if config.get("timezone") else {}
+    kind = "schedule" if config.get("schedule") is not None else "every"
+    summary = str(config[kind])
+    return [TriggerInfo(kind, summary, details, plan.following(now))]
 
 
 class CronTrigger:

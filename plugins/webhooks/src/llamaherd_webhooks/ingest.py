@@ -250,6 +250,31 @@ class Ingest:
             outcome = self._route(config, delivery, headers, body, fields)
         return answer(config, fields, outcome)
 
+    def replay(self, receipt_id: int) -> Outcome:
+        """Route a recorded delivery again, as a new delivery (``replay-<id>-<random>``): for
+        the operator (the dashboard's Replay, with the control token), so the signature (never
+        stored) is not checked. It leaves a receipt of its own."""
+        import uuid
+
+        receipt = self.receipts.get(receipt_id)
+        if receipt is None:
+            return Outcome(404, {"error": f"no delivery {receipt_id}"})
+        if not receipt["body"]:
+            return Outcome(409, {"error": f"delivery {receipt_id} kept no body to replay"})
+        config = self.source(receipt["source"])
+        if isinstance(config, Outcome):
+            return config
+        headers, body = dict(receipt["headers"]), receipt["body"]
+        try:
+            fields = config.source.parse(headers, body)
+        except ValueError as exc:
+            return Outcome(400, {"error": f"delivery {receipt_id}: {exc}"})
+        if fields.get("ignore"):
+            return Outcome(200, {"ignored": fields.get("event")})
+        delivery = f"replay-{receipt_id}-{uuid.uuid4().hex[:8]}"
+        fields["delivery"] = delivery
+        return self._route(config, delivery, headers, body, fields)
+
     def challenge(self, config: SourceConfig, query: dict[str, str]) -> Outcome:
         """A GET to the source's URL: its ``answer_get`` reply (X's CRC), 405 for a source
         that takes no GET, 401 without a secret to answer with, 400 for a GET that is no
