@@ -169,7 +169,6 @@ def serving_status(engine: Any) -> dict[str, Any]:
     """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
     none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating
     into the database (several share a PostgreSQL one), as ``store.hosts()`` lists them."""
-    import os
 
     identity = getattr(engine, "identity", None)
     info = None
