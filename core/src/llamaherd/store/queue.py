@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, guarded
+from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 # Work item states: queued -> claimed -> done, or queued -> dropped (queue full).
 ITEM_STATES = ("queued", "claimed", "done", "dropped")
+# Drops of one agent's items less than this many seconds apart are one burst: logged once.
+DROP_BURST_GAP = 10.0
 # claim(): with up to this many agents having room, each queue head is found by an index seek.
 _SEEK_AGENTS = 16
 # Which queued items the claiming host (the one parameter) may take: a resume item is left to
@@ -87,10 +90,32 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
     }
 
 
+# (database, agent) -> [last drop (monotonic clock), drops in its burst]
+_bursts: dict[tuple[str, str], list[float]] = {}
+
+
+def _log_drops(where: str, agent: str, limit: int, count: int) -> None:
+    """One warning per burst of drops (a flood into a full queue would otherwise log a line per
+    delivery); each drop is still an agent event. The next burst's line counts the last one."""
+    now = time.monotonic()
+    burst = _bursts.get((where, agent))
+    if burst is not None and now - burst[0] < DROP_BURST_GAP:
+        burst[0], burst[1] = now, burst[1] + count
+        return
+    before = f" ({int(burst[1])} dropped in its previous burst)" if burst else ""
+    _bursts[where, agent] = [now, count]
+    log.warning(
+        "queue of agent %s is full (%d items): dropping its oldest items while it stays full, "
+        "each recorded as a `dropped` agent event%s",
+        agent, limit, before,
+    )  # fmt: skip
+
+
 class Queue(Runs):
     """Work items of every agent; claiming one creates (or resumes) its run."""
 
     @guarded
+    @grouped
     def enqueue(
         self,
         agent: str,
@@ -150,12 +175,10 @@ class Queue(Runs):
                 self._exec(self._sql.drop_call, (reason, now, call_id))
             data = {"item_id": item_id, "kind": kind, "created_at": created_at, "limit": limit}
             self._exec(self._sql.agent_event, (agent, now, "dropped", dumps(data)))
-            log.warning(
-                "queue of agent %s is full (%d items): dropped its oldest item %d (%s)",
-                agent, limit, item_id, kind,
-            )  # fmt: skip
+        _log_drops(self._where, agent, limit, len(victims))
 
     @guarded
+    @grouped
     def claim(
         self,
         scales: dict[str, int],
@@ -204,6 +227,7 @@ class Queue(Runs):
         return None
 
     @guarded
+    @grouped
     def claim_resume(self, run_id: str, host: str) -> tuple[WorkItemRow, RunRow] | None:
         """Claim the queued ``resume`` item of waiting run ``run_id`` now, whatever its agent's
         scale (a suspended run holds its slot): the run goes back to ``running`` on ``host``.
@@ -339,6 +363,7 @@ class Queue(Runs):
             return m.WorkItem.delete().where(where).execute()
 
     @guarded
+    @grouped
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
         """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
         run is not waiting). The dispatcher's claim then moves the run back to running."""

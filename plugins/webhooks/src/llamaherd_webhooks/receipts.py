@@ -93,8 +93,10 @@ class Receipts:
             Delivery.body.db_value(bytes(body)), status, result,
             Delivery.matched.db_value(list(matched)),
         )  # fmt: skip
-        with self.store.atomic():
-            return self._run(Delivery, _RECORD, params).rowcount == 1
+        return self.store.write(self._inserted, Delivery, params)
+
+    def _inserted(self, Delivery: Any, params: tuple[Any, ...]) -> bool:
+        return self._run(Delivery, _RECORD, params).rowcount == 1
 
     def seen(self, source: str, delivery_id: str) -> bool:
         """Whether ``source`` already delivered ``delivery_id``."""
