@@ -223,6 +223,8 @@ class Engine:
     def claim(self) -> tuple[Any, Any] | None:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
         agent is held or paused), else the next queued item."""
+        if not self.store.has_queued():
+            return None  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
         for run_id, agent in suspended:

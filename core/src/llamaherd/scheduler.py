@@ -193,7 +193,9 @@ class Scheduler(Engine):
                     log.error("%s; retrying in %gs", exc, STORE_RETRY_AFTER)
                     self.stopping.wait(STORE_RETRY_AFTER)
                     continue
-                self.wakeup.wait(0.25)
+                # Asleep until work may be claimable (an enqueue, a run's end, a state change
+                # sets ``wakeup``) or the next housekeeping: nothing polls in between.
+                self.wakeup.wait(self._until_housekeeping())
         finally:
             self.shutdown()
         return 0
@@ -317,6 +319,9 @@ class Scheduler(Engine):
         self._beats += 1
         info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats, **self.identity()}
         self.store.heartbeat_host(self.host, info)
+
+    def _until_housekeeping(self) -> float:
+        return max(0.0, self._last_housekeeping + HOUSEKEEPING_EVERY - time.time())
 
     def housekeeping(self) -> None:
         now = time.time()

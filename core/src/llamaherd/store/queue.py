@@ -73,6 +73,7 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
             f"WHERE id = ? OR (run_id = ? AND state = 'queued'){lock})"
         ),
         "item_state": q("UPDATE work_items SET state = ? WHERE id = ?"),
+        "any_queued": q("SELECT 1 FROM work_items WHERE state = 'queued' LIMIT 1"),
         "dedupe": q("SELECT 1 FROM work_items WHERE dedupe_key = ?"),
         "coalesce": q(f"SELECT 1 {queued} AND kind = ? LIMIT 1"),
         # Counted on the queued-items index alone; resume items (never counted against the
@@ -329,6 +330,11 @@ class Queue(Runs):
         if item.recovery is not None:
             item.recovery = json.loads(item.recovery)
         return item
+
+    @guarded
+    def has_queued(self) -> bool:
+        """Whether any item is queued (resume items included), by one index probe."""
+        return self._exec(self._sql.any_queued).fetchone() is not None
 
     @guarded
     def queue_depth(self, agent: str | None = None) -> dict[str, int]:
