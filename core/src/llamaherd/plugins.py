@@ -3,6 +3,11 @@
 Load order: built-in modules (``DEFAULT_PLUGINS``), then the ``llamaherd`` entry-point group via
 stevedore (a plugin that fails to import becomes one warning), filtered by ``AL_LOAD_PLUGINS``
 (allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``.
+
+Built-ins are imported on first use of a hook other than ``register_commands`` (they add no
+commands; a test holds them to it): ``al --help`` and the client commands never import the
+control API's web stack. They are then registered ahead of the entry-point plugins, so the
+order hooks are called in is the same as if they had been loaded first.
 """
 
 from __future__ import annotations
@@ -78,11 +83,28 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.info: dict[str, PluginInfo] = {}
         self.failed: dict[str, str] = {}
-        for module_name in DEFAULT_PLUGINS:
-            self.register(importlib.import_module(module_name), module_name, builtin=True)
+        self._registry: Registry | None = None
+        self._builtins_loaded = False
         if load_entrypoints:
             self._load_entrypoints()
-        self._registry: Registry | None = None
+        self._check_pending()
+
+    def _load_builtins(self) -> None:
+        """Register the built-in modules first in the call order: the entry-point plugins
+        (and any registered since) are registered again after them."""
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        later = [(name, self.pm.get_plugin(name), self.info[name]) for name in list(self.info)]
+        for name, _, _ in later:
+            self.pm.unregister(name=name)
+        self.info.clear()
+        for module_name in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(module_name), module_name, builtin=True)
+        for name, plugin, info in later:
+            self.pm.register(plugin, name=name)
+            self.info[name] = info
+        self._registry = None
         self._check_pending()
 
     def _check_pending(self) -> None:
@@ -102,6 +124,7 @@ class PluginManager:
 
     @property
     def hook(self) -> Any:
+        self._load_builtins()
         return self.pm.hook
 
     def register(self, plugin: Any, name: str, *, builtin: bool = False) -> None:
@@ -145,7 +168,9 @@ class PluginManager:
 
     def call_each(self, hook_name: str, **kwargs: Any) -> None:
         """Call every implementation of a hook; one that raises becomes a warning naming it."""
-        for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
+        if hook_name != "register_commands":  # the one hook no built-in implements
+            self._load_builtins()
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
             try:
                 impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
             except Exception as exc:  # a broken plugin must not take the CLI down
@@ -154,6 +179,7 @@ class PluginManager:
                 )
 
     def registry(self) -> Registry:
+        self._load_builtins()
         if self._registry is None:
             self._registry = Registry(self)
         return self._registry
