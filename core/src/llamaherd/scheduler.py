@@ -25,6 +25,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.local import pid_alive, scheduler_info  # here too: where callers found them
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType
@@ -52,33 +53,6 @@ def host_stale_after() -> float:
             f"(the heartbeat period), got {value!r}"
         )
     return seconds
-
-
-def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
-    """What a running scheduler wrote about itself in ``.al/scheduler.json``, if it still runs."""
-    try:
-        info = json.loads((state_dir / "scheduler.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return info if pid_alive(int(info.get("pid", 0))) else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs; an exited one its parent has not reaped yet (a zombie, e.g.
-    under a container init that never reaps) counts as gone."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: the signal said it exists
 
 
 class SchedulerLock:

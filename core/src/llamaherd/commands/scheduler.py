@@ -42,16 +42,22 @@ def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
-    """The local project's store, or the control API of ``environment``'s scheduler."""
+    """The control API of ``environment``'s scheduler; else of this project's running
+    scheduler (its rows are ready: no project to load, no store to open); else the store."""
+    from llamaherd.client import ControlClient
     from llamaherd.readers import ControlReader, StoreReader
 
-    if not environment:
+    if environment:
+        with ControlClient.for_environment(environment) as client:
+            yield ControlReader(client)
+        return
+    state_dir = app.state_dir
+    local = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
+    if local is None:
         yield StoreReader(_store(app), app.project, app.registry)
         return
-    from llamaherd.client import ControlClient
-
-    with ControlClient.for_environment(environment) as client:
-        yield ControlReader(client)
+    with local:
+        yield ControlReader(local)
 
 
 def _console() -> Any:
@@ -411,45 +417,43 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(_stat_view(stat()))
+            click.echo(_stat_view(stat()))
             return
-        from rich.live import Live
+        try:
+            while True:
+                view = _stat_view(stat())
+                click.clear()
+                click.echo(view)
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
 
-        with Live(_stat_view(stat()), console=_console(), refresh_per_second=4) as live:
-            try:
-                while True:
-                    time.sleep(1)
-                    live.update(_stat_view(stat()))
-            except KeyboardInterrupt:
-                pass
 
-
-def _stat_view(stat: dict[str, Any]) -> Any:
+def _stat_view(stat: dict[str, Any]) -> str:
     """The scheduler line above the agents' table; no next fires when none will happen."""
-    from rich.console import Group
-
     scheduler, rows = stat["scheduler"], stat["agents"]
     if not scheduler["running"]:
         rows = [{**row, "next_fire": None} for row in rows]
-    return Group(scheduler_line(scheduler), _stat_table(rows))
+    return f"{scheduler_line(scheduler)}\n{_stat_table(rows)}"
 
 
 def scheduler_line(scheduler: dict[str, Any]) -> str:
-    """One line (rich markup) on the scheduler: up since when, version, config current."""
+    """One line on the scheduler: up since when, version, config current."""
     from llamaherd.status import ago
 
     if not scheduler["running"]:
         return (
-            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
+            f"{click.style('no scheduler is running', fg='yellow')}: schedules and webhooks "
+            "fire nothing (`al start`)"
         )
     where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
     line = (
-        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
+        f"{click.style('scheduler up', fg='green')} since {ago(scheduler['since'])}{where} "
         f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
         f"{scheduler['url']})"
     )
     if scheduler["config_current"] is False:
-        line += "; [yellow]config changed on disk since it loaded it[/]"
+        line += "; " + click.style("config changed on disk since it loaded it", fg="yellow")
     elif scheduler["config_current"]:
         line += "; config current"
     return line
@@ -470,30 +474,58 @@ STATE_STYLES = {
     "killed": "red",
 }
 
+# A table cell: its text and the style of a state it shows (None: plain).
+Cell = tuple[str, str | None]
 
-def _stat_table(rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
 
+def _state(text: str) -> Cell:
+    return text, STATE_STYLES.get(text, "white")
+
+
+def _table(headers: tuple[str, ...], rows: list[list[Cell]]) -> str:
+    """Columns padded to their widest cell, two spaces apart; colours only on a terminal
+    (``click.echo`` strips them elsewhere). Plain string work: a table of hundreds of agents
+    renders in well under a millisecond."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(text)) for w, (text, _) in zip(widths, row, strict=True)]
+    widths[-1] = 0  # the last column is not padded: no trailing blanks
+    lines = [
+        "  ".join(click.style(h.ljust(w), bold=True) for h, w in zip(headers, widths, strict=True))
+    ]
+    for row in rows:
+        lines.append("  ".join(_cell(*cell, w) for cell, w in zip(row, widths, strict=True)))
+    return "\n".join(lines)
+
+
+def _cell(text: str, style: str | None, width: int) -> str:
+    padded = text.ljust(width)
+    if style == "dim":
+        return click.style(padded, dim=True)
+    return padded if style is None else click.style(padded, fg=style)
+
+
+def _stat_table(rows: list[dict[str, Any]]) -> str:
     from llamaherd.status import ago, until
 
-    table = Table(box=None, header_style="bold")
-    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
-        table.add_column(column)
+    table = []
     for row in rows:
-        last = "-"
-        if row["last_result"]:
-            last = f"[{STATE_STYLES.get(row['last_result'], 'white')}]{row['last_result']}[/] {ago(row['last_finished_at'])}"
+        result = row["last_result"]
+        last = f"{result} {ago(row['last_finished_at'])}" if result else "-"
         waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
-        table.add_row(
-            row["agent"],
-            f"[{STATE_STYLES.get(row['state'], 'white')}]{row['state']}[/]",
-            f"{row['active']}/{row['scale']}{waiting}",
-            str(row["queued"]),
-            last,
-            until(row["next_fire"]),
-            ", ".join(row["hosts"]) or "-",
+        table.append(
+            [
+                (row["agent"], None),
+                _state(row["state"]),
+                (f"{row['active']}/{row['scale']}{waiting}", None),
+                (str(row["queued"]), None),
+                (last, STATE_STYLES.get(result, "white") if result else None),
+                (until(row["next_fire"]), None),
+                (", ".join(row["hosts"]) or "-", None),
+            ]
         )
-    return table
+    headers = ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST")
+    return _table(headers, table)
 
 
 @click.command("runs")
@@ -513,30 +545,29 @@ def runs_command(
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    _console().print(_runs_table(rows))
+    click.echo(_runs_table(rows))
 
 
-def _runs_table(rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
+def _runs_table(rows: list[dict[str, Any]]) -> str:
     from llamaherd.status import ago
 
-    table = Table(box=None, header_style="bold")
-    for column in ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON"):
-        table.add_column(column)
+    table = []
     for run in rows:
         started, finished = run["started_at"], run["finished_at"]
-        table.add_row(
-            run["id"],
-            run["agent"],
-            f"[{STATE_STYLES.get(run['state'], 'white')}]{run['state']}[/]",
-            "-" if run["exit_code"] is None else str(run["exit_code"]),
-            run["trigger_kind"],
-            ago(started),
-            f"{finished - started:.1f}s" if finished and started else "-",
-            run["reason"] or "",
+        table.append(
+            [
+                (run["id"], None),
+                (run["agent"], None),
+                _state(run["state"]),
+                ("-" if run["exit_code"] is None else str(run["exit_code"]), None),
+                (run["trigger_kind"], None),
+                (ago(started), None),
+                (f"{finished - started:.1f}s" if finished and started else "-", None),
+                (run["reason"] or "", None),
+            ]
         )
-    return table
+    headers = ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON")
+    return _table(headers, table)
 
 
 def _resolve_run(reader: Any, target: str) -> str:

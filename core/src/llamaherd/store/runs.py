@@ -261,6 +261,26 @@ class Runs(Connection):
         return self._run_rows(self._statement(key, build), [*params, limit])
 
     @guarded
+    def last_finished(self, agents: list[str]) -> dict[str, tuple[str, str, int | None, float]]:
+        """Each agent's latest run in a final state, in one query (an index seek per agent):
+        agent -> (run id, state, exit code, finished at); agents without one are absent."""
+        if not agents:
+            return {}
+        final = ", ".join(f"'{state}'" for state in FINAL_STATES)
+
+        def build() -> str:
+            values = ", ".join("(?)" for _ in agents)
+            return (
+                f"WITH a(agent) AS (VALUES {values}) "
+                "SELECT r.agent, r.id, r.state, r.exit_code, r.finished_at FROM a JOIN runs r "
+                "ON r.id = (SELECT x.id FROM runs x WHERE x.agent = a.agent "
+                f"AND x.state IN ({final}) ORDER BY x.created_at DESC, x.id DESC LIMIT 1)"
+            )
+
+        sql = self._statement(("last_finished", len(agents)), build)
+        return {row[0]: tuple(row[1:]) for row in self._exec(sql, agents).fetchall()}
+
+    @guarded
     @grouped
     def transition(
         self, run_id: str, state: str, reason: str | None = None, exit_code: int | None = None
