@@ -167,17 +167,30 @@ class Engine:
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         result.refused = self.gate(event.agent, event.kind)
-        with self.store.atomic():
-            if once is not None and not self.store.claim_tick(*once):
-                return None
-            if result.refused:
-                return result
+        if not self.store.write(self._queue, event, agent.queue_size, coalesce, once, result):
+            return None
+        self.wakeup.set()
+        return result
+
+    def _queue(
+        self,
+        event: TriggerEvent,
+        limit: int,
+        coalesce: bool,
+        once: tuple[str, float] | None,
+        result: EmitResult,
+    ) -> bool:
+        """In one write transaction (shared with concurrent emits): claim the tick, queue the
+        item unless refused. False when the tick was claimed before."""
+        if once is not None and not self.store.claim_tick(*once):
+            return False
+        if not result.refused:
             result.queued = self.store.enqueue(
                 event.agent,
                 event.kind,
                 event.payload,
                 event.prompt,
-                limit=agent.queue_size,
+                limit=limit,
                 source=event.source,
                 dedupe_key=event.dedupe_key,
                 coalesce=coalesce,
@@ -185,8 +198,7 @@ class Engine:
                 rerun_count=event.rerun_count,
                 recovery=event.recovery,
             )
-        self.wakeup.set()
-        return result
+        return True
 
     def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
         from llamaherd.waits import match_waiting
@@ -254,6 +266,8 @@ class Engine:
     def claim(self) -> tuple[Any, Any] | None:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
         agent is held or paused), else the next queued item."""
+        if not self.store.has_queued():
+            return None  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
         for run_id, agent in suspended:

@@ -26,7 +26,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
-from llamaherd.processes import pid_alive
+from llamaherd.local import pid_alive, scheduler_info  # here too: where callers found them
 from llamaherd.reload import (
     ConfigWatcher,
     apply_overrides,
@@ -63,15 +63,6 @@ def host_stale_after() -> float:
             f"(the heartbeat period), got {value!r}"
         )
     return seconds
-
-
-def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
-    """What a running scheduler wrote about itself in ``.al/scheduler.json``, if it still runs."""
-    try:
-        info = json.loads((state_dir / "scheduler.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return info if pid_alive(int(info.get("pid", 0))) else None
 
 
 class SchedulerLock:
@@ -209,7 +200,9 @@ class Scheduler(Engine):
                     log.error("%s; retrying in %gs", exc, STORE_RETRY_AFTER)
                     self.stopping.wait(STORE_RETRY_AFTER)
                     continue
-                self.wakeup.wait(0.25)
+                # Asleep until work may be claimable (an enqueue, a run's end, a state change
+                # sets ``wakeup``) or the next housekeeping: nothing polls in between.
+                self.wakeup.wait(self._until_housekeeping())
         finally:
             self.shutdown()
         return 0
@@ -416,6 +409,9 @@ class Scheduler(Engine):
         self._beats += 1
         info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats, **self.identity()}
         self.store.heartbeat_host(self.host, info)
+
+    def _until_housekeeping(self) -> float:
+        return max(0.0, self._last_housekeeping + HOUSEKEEPING_EVERY - time.time())
 
     def housekeeping(self) -> None:
         now = time.time()

@@ -44,16 +44,22 @@ def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
-    """The local project's store, or the control API of ``environment``'s scheduler."""
+    """The control API of ``environment``'s scheduler; else of this project's running
+    scheduler (its rows are ready: no project to load, no store to open); else the store."""
+    from llamaherd.client import ControlClient
     from llamaherd.readers import ControlReader, StoreReader
 
-    if not environment:
+    if environment:
+        with ControlClient.for_environment(environment) as client:
+            yield ControlReader(client)
+        return
+    state_dir = app.state_dir
+    local = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
+    if local is None:
         yield StoreReader(_store(app), app.project, app.registry)
         return
-    from llamaherd.client import ControlClient
-
-    with ControlClient.for_environment(environment) as client:
-        yield ControlReader(client)
+    with local:
+        yield ControlReader(local)
 
 
 def _console() -> Any:
@@ -176,10 +182,24 @@ def start_command(
     from llamaherd.termview import TerminalView, wants_view
 
     if not wants_view(headless):
-        sys.exit(scheduler.run())
+        _exit_now(scheduler.run())
     with TerminalView(scheduler):
         code = scheduler.run()
-    sys.exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """Exit once the scheduler has stopped cleanly (its state is in the database, its threads
+    are done): exit handlers run (a plugin's flush), but not the interpreter's teardown of
+    every module, which would take most of an idle stop's time."""
+    import atexit
+    import logging
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:

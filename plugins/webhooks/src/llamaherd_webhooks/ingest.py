@@ -312,6 +312,21 @@ class Ingest:
         agents = matching_agents(
             self.engine.project.agents, config.name, fields, filters_of(config.source)
         )
+        # One write transaction for the whole fan-out and its receipt: N matched agents are N
+        # items in one commit, and the 202 goes out after it.
+        return self.engine.store.write(
+            self._fan_out, config, delivery, headers, body, fields, agents
+        )
+
+    def _fan_out(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+        agents: list[str],
+    ) -> Outcome:
         queued, refused, resumed = [], {}, []
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))

@@ -108,11 +108,13 @@ class Receipts:
             Delivery.body.db_value(bytes(body)), status, result,
             Delivery.matched.db_value(list(matched)),
         )  # fmt: skip
-        with self.store.atomic():
-            recorded = self._run(Delivery, _RECORD, params).rowcount == 1
+        recorded = self.store.write(self._inserted, Delivery, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
             self.trim(source)
         return recorded
+
+    def _inserted(self, Delivery: Any, params: tuple[Any, ...]) -> bool:
+        return self._run(Delivery, _RECORD, params).rowcount == 1
 
     def trim(self, source: str) -> int:
         """Drop ``source``'s dead letters beyond the newest ``MAX_DEAD_LETTERS`` and those
