@@ -20,6 +20,8 @@ from typing import Any
 
 from llamaherd.testing import OfflineProject, wait_until
 
+from .test_crash_consistency import CALLEE, CALLER
+
 EPOCH = 1_900_000_020.0  # fake clock start (20 s into a minute, so ticks are at :00)
 KILLER = """
     import json, os, signal
@@ -46,18 +48,6 @@ KILLER = """
 TICKER = """
 [[turns]]
 text = "ticked"
-"""
-CALLER = """
-[[turns]]
-tool_calls = [{name = "call_agent", arguments = {agent = "callee", context = "hello"}}]
-[[turns]]
-text = "called"
-"""
-CALLEE = """
-[[turns]]
-tool_calls = [{name = "return_value", arguments = {value = "{{ payload.context }}"}}]
-[[turns]]
-text = "done"
 """
 
 
