@@ -359,7 +359,7 @@ def database_findings(project: Any, registry: Any) -> list[Finding]:
     from llamaherd.store.connection import DATABASE_ERRORS, StoreError, connect, explain
     from llamaherd.store.schema import STAMP
 
-    db, where, timeout = connect(project.database_url, str(project.root))
+    db, where, timeout = connect(project.database_url, str(project.root), create=False)
     subject = f"database {where}"
     if "://" not in where and not Path(where).exists():
         return [Finding.ok(subject, "not created yet: made at the first `al start` or `al run`")]

@@ -92,8 +92,9 @@ def display_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
-    """A peewee database for ``url``, its display name and its busy timeout."""
+def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Database, str, float]:
+    """A peewee database for ``url``, its display name and its busy timeout; ``create``: a
+    SQLite file that does not exist yet is created (privately), else it is left missing."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     timeout = float(query.pop("timeout", BUSY_TIMEOUT))
@@ -103,7 +104,9 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
         path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
         try:
-            _create_private(path)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if create:
+                _create_private(path)
         except OSError as exc:
             raise StoreError(explain(str(path), timeout, exc)) from exc
         db = pw.SqliteDatabase(
@@ -128,9 +131,8 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
 
 
 def _create_private(path: Path) -> None:
-    """The database file created 0600 in a 0700 directory before SQLite opens it: it holds
-    transcripts, and SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """The database file created 0600 before SQLite opens it: it holds transcripts, and
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
