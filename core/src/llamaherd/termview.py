@@ -71,11 +71,9 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
             "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
         )
     where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
-    line = (
-        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
-        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
-        f"{scheduler['url']})"
-    )
+    about = [f"pid {scheduler['pid']}", scheduler["host"], f"llamaherd {scheduler['version']}"]
+    about += [scheduler["url"]] if scheduler["url"] else []  # not yet while it starts
+    line = f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} ({', '.join(about)})"
     if scheduler.get("config_errors"):
         problems = "".join(f"\n  {escape(p)}" for p in scheduler["config_errors"])
         line += f"; [red]config change refused[/] (the last good config runs):{problems}"
