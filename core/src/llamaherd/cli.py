@@ -34,14 +34,15 @@ class AppContext:
 
 
 class ErrorHandlingGroup(click.Group):
-    """Turns LlamaherdError into one line on stderr and exit 2, never a traceback."""
+    """Turns LlamaherdError into one line on stderr and its exit code, never a traceback:
+    2 for a usage or config error (as click's own usage errors), 1 for a ``CommandFailed``."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LlamaherdError as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         """An unknown subcommand that a first-party plugin provides names that plugin."""

@@ -2,7 +2,9 @@
 
 Load order: built-in modules (``DEFAULT_PLUGINS``), then the ``llamaherd`` entry-point group via
 stevedore (a plugin that fails to import becomes one warning), filtered by ``AL_LOAD_PLUGINS``
-(allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``.
+(allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``. ``AL_PLUGINS``
+names modules to register as plugins as well, entry points or not (as ``PYTEST_PLUGINS`` does:
+tests hand ``al`` subprocesses their stand-in plugins this way).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class PluginManager:
         self.failed: dict[str, str] = {}
         for module_name in DEFAULT_PLUGINS:
             self.register(importlib.import_module(module_name), module_name, builtin=True)
+        self._load_named(_split_env("AL_PLUGINS") or set())
         if load_entrypoints:
             self._load_entrypoints()
         self._registry: Registry | None = None
@@ -118,6 +121,14 @@ class PluginManager:
         self.pm.unregister(name=name)
         self.info.pop(name, None)
         self._registry = None
+
+    def _load_named(self, module_names: set[str]) -> None:
+        for module_name in sorted(module_names):
+            try:
+                self.register(importlib.import_module(module_name), module_name)
+            except Exception as exc:  # as an entry point that fails: one warning
+                self.failed[module_name] = f"{type(exc).__name__}: {exc}"
+                _warn(f"plugin {module_name!r} failed to load: {type(exc).__name__}: {exc}")
 
     def _load_entrypoints(self) -> None:
         from stevedore import ExtensionManager

@@ -19,12 +19,14 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.processes import pid_alive
 from llamaherd.reload import (
     ConfigWatcher,
     apply_overrides,
@@ -32,6 +34,7 @@ from llamaherd.reload import (
     changed_agents,
     keep_restart_settings,
 )
+from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType, fragment
@@ -71,29 +74,11 @@ def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
     return info if pid_alive(int(info.get("pid", 0))) else None
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs; an exited one its parent has not reaped yet (a zombie, e.g.
-    under a container init that never reaps) counts as gone."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: the signal said it exists
-
-
 class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        state_dir.mkdir(parents=True, exist_ok=True)
+        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -116,15 +101,17 @@ class HostWatch:
     A host is presumed dead once its heartbeat row has not changed for ``stale_after`` seconds
     of our own time (as client-go's leader election judges a lease it observes), so clock skew
     between hosts, or a jump of the wall or fake clock, never makes a live host look dead. A
-    host first seen less than ``stale_after`` ago is not judged yet."""
+    host first seen less than ``stale_after`` ago is not judged yet. ``clock`` is that monotonic
+    clock (tests pass their own)."""
 
-    def __init__(self, stale_after: float):
+    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic):
         self.stale_after = stale_after
+        self._clock = clock
         self._seen: dict[str, tuple[Any, float]] = {}  # host -> (last heartbeat seen, when)
 
     def dead(self, hosts: list[dict[str, Any]]) -> set[str]:
         """Update from ``store.hosts()``; the hosts presumed dead now."""
-        now = time.monotonic()
+        now = self._clock()
         seen = {}
         for host in hosts:
             mark = (host["heartbeat_at"], (host["info"] or {}).get("beat"))
@@ -288,7 +275,8 @@ class Scheduler(Engine):
         }
         path = self.project.state_dir / "scheduler.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
+        with open_private(tmp, "wb") as fh:
+            fh.write(json.dumps(info).encode())
         os.replace(tmp, path)
 
     def identity(self) -> dict[str, Any]:

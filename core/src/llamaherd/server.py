@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
+from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
 from llamaherd.types import Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
@@ -34,21 +36,43 @@ def build_app(engine: Any) -> Starlette:
     app = Starlette(exception_handlers={LlamaherdError: on_user_error})
     app.state.engine = engine
     app.state.control_token = control_token(engine.project.state_dir)
+    app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
+    app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
     get_manager().call_each("register_routes", app=app)
     return app
 
 
+def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
+    """Names besides loopback that ``Host`` may carry (``auth.known_host``): the host of
+    ``[gateway] url`` and a specific ``bind`` address."""
+    from urllib.parse import urlsplit
+
+    names = [urlsplit(str(gateway.get("url", ""))).hostname or ""]
+    bind = str(gateway.get("bind", ""))
+    if bind not in ("", "0.0.0.0", "::"):
+        names.append(bind)
+    return tuple(name for name in names if name)
+
+
 class ServerThread:
-    """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket."""
+    """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket, within
+    ``limits`` (``llamaherd.http_guard``)."""
 
     def __init__(
-        self, app: Starlette, *, host: str = "127.0.0.1", port: int = 0, uds: str | None = None
+        self,
+        app: Starlette,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        uds: str | None = None,
+        limits: Limits | None = None,
     ):
         import uvicorn
 
         self.sock = _bind(host, port, uds)
         config = uvicorn.Config(
-            app,
+            BodyLimit(app, app.state.body_limits),
+            http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -27,7 +27,17 @@ if TYPE_CHECKING:
 
 
 class LlamaherdError(Exception):
-    """Base class for errors shown to users as one clear line (no traceback)."""
+    """Base class for errors shown to users as one clear line (no traceback). ``al`` exits
+    with ``exit_code``: 2, a usage or configuration error, unless a subclass says otherwise."""
+
+    exit_code = 2
+
+
+class CommandFailed(LlamaherdError):
+    """What a command set out to do failed (a scheduler that did not start, a webhook the
+    server refused), the command line and config being fine: ``al`` exits 1."""
+
+    exit_code = 1
 
 
 class Conflict(LlamaherdError):

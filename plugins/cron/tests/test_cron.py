@@ -64,6 +64,10 @@ class Scheduler:
     def fired(self) -> list[tuple[str, float, bool]]:
         return [(e.agent, e.payload["tick"], c) for e, c in list(self.started.fired)]
 
+    def settled(self):
+        """A whole pass of the trigger ran since now (everything due has fired)."""
+        self.started.settled()
+
     def stop(self):
         self.started.stop()
 
@@ -75,7 +79,7 @@ def schedulers(started_trigger):
 
 def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, schedulers):
     first = schedulers(project)
-    time.sleep(0.7)
+    first.settled()
     assert first.fired == [], "nothing was due at start"
     clock.set(at(12, 5, 0.2))
     assert wait_until(lambda: len(first.fired) == 2, timeout=10, interval=0.02)
@@ -83,7 +87,7 @@ def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, sche
     first.stop()
 
     second = schedulers(project)  # restart at the same time: the 12:05 tick is already claimed
-    time.sleep(0.7)
+    second.settled()
     assert second.fired == []
     assert second.engine.store.last_tick("cron:every5") == at(12, 5)
     assert second.engine.store.queue_depth()["every5"] == 1
@@ -99,7 +103,7 @@ def test_single_catch_up_after_downtime_unless_disabled(project, clock, schedule
     clock.set(at(12, 31))  # down while 12:10 ... 12:30 passed
     second = schedulers(project)
     assert wait_until(lambda: second.fired, timeout=10, interval=0.02)
-    time.sleep(0.7)
+    second.settled()
     assert second.fired == [("every5", at(12, 30), True)], "one catch-up, for the latest tick"
     assert second.engine.store.last_tick("cron:nocatch") == at(12, 5), "catchUp = false skipped"
 
@@ -117,7 +121,8 @@ def test_two_hosts_fire_each_tick_once(project, clock, schedulers):
             timeout=10,
             interval=0.02,
         )
-    time.sleep(0.6)
+    one.settled()
+    two.settled()
     ticks = sorted(f[:2] for f in one.fired + two.fired)
     assert ticks == sorted((a, at(12, m)) for a in ("every5", "nocatch") for m in (5, 10, 15))
 

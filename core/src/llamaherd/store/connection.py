@@ -103,7 +103,7 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
         path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
         except OSError as exc:
             raise StoreError(explain(str(path), timeout, exc)) from exc
         db = pw.SqliteDatabase(
@@ -125,6 +125,13 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             f"database {display_url(url)}: only sqlite:// and postgresql:// are supported"
         )
     return db, display_url(url), timeout
+
+
+def _create_private(path: Path) -> None:
+    """The database file created 0600 in a 0700 directory before SQLite opens it: it holds
+    transcripts, and SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 
 _SQLITE_WRITERS: dict[str, threading.RLock] = {}

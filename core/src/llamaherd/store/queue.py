@@ -339,6 +339,15 @@ class Queue(Runs):
             return m.WorkItem.delete().where(where).execute()
 
     @guarded
+    def withdraw(self, item_id: int) -> bool:
+        """Delete work item ``item_id`` if it is still queued (``al run`` interrupted before its
+        run started); False when it was claimed already or is gone."""
+        m = self._m
+        where = (m.WorkItem.id == item_id) & (m.WorkItem.state == "queued")
+        with self._write():
+            return m.WorkItem.delete().where(where).execute() == 1
+
+    @guarded
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
         """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
         run is not waiting). The dispatcher's claim then moves the run back to running."""

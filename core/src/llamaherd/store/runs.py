@@ -428,19 +428,39 @@ class Runs(Connection):
             query = query.where(m.Run.created_at >= since)
             calls = calls.where(m.Call.created_at >= since)
         rows = list(query.namedtuples())
+        costs = self._costs(agent, since)
         per_agent = {
-            name: _summary([r for r in rows if r.agent == name])
+            name: _summary([r for r in rows if r.agent == name], costs.get(name, []))
             for name in sorted({r.agent for r in rows})
         }
         return {
-            **_summary(rows),
+            **_summary(rows, [c for agent_costs in costs.values() for c in agent_costs]),
             "since": since,
             "agents": per_agent,
             "calls": [{"caller": c, "target": t, "count": n} for c, t, n in calls.tuples()],
         }
 
+    def _costs(self, agent: str | None, since: float | None) -> dict[str, list[float | None]]:
+        """The cost of every model call of the runs ``stats`` counts, per agent (None where
+        the price was unknown), from the runs' ``model_call`` events."""
+        m = self._m
+        query = (
+            m.RunEvent.select(m.Run.agent, m.RunEvent.data)
+            .join(m.Run, on=(m.RunEvent.run_id == m.Run.id))
+            .where(m.RunEvent.type == "model_call")
+        )
+        if agent is not None:
+            query = query.where(m.Run.agent == agent)
+        if since is not None:
+            query = query.where(m.Run.created_at >= since)
+        costs: dict[str, list[float | None]] = {}
+        for name, data in query.tuples():
+            cost = data.get("cost_usd") if isinstance(data, dict) else None
+            costs.setdefault(name, []).append(cost if isinstance(cost, int | float) else None)
+        return costs
 
-def _summary(rows: list[Any]) -> dict[str, Any]:
+
+def _summary(rows: list[Any], costs: list[float | None]) -> dict[str, Any]:
     durations = sorted(
         r.finished_at - r.started_at for r in rows if r.finished_at and r.started_at is not None
     )
@@ -457,5 +477,10 @@ def _summary(rows: list[Any]) -> dict[str, Any]:
         "tokens": {
             "input": sum(r.input_tokens for r in rows),
             "output": sum(r.output_tokens for r in rows),
+        },
+        # USD of the model calls whose price was known; how many calls had none.
+        "cost": {
+            "usd": round(sum(c for c in costs if c is not None), 6),
+            "unpriced_calls": sum(1 for c in costs if c is None),
         },
     }
