@@ -57,7 +57,6 @@ class ConfigWatcher:
         self.root = root
         self.on_change = on_change
         self.stop = stop
-        self.mode = "watchfiles"
         self._thread = threading.Thread(target=self._run, name="al-reload", daemon=True)
 
     def start(self) -> ConfigWatcher:
@@ -70,7 +69,6 @@ class ConfigWatcher:
         except Exception as exc:  # no watchfiles, no inotify instances left, a gone directory
             if self.stop.is_set():
                 return
-            self.mode = "polling"
             log.info("live reload polls the config every %gs (%s)", POLL_SECONDS, exc)
         while not self.stop.wait(POLL_SECONDS):
             self._changed()

@@ -196,7 +196,7 @@ class Scheduler(Engine):
         self._start_triggers()
         self._install_signals()
         self._write_info()  # last: its presence tells clients the scheduler is fully up
-        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
+        ConfigWatcher(self.project.root, self.reload, self.stopping).start()
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
         self._log_webhook_urls()
         try:
