@@ -586,20 +586,24 @@ def stat_command(
 def _watch(reader: Any, agent: str | None) -> None:
     """``al stat --watch``: the view ``al start`` shows, redrawn every second (in a terminal;
     else printed anew every second) until Ctrl-C."""
+    from contextlib import nullcontext
+
     from rich.live import Live
 
-    from llamaherd.termview import REFRESH_SECONDS, render, snapshot
+    from llamaherd.termview import redraw_after, render, snapshot
 
     console = _console()
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     try:
-        if not console.is_terminal:
+        with live or nullcontext():
             while True:
-                console.print(render(snapshot(reader, agent)))
-                time.sleep(REFRESH_SECONDS)
-        with Live(console=console, auto_refresh=False) as live:
-            while True:
-                live.update(render(snapshot(reader, agent)), refresh=True)
-                time.sleep(REFRESH_SECONDS)
+                start = time.monotonic()
+                view = render(snapshot(reader, agent))
+                if live is None:
+                    console.print(view)
+                else:
+                    live.update(view, refresh=True)
+                time.sleep(redraw_after(time.monotonic() - start))
     except KeyboardInterrupt:
         pass
 
