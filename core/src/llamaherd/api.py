@@ -44,7 +44,8 @@ What is here, by topic:
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
   ``say_to_run``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
-  ``until``, ``event_summary``).
+  ``until``, ``event_summary``, ``serving_status``), and the triggers plugins describe
+  (``agent_triggers``, ``TriggerInfo``: the ``describe_triggers`` hook).
 """
 
 from __future__ import annotations
@@ -107,11 +108,22 @@ if TYPE_CHECKING:
     from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
-    from llamaherd.status import FINAL, SETTABLE_STATES, agent_rows, ago, next_fire, run_dict, until
+    from llamaherd.status import (
+        FINAL,
+        SETTABLE_STATES,
+        agent_rows,
+        agent_triggers,
+        ago,
+        next_fire,
+        run_dict,
+        serving_status,
+        until,
+    )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
+        CommandFailed,
         ConfigError,
         ControlChannel,
         CredentialField,
@@ -148,6 +160,7 @@ if TYPE_CHECKING:
         Transient,
         TriggerContext,
         TriggerEvent,
+        TriggerInfo,
         TriggerType,
         Unavailable,
         Usage,
@@ -192,18 +205,19 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
-        "FINAL", "SETTABLE_STATES", "agent_rows", "ago", "next_fire", "run_dict", "until",
+        "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "next_fire",
+        "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
         "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
-        "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerType", "Unavailable",
+        "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from llamaherd.statedir import private_dir
 from llamaherd.types import LlamaherdError
 
 if TYPE_CHECKING:  # the CLI reads the token without loading the HTTP stack
@@ -41,7 +42,7 @@ def control_token(state_dir: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     token = secrets.token_urlsafe(32)
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".control-token.")
     with os.fdopen(fd, "w") as fh:

@@ -10,7 +10,6 @@ it says nothing but that the server is up. The operations themselves live in
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +27,7 @@ from llamaherd.agents import (
     state_of,
 )
 from llamaherd.auth import json_body, require_token
-from llamaherd.status import agent_rows, run_dict, scheduler_status
+from llamaherd.status import agent_rows, run_dict, serving_status
 from llamaherd.types import LlamaherdError
 
 
@@ -59,19 +58,10 @@ def _engine(request: Request) -> Any:
     return request.app.state.engine
 
 
-def _scheduler(engine: Any) -> dict[str, Any]:
-    """``scheduler_status`` of the process serving this API (a foreground ``al run`` is none)."""
-    identity = getattr(engine, "identity", None)
-    if identity is None:
-        return scheduler_status(engine.project, None)
-    info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
-    return scheduler_status(engine.project, info)
-
-
 @require_token
 async def health(request: Request) -> Response:
     engine = _engine(request)
-    scheduler = await run_in_threadpool(_scheduler, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse(
         {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
     )
@@ -89,7 +79,7 @@ async def stat(request: Request) -> Response:
     rows = await run_in_threadpool(
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
-    scheduler = await run_in_threadpool(_scheduler, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse({"scheduler": scheduler, "agents": rows})
 
 
@@ -136,6 +126,9 @@ async def run(request: Request) -> Response:
     engine = _engine(request)
     body = await json_body(request)
     agent = _field(body, "agent", str, "")
+    reload = getattr(engine, "reload", None)
+    if agent not in engine.project.agents and reload is not None:
+        await run_in_threadpool(reload)  # saved a moment ago: the watcher may not have looked yet
     engine.project.agent(agent)  # unknown agent -> 400 with the known names
     count = _field(body, "count", int, 1)
     if not 1 <= count <= 10_000:

@@ -198,10 +198,15 @@ async def wait(request: Request) -> Response:
     pending = SCRIPT_WAITS.add(ctx.run_id, ctx.agent.name, wait_filter)
     deadline = asyncio.get_running_loop().time() + seconds
     try:
+        # The wait also ends when al-wait goes away (killed, its timeout): no event for it then.
         while not pending.done.is_set() and asyncio.get_running_loop().time() < deadline:
+            if await request.is_disconnected():
+                break
             await asyncio.sleep(WAIT_POLL)
     finally:
         SCRIPT_WAITS.remove(pending)
+    if pending.ended:
+        return _error(410, f"al-wait: {pending.ended}")
     if not pending.done.is_set():
         return _error(408, f"no trigger matching {wait_filter} within {seconds:g} s")
     return JSONResponse({"ok": True, "trigger": pending.result})

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import click
     from starlette.applications import Starlette
 
+    from llamaherd.project import Agent
     from llamaherd.types import (
         ControlChannel,
         CredentialType,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
         RunResult,
         Runtime,
         TableSet,
+        TriggerInfo,
         TriggerType,
         WebhookSource,
     )
@@ -145,6 +147,17 @@ def register_routes(app: Starlette) -> None:
         ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard routes
         that change or show anything with ``llamaherd.api.require_token``; set
         ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB.
+    """
+
+
+@hookspec
+def describe_triggers(agent: Agent, now: float) -> list[TriggerInfo] | None:
+    """Describe the triggers of ``agent`` that your plugin provides, for the dashboard's agent
+    page: one :class:`~llamaherd.types.TriggerInfo` per schedule, webhook entry, watched
+    path... the agent's config sets (an empty list or None when it uses none of yours).
+
+    :param agent: the agent (``agent.config`` is its merged ``config.toml``).
+    :param now: epoch seconds now, for ``TriggerInfo.next_fire``.
     """
 
 

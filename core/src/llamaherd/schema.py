@@ -42,7 +42,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from llamaherd import compat
+from llamaherd import compat, schedlog
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
@@ -245,6 +245,25 @@ PROJECT_KEYS: dict[str, Any] = {
             },
         },
         "The scheduler's HTTP server (gateway API, webhooks, control API, dashboard).",
+    ),
+    "log": _table(
+        {
+            "format": {
+                "type": "string",
+                "enum": list(schedlog.FORMATS),
+                "default": schedlog.DEFAULTS["format"],
+                "description": "Format of the scheduler's log (`.al/scheduler.log`, and stderr "
+                'in the foreground): "text" for people, "json" for one JSON object a line '
+                "(time, at, level, logger, message) for a log shipper. `$AL_LOG_FORMAT` wins.",
+            },
+            "level": {
+                "type": "string",
+                "enum": list(schedlog.LEVELS),
+                "default": schedlog.DEFAULTS["level"],
+                "description": "Least severe level the scheduler logs. `$AL_LOG_LEVEL` wins.",
+            },
+        },
+        "The scheduler's log: run starts and ends, webhook receipts, triggers refused.",
     ),
     "webhooks": {
         "type": "object",

@@ -7,10 +7,14 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llamaherd.types import TriggerInfo
 
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
@@ -45,12 +49,14 @@ def agent_rows(
     depth = store.queue_depth()
     paused_all, paused = store.paused()
     live = store.runs(states=("running", "waiting"), limit=10_000)
+    states = store.agent_states()
+    finished = store.last_finished(list(project.agents))
     rows = []
     for name, agent in project.agents.items():
         mine = [run for run in live if run.agent == name]
         running = [run for run in mine if run.state == "running"]
-        stored = store.agent_state(name)
-        last = next(iter(store.runs(agent=name, states=FINAL, limit=1)), None)
+        stored = states.get(name, "idle")
+        last_id, last_state, last_exit, last_at, last_started = finished.get(name, (None,) * 5)
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
@@ -63,15 +69,22 @@ def agent_rows(
                 "waiting": len(mine) - len(running),
                 "scale": agent.scale,
                 "queued": depth.get(name, 0),
-                "last_run": last.id if last else None,
-                "last_result": last.state if last else None,
-                "last_exit": last.exit_code if last else None,
-                "last_finished_at": last.finished_at if last else None,
+                "last_run": last_id,
+                "last_result": last_state,
+                "last_exit": last_exit,
+                "last_finished_at": last_at,
+                "last_duration": _duration(last_at, last_started),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
             }
         )
     return rows
+
+
+def _duration(finished_at: float | None, started_at: float | None) -> float | None:
+    if started_at is None or finished_at is None:
+        return None
+    return max(0.0, finished_at - started_at)
 
 
 def run_dict(run: Any) -> dict[str, Any]:
@@ -111,16 +124,34 @@ def config_digest(root: Path) -> str:
     one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
     agents = root / "agents"
-    paths = [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    paths = sorted(
+        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    )
+    signature = tuple(_file_signature(path) for path in paths)
+    cached = _DIGESTS.get(root)
+    if cached is not None and cached[0] == signature:
+        return cached[1]  # no file changed since: `al stat` asks on every call
     digest = hashlib.sha256()
-    for path in sorted(paths):
+    for path in paths:
         try:
             data = path.read_bytes()
         except OSError:  # no project config.toml, or a file removed meanwhile
             continue
         digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
         digest.update(data)
-    return digest.hexdigest()[:16]
+    _DIGESTS[root] = (signature, digest.hexdigest()[:16])
+    return _DIGESTS[root][1]
+
+
+_DIGESTS: dict[Path, tuple[tuple[Any, ...], str]] = {}  # root -> (files' signature, digest)
+
+
+def _file_signature(path: Path) -> tuple[Any, ...]:
+    try:
+        found = path.stat()
+    except OSError:
+        return (path,)
+    return (path, found.st_mtime_ns, found.st_size, found.st_ino)
 
 
 def scheduler_status(
@@ -130,7 +161,8 @@ def scheduler_status(
     wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
     machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
     its llamaherd version, and whether the config it loaded is the one on disk here
-    (``config_current``; None when it did not say)."""
+    (``config_current``; None when it did not say), with the problems for which a live reload
+    refused the files on disk (``config_errors``) and when it last reloaded (``reloaded_at``)."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -148,4 +180,31 @@ def scheduler_status(
         "since": info.get("started_at"),
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == config_digest(project.root),
+        "config_errors": list(info.get("config_errors") or []),
+        "reloaded_at": info.get("reloaded_at"),
     }
+
+
+def serving_status(engine: Any) -> dict[str, Any]:
+    """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
+    none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating
+    into the database (several share a PostgreSQL one), as ``store.hosts()`` lists them."""
+
+    identity = getattr(engine, "identity", None)
+    info = None
+    if identity is not None:
+        info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
+    status = scheduler_status(engine.project, info)
+    status["paused"] = engine.store.paused()[0]
+    status["hosts"] = [
+        {"host": h["host"], "heartbeat_at": h["heartbeat_at"]} for h in engine.store.hosts()
+    ]
+    return status
+
+
+def agent_triggers(agent: Any, now: float) -> list[TriggerInfo]:
+    """Every trigger of ``agent`` the installed plugins describe (``describe_triggers``)."""
+    from llamaherd.plugins import get_manager
+
+    answers = get_manager().call_each("describe_triggers", agent=agent, now=now)
+    return [info for answer in answers for info in answer]

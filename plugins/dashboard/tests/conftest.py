@@ -6,6 +6,9 @@ runs are real (sandbox, gateway, store) and need no network.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,16 @@ import pytest
 from llamaherd.testing import OfflineProject, SchedulerProcess, wait_until
 
 SECRET = "dash-secret-token-value-7f3a91"
+PASSWORD = "correct horse battery staple"
+# A generic source taking unsigned deliveries, for the deliveries page and Replay.
+PROJECT_TABLES = f"""
+[webhooks.hooks]
+type = "generic"
+allowUnsigned = true
+
+[dashboard]
+password_sha256 = "{hashlib.sha256(PASSWORD.encode()).hexdigest()}"
+"""
 
 # Six log lines half a second apart: long enough to watch arrive, short enough for the suite.
 SLOW_SCRIPT = """
@@ -49,18 +62,19 @@ text = "Read it."
 
 
 def make_project(root: Path, bind: str | None = None) -> OfflineProject:
-    """Agents ``slow`` (six lines, then a return value), ``forever`` (until killed) and
-    ``secret`` (prints its credential, which the runner redacts)."""
+    """Agents ``slow`` (six lines, then a return value; on a schedule and on ``push``
+    deliveries to the ``hooks`` source), ``forever`` (until killed) and ``secret`` (every 6 h,
+    prints its credential, which the runner redacts)."""
     project = OfflineProject(root)
+    config = (project.root / "config.toml").read_text()
     if bind:
-        project.config(
-            (project.root / "config.toml")
-            .read_text()
-            .replace("port = 0", f'port = 0\nbind = "{bind}"')
-        )
-    project.add_scripted_agent("slow", 'schedule = "0 3 * * *"', SLOW_SCRIPT)
+        config = config.replace("port = 0", f'port = 0\nbind = "{bind}"')
+    project.config(config + PROJECT_TABLES)
+    slow = 'schedule = "0 3 * * *"\n\n[[webhooks]]\nsource = "hooks"\nevents = ["push"]\n'
+    project.add_scripted_agent("slow", slow, SLOW_SCRIPT)
     project.add_scripted_agent("forever", "timeout = 120", FOREVER_SCRIPT)
-    project.add_scripted_agent("secret", 'credentials = ["github_token:bot"]', SECRET_SCRIPT)
+    secret = 'credentials = ["github_token:bot"]\nevery = "6h"\nscale = 4'
+    project.add_scripted_agent("secret", secret, SECRET_SCRIPT)
     project.write("credentials/github_token/bot/token", SECRET)
     return project
 
@@ -100,6 +114,23 @@ class Dashboard:
     def state(self, run_id: str) -> str:
         return self.get(f"/api/runs/{run_id}").json()["run"]["state"]
 
+    def queue_many(self, agent: str, count: int) -> None:
+        """Queue ``count`` manual runs through the control API."""
+        body = {"agent": agent, "count": count}
+        response = httpx.post(f"{self.url}/control/run", json=body, headers=self.bearer, timeout=10)
+        assert response.status_code == 202, response.text
+
+    def kill(self, run_id: str) -> None:
+        response = httpx.post(f"{self.url}/api/runs/{run_id}/kill", headers=self.bearer, timeout=10)
+        assert response.status_code == 200, response.text
+
+    def deliver(self, event: str, body: dict[str, Any], raw: bytes | None = None) -> Any:
+        """An (unsigned) delivery to the ``hooks`` source: ``body`` as JSON, or ``raw`` bytes."""
+        headers = {"X-Event": event, "X-Delivery-Id": f"d-{time.time_ns()}"}
+        content = raw if raw is not None else json.dumps(body).encode()
+        url = f"{self.url}/webhooks/hooks"
+        return httpx.post(url, content=content, headers=headers, timeout=10)
+
     def stop(self) -> None:
         self.sched.stop()
 
@@ -107,6 +138,7 @@ class Dashboard:
     # pytest's --import-mode=importlib.
     wait_for = staticmethod(wait_for)
     secret = SECRET
+    password = PASSWORD
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -12,12 +14,19 @@ import pytest
 MUTATIONS = ["/api/agents/slow/run", "/api/runs/{run}/kill", "/logout"]
 
 
-def browser(dash: Any, **kwargs: Any) -> httpx.Client:
-    """A cookie-keeping client with no control token, like a browser. For the scheduler on
-    127.0.0.2 it connects from 127.0.0.2 too (else the kernel picks 127.0.0.1 as the source)."""
+@contextmanager
+def browser(dash: Any, signed_in: bool = True, **kwargs: Any) -> Iterator[httpx.Client]:
+    """A cookie-keeping client with no control token, like a browser, signed in through
+    ``/login`` unless ``signed_in`` is False. For the scheduler on 127.0.0.2 it connects from
+    127.0.0.2 too (else the kernel picks 127.0.0.1 as the source)."""
     source = "127.0.0.2" if dash.url.startswith("http://127.0.0.2:") else None
     transport = httpx.HTTPTransport(local_address=source)
-    return httpx.Client(base_url=dash.url, timeout=10, transport=transport, **kwargs)
+    with httpx.Client(base_url=dash.url, timeout=10, transport=transport, **kwargs) as client:
+        if signed_in:
+            csrf = page_csrf(client, "/login")
+            response = client.post("/login", data={"csrf": csrf, "token": dash.token})
+            assert response.status_code == 303, response.text
+        yield client
 
 
 def page_csrf(client: httpx.Client, path: str = "/") -> str:
@@ -33,7 +42,7 @@ def csrf_of(html: str) -> str:
     return match.group(1)
 
 
-# ---------------------------------------------------------------------- local reads
+# ---------------------------------------------------------------------- signed-in reads
 def test_pages_and_api_show_a_finished_run(local: Any) -> None:
     run_id = local.queue_run("slow")
     local.wait_for(lambda: local.state(run_id) == "done")
@@ -117,8 +126,35 @@ def test_unknown_agent_and_run_are_404(local: Any) -> None:
             assert client.get(path).status_code == 404, path
 
 
-# ---------------------------------------------------------------------- local writes need CSRF
-def test_local_post_needs_the_csrf_token_of_its_session(local: Any) -> None:
+# ---------------------------------------------------------------------- a local process
+def test_a_local_process_without_the_token_can_neither_read_nor_act(local: Any) -> None:
+    """Issue 18: GET / hands a local process nothing it can act with (another OS user, an
+    agent's sandbox user, connects from 127.0.0.1 too)."""
+    run_id = local.queue_run("forever")
+    with browser(local, signed_in=False) as client:
+        first = client.get("/")
+        assert first.status_code == 303 and first.headers["location"] == "/login?next=%2F"
+        csrf = page_csrf(client, "/login")  # a session and its CSRF token, but no sign-in
+        for path in ("/api/agents", f"/api/runs/{run_id}", "/api/live?path=/"):
+            assert client.get(path).status_code == 401, path
+        for path in (
+            f"/api/runs/{run_id}/kill",
+            "/api/agents/slow/run",
+            f"/api/runs/{run_id}/approve",
+            f"/api/runs/{run_id}/deny",
+            "/api/agents/slow/state",
+            "/api/scheduler/pause",
+        ):
+            for extra in ({"data": {"csrf": csrf}}, {"headers": {"X-CSRF-Token": csrf}}):
+                assert client.post(path, **extra).status_code == 401, path
+        forged = client.cookies.get("al_session")
+        client.cookies.set("al_auth", f"9999999999.{'0' * 64}")
+        assert client.get("/api/agents").status_code == 401 and forged
+    assert local.state(run_id) == "running"
+    local.kill(run_id)
+
+
+def test_signed_in_post_needs_the_csrf_token_of_its_session(local: Any) -> None:
     with browser(local) as client, browser(local) as other:
         csrf = page_csrf(client)
         foreign = page_csrf(other)
@@ -131,15 +167,30 @@ def test_local_post_needs_the_csrf_token_of_its_session(local: Any) -> None:
         ok = client.post(url, data={"csrf": csrf})
         assert ok.status_code == 303 and ok.headers["location"].startswith("/agents/slow?queued=")
         assert client.post(url, headers={"X-CSRF-Token": csrf}).status_code == 202
-        with browser(local) as fresh:  # no session cookie at all
-            assert fresh.post(url, data={"csrf": csrf}).status_code == 403
 
 
-def test_dns_rebinding_host_is_not_local(local: Any) -> None:
-    with browser(local, headers={"Host": "evil.example"}) as client:
-        response = client.get("/")
-        assert response.status_code == 303 and response.headers["location"] == "/login?next=%2F"
+def test_sign_in_with_the_dashboard_password_and_sign_out(local: Any) -> None:
+    with browser(local, signed_in=False) as client:
+        csrf = page_csrf(client, "/login")
+        wrong = client.post("/login", data={"csrf": csrf, "token": "not it"})
+        assert wrong.status_code == 401
+        answer = client.post("/login", data={"csrf": csrf, "token": local.password})
+        assert answer.status_code == 303
+        assert client.get("/").status_code == 200
+        csrf = page_csrf(client)
+        assert client.post("/logout", data={"csrf": csrf}).headers["location"] == "/login"
+        assert client.get("/").status_code == 303
+
+
+def test_dns_rebinding_host_is_refused(local: Any) -> None:
+    with browser(local, signed_in=False, headers={"Host": "evil.example"}) as client:
+        assert client.get("/").status_code == 421
+        assert client.get("/login").status_code == 421
         assert client.get("/api/agents").status_code == 401
+    port = local.url.rsplit(":", 1)[1]
+    with browser(local, signed_in=False) as client:
+        headers = {"Host": f"evil.example:{port}", **local.bearer}
+        assert client.get("/api/agents", headers=headers).status_code == 401
 
 
 def test_kill_from_the_api(local: Any) -> None:
@@ -154,7 +205,7 @@ def test_kill_from_the_api(local: Any) -> None:
 # ---------------------------------------------------------------------- non-local
 @pytest.mark.parametrize("path", MUTATIONS)
 def test_non_local_mutations_without_the_token_are_refused(remote: Any, path: str) -> None:
-    with browser(remote) as client:
+    with browser(remote, signed_in=False) as client:
         csrf = page_csrf(client, "/login")  # a valid session and CSRF token, but no control token
         target = path.format(run="forever-0000")
         assert client.post(target).status_code == 401
@@ -163,7 +214,7 @@ def test_non_local_mutations_without_the_token_are_refused(remote: Any, path: st
 
 
 def test_non_local_reads_need_the_token(remote: Any) -> None:
-    with browser(remote) as client:
+    with browser(remote, signed_in=False) as client:
         for path in ("/", "/agents/slow", "/runs/x"):
             response = client.get(path)
             assert response.status_code == 303 and response.headers["location"].startswith(
@@ -183,11 +234,11 @@ def test_non_local_reads_need_the_token(remote: Any) -> None:
     assert remote.get("/api/agents").status_code == 200
 
 
-def test_non_local_client_is_not_local_whatever_host_it_names(remote: Any) -> None:
+def test_non_local_client_must_name_the_configured_host(remote: Any) -> None:
     port = remote.url.rsplit(":", 1)[1]
-    with browser(remote, headers={"Host": f"127.0.0.1:{port}"}) as client:
-        assert client.get("/api/agents").status_code == 401
-        assert client.get("/").headers["location"] == "/login?next=%2F"
+    with browser(remote, signed_in=False, headers={"Host": f"localhost:{port}"}) as client:
+        assert client.get("/login").status_code == 421
+        assert client.get("/api/agents", headers=remote.bearer).status_code == 401
 
 
 def test_non_local_bearer_token_needs_no_csrf(remote: Any) -> None:
@@ -195,24 +246,27 @@ def test_non_local_bearer_token_needs_no_csrf(remote: Any) -> None:
     assert response.status_code == 202
 
 
-def test_login_sets_a_strict_http_only_cookie_and_writes_need_csrf(remote: Any) -> None:
-    with browser(remote) as client:
+def test_login_sets_http_only_cookies_and_writes_need_csrf(remote: Any) -> None:
+    with browser(remote, signed_in=False) as client:
         csrf = page_csrf(client, "/login")
         assert client.post("/login", data={"csrf": csrf, "token": "wrong"}).status_code == 401
         assert client.post("/login", data={"token": remote.token}).status_code == 403  # no CSRF
+        before = client.cookies.get("al_session")
         response = client.post(
             "/login?next=%2F%2Fevil.example", data={"csrf": csrf, "token": remote.token}
         )
         assert (
             response.status_code == 303 and response.headers["location"] == "/"
         )  # no open redirect
-        cookie = response.headers["set-cookie"]
-        assert (
-            cookie.startswith("al_token=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
-        )
+        cookies = response.headers.get_list("set-cookie")
+        assert all("HttpOnly" in c and "SameSite=lax" in c for c in cookies)
+        assert {c.split("=", 1)[0] for c in cookies} == {"al_session", "al_auth"}
+        assert client.cookies.get("al_session") != before  # a fresh session at sign-in
+        assert remote.token not in " ".join(cookies)  # the cookie proves, it does not hold
         assert client.get("/").status_code == 200
-        assert client.post("/api/agents/slow/run").status_code == 403  # token cookie, no CSRF
+        assert client.post("/api/agents/slow/run").status_code == 403  # signed in, no CSRF
+        csrf = page_csrf(client)
         assert client.post("/api/agents/slow/run", data={"csrf": csrf}).status_code == 303
         assert client.post("/logout", data={"csrf": csrf}).headers["location"] == "/login"
-        client.cookies.delete("al_token")
+        client.cookies.delete("al_auth")
         assert client.get("/").status_code == 303

@@ -134,3 +134,28 @@ def test_unverified_dead_letters_keep_only_a_prefix_of_the_body(server):
     assert server.send("github", big, secret="forged").status_code == 401
     [dead] = server.receipts(dead_letters=True)
     assert len(dead["body"]) == REJECTED_BODY_KEPT
+
+
+def test_deliveries_are_listed_and_replayed_with_the_control_token(server):
+    from llamaherd.api import control_token
+
+    token = control_token(server.engine.project.state_dir)
+    bearer = {"Authorization": f"Bearer {token}"}
+    server.send("github", server.pull_request(), delivery="d-orig")
+    server.send("github", server.pull_request(), secret="wrong")
+    listed = server.http.get(f"{server.url}/control/deliveries", headers=bearer).json()
+    original, rejected = sorted(listed["deliveries"], key=lambda d: d["id"])
+    assert original["delivery_id"] == "d-orig" and original["body_size"] > 0
+    assert "body" not in original and rejected["status"] == 401
+    dead = server.http.get(f"{server.url}/control/deliveries?dead=1", headers=bearer).json()
+    assert [d["id"] for d in dead["deliveries"]] == [rejected["id"]]
+
+    url = f"{server.url}/control/deliveries/{original['id']}/replay"
+    assert server.http.post(url).status_code == 401  # replay needs the token
+    replayed = server.http.post(url, headers=bearer)
+    assert replayed.status_code == 202 and replayed.json()["agents"] == ["reviewer"]
+    assert replayed.json()["delivery"].startswith(f"replay-{original['id']}-")
+    assert server.depth() == {"reviewer": 2}
+    assert server.receipts()[0]["delivery_id"] == replayed.json()["delivery"]
+    missing = server.http.post(f"{server.url}/control/deliveries/99999/replay", headers=bearer)
+    assert missing.status_code == 404

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.api import Emit, TriggerContext, TriggerEvent
+from llamaherd.api import Emit, TriggerContext, TriggerEvent, TriggerInfo
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -60,6 +60,9 @@ class FileWatchTrigger:
         self._threads: list[threading.Thread] = []
 
     def start(self, ctx: TriggerContext) -> None:
+        # A live reload that changed the agents using `watch` calls stop(), then start() again
+        # (this type has no `reconfigure`): start afresh.
+        self._stop.clear()
         # ctx.agents: the agents whose config sets `watch` (this type's schema key).
         for agent in ctx.agents:
             thread = threading.Thread(
@@ -97,3 +100,13 @@ class FileWatchTrigger:
 @hookimpl
 def register_trigger_types(register):
     register(FileWatchTrigger())
+
+
+@hookimpl
+def describe_triggers(agent, now):
+    """What the dashboard's agent page shows: the files this agent watches."""
+    watch = agent.config.get("watch")
+    if not watch:
+        return []
+    details = {"interval": f"{watch.get('interval', 5)}s"}
+    return [TriggerInfo("file_watch", ", ".join(watch["paths"]), details)]

@@ -23,6 +23,7 @@ Layout, one module per concern:
 - ``schema``: core's models, plugins' table sets (``tables(name)``), creating and migrating
   both on open; ``migrations``: core's schema versions;
 - ``queue``: enqueue, claim, resume items; ``runs``: runs, events, status messages, waits, stats;
+- ``overview``: what an operator's overview reads (run search, activity, spend, queued items);
 - ``coordination``: calls, locks, trigger ticks, hosts; ``agents``: agent states, events, pauses.
 
 Why ``Store`` is assembled from mixins rather than composed of one object per concern: the
@@ -57,7 +58,8 @@ from llamaherd.store.connection import (
 )
 from llamaherd.store.coordination import Coordination
 from llamaherd.store.coordination import statements as _coordination_statements
-from llamaherd.store.queue import ITEM_STATES, Queue, WorkItemRow
+from llamaherd.store.overview import Overview
+from llamaherd.store.queue import ITEM_STATES, WorkItemRow
 from llamaherd.store.queue import statements as _queue_statements
 from llamaherd.store.runs import (
     EXIT_CODES,
@@ -85,7 +87,7 @@ __all__ = [
 _STATEMENTS = (_run_statements, _queue_statements, _coordination_statements, _agent_statements)
 
 
-class Store(Queue, Coordination, Agents, Schema):
+class Store(Overview, Coordination, Agents, Schema):
     """Open with ``Store.open(url, root)``; the schema is created or migrated on open."""
 
     def __init__(

@@ -12,3 +12,10 @@ def register_trigger_types(register):
     from llamaherd_cron.trigger import CronTrigger
 
     register(CronTrigger())
+
+
+@hookimpl
+def describe_triggers(agent, now):
+    from llamaherd_cron.trigger import describe_plan
+
+    return describe_plan(agent, now)

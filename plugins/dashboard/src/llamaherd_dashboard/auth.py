@@ -1,18 +1,21 @@
 """Who may see and change what on the dashboard.
 
-Reading (pages and ``GET /api/...``) is open to *local* requests, else it needs the control
-token: the ``al_token`` cookie that ``/login`` sets, or an ``Authorization: Bearer`` header. A
-request is local when its client is 127.0.0.1 or ::1 **and** its ``Host`` header names
-localhost, 127.0.0.1 or ::1, so a DNS-rebinding page (``evil.example`` resolved to 127.0.0.1)
-is not taken for local.
+Nothing is open, not even to local processes: another OS user (an agent's sandbox user among
+them) can connect from 127.0.0.1 too. Reading and changing need one of:
 
-Changing (``POST``) needs one of:
-- a valid ``Authorization: Bearer`` header: browsers never add it on their own, so it cannot be
-  forged cross-site and needs no CSRF token (scripts and ``curl`` use this);
-- a CSRF token (form field ``csrf`` or header ``X-CSRF-Token``) bound to the browser's
-  ``al_session`` cookie by an HMAC keyed with the control token, checked in constant time, plus
-  either a local request or a valid ``al_token`` cookie. When an ``Origin`` header is sent it must
-  also be this server's own origin.
+- an ``Authorization: Bearer <control token>`` header (scripts, ``curl``): browsers never add
+  it on their own, so it cannot be forged cross-site and needs no CSRF token;
+- a signed-in browser session: ``/login`` takes the control token (``.al/control-token``) or
+  the dashboard password (``[dashboard] password_sha256``) once and sets the ``al_auth``
+  cookie, an HMAC (keyed with the control token) of the browser's ``al_session`` id and an
+  expiry. It proves the sign-in without holding the token, and dies with the session, its
+  expiry or a new control token. A browser's changes also need its CSRF token (form field
+  ``csrf`` or header ``X-CSRF-Token``), HMAC-bound to the same session; an ``Origin`` header,
+  when sent, must be this server's own.
+
+Every request must also name a host this server answers to (``allowed_host``): a local client
+one of ``LOCAL_NAMES`` (so a DNS-rebinding page is refused), any client the host of
+``[gateway] url`` or the address of ``[gateway] bind`` when it is not a wildcard.
 """
 
 from __future__ import annotations
@@ -21,41 +24,46 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from urllib.parse import parse_qsl, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llamaherd.api import authorized
+from llamaherd.api import authorized, token_matches
 from llamaherd.api import is_local as local_client
 
 SESSION_COOKIE = "al_session"
-TOKEN_COOKIE = "al_token"
+AUTH_COOKIE = "al_auth"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
 FORM_TYPE = "application/x-www-form-urlencoded"
-# Host names a local request may use; any other name (a DNS-rebound one, or 127.0.0.2) needs
-# the token, whatever the client address.
+SESSION_SECONDS = 7 * 86400  # how long one sign-in lasts
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARDS = ("", "0.0.0.0", "::")
 _SESSION_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 
-def _local_host(host: str) -> bool:
-    return (urlsplit(f"//{host}").hostname or "") in LOCAL_NAMES
+def _hostname(value: str) -> str:
+    return (urlsplit(f"//{value}").hostname or "").lower()
 
 
-def is_local(request: Request) -> bool:
-    """A client on 127.0.0.1/::1 that also asked for one of ``LOCAL_NAMES``."""
-    return local_client(request) and _local_host(request.headers.get("host", ""))
+def served_names(request: Request) -> set[str]:
+    """Host names a non-local client may use: ``[gateway] url``'s host and a specific bind."""
+    project = request.app.state.engine.project
+    names = {str(project.gateway.get("bind") or "").strip("[]").lower()} - set(WILDCARDS)
+    if project.public_url:
+        names.add((urlsplit(project.public_url).hostname or "").lower())
+    return names - {""}
 
 
-def may_read(request: Request) -> bool:
-    return is_local(request) or authorized(request)
-
-
-def signed_in(request: Request) -> bool:
-    """True when the browser holds a valid ``al_token`` cookie (it may sign out)."""
-    return TOKEN_COOKIE in request.cookies and authorized(request)
+def allowed_host(request: Request) -> bool:
+    """Whether the ``Host`` header names this server for this client (see the module doc)."""
+    host = _hostname(request.headers.get("host", ""))
+    names = served_names(request)
+    if local_client(request):
+        names |= set(LOCAL_NAMES)
+    return host in names
 
 
 def _has_bearer(request: Request) -> bool:
@@ -72,26 +80,76 @@ def new_session() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _mac(request: Request, purpose: str, message: str) -> str:
+    key = request.app.state.control_token.encode()
+    data = f"llamaherd-dashboard-{purpose}\0{message}".encode()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
 def csrf_token(request: Request, session: str) -> str:
     """The CSRF token of ``session``: only this server (it holds the control token) can make it."""
-    key = request.app.state.control_token.encode()
-    return hmac.new(
-        key, b"llamaherd-dashboard-csrf\0" + session.encode(), hashlib.sha256
-    ).hexdigest()
+    return _mac(request, "csrf", session)
+
+
+def auth_value(request: Request, session: str, expires: int) -> str:
+    return f"{expires}.{_mac(request, 'auth', session + chr(0) + str(expires))}"
+
+
+def signed_in(request: Request) -> bool:
+    """True when the browser's ``al_auth`` cookie proves a sign-in of its session, unexpired."""
+    session = session_of(request)
+    expires, _, _ = request.cookies.get(AUTH_COOKIE, "").partition(".")
+    if not session or not expires.isdigit() or int(expires) < time.time():
+        return False
+    given = request.cookies.get(AUTH_COOKIE, "")
+    return hmac.compare_digest(given.encode(), auth_value(request, session, int(expires)).encode())
+
+
+def may_read(request: Request) -> bool:
+    if not allowed_host(request):
+        return False
+    return authorized(request) if _has_bearer(request) else signed_in(request)
+
+
+def password_matches(request: Request, given: str) -> bool:
+    """``given`` is the control token, or the password whose SHA-256 ``[dashboard]`` holds."""
+    if token_matches(request, given):
+        return True
+    config = request.app.state.engine.project.config.get("dashboard") or {}
+    wanted = str(config.get("password_sha256") or "").lower()
+    digest = hashlib.sha256(given.encode()).hexdigest()
+    return bool(wanted and given) and hmac.compare_digest(digest.encode(), wanted.encode())
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
 
 
 def set_session_cookie(request: Request, response: Response, session: str) -> None:
-    # Lax, not Strict: it is no credential, only what CSRF tokens are bound to, and Strict would
-    # replace it (voiding other tabs' tokens) whenever the dashboard is opened from a link.
+    # Lax, not Strict: Strict would drop it when the dashboard is opened from a link, and the
+    # page would then look signed out.
     response.set_cookie(
-        SESSION_COOKIE, session, httponly=True, samesite="lax", secure=request.url.scheme == "https"
+        SESSION_COOKIE, session, httponly=True, samesite="lax", secure=_secure(request)
     )
 
 
-def set_token_cookie(request: Request, response: Response, token: str) -> None:
+def sign_in(request: Request, response: Response) -> None:
+    """A fresh session (never one handed out before the sign-in) with its ``al_auth`` proof."""
+    session = new_session()
+    expires = int(time.time()) + SESSION_SECONDS
+    set_session_cookie(request, response, session)
     response.set_cookie(
-        TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        AUTH_COOKIE,
+        auth_value(request, session, expires),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="lax",
+        secure=_secure(request),
     )
+
+
+def sign_out(response: Response) -> None:
+    response.delete_cookie(AUTH_COOKIE, httponly=True, samesite="lax")
 
 
 def _same_origin(request: Request) -> bool:
@@ -126,9 +184,9 @@ async def csrf_refusal(request: Request) -> str | None:
 
 async def mutation_refusal(request: Request) -> tuple[int, str] | None:
     """(status, reason) when a mutating request must be refused, else None."""
-    if _has_bearer(request):
-        return None if authorized(request) else (401, "control token required")
     if not may_read(request):
-        return 401, "control token required"
+        return 401, "sign in (control token or dashboard password) required"
+    if _has_bearer(request):
+        return None
     reason = await csrf_refusal(request)
     return None if reason is None else (403, reason)

@@ -1,4 +1,10 @@
-"""The dashboard's pages, its JSON API under ``/api/`` and the run log stream (server-sent events).
+"""The dashboard's pages, its JSON API under ``/api/``, and the one live stream per page.
+
+Each page is built by a *builder* (template and context from the path's parameters and query),
+used both for the page itself and by ``/api/live``, the page's one server-sent-events stream:
+it sends the page again (``event: page``) when the store's ``change_marker`` moved, at most
+every ``LIVE_GAP`` seconds, and on a run's page each new log entry (``event: log``) as it is
+recorded. The browser patches the page's ``[data-live]`` parts in place.
 
 See ``auth`` for who may read and change what.
 """
@@ -7,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
 from markupsafe import Markup
@@ -19,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
+    PlainTextResponse,
     RedirectResponse,
     Response,
     StreamingResponse,
@@ -26,14 +34,20 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from llamaherd.api import FINAL, ago, token_matches, until
+from llamaherd.api import FINAL, ago, until
 from llamaherd_dashboard import auth, views
 
 Handler = Callable[[Request], Awaitable[Response]]
+# A page's builder: (request, path parameters, query) -> (template, context), None for a 404.
+Built = tuple[str, dict[str, Any]] | None
+Builder = Callable[[Request, dict[str, str], dict[str, str]], Awaitable[Built]]
 
-REFRESH_HEADER = "x-dashboard-refresh"  # sent by dashboard.js when it refreshes a page's live parts
+MISDIRECTED = "this server does not answer to that host name (see [gateway] url and bind)"
 STREAM_POLL = 0.2  # seconds between looks at the database for new run events
 STREAM_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from closing
+LIVE_POLL = 0.5  # seconds between looks at the store's change marker
+LIVE_GAP = 1.0  # at most one page update per this many seconds
+LIVE_REFRESH = 15.0  # send the page anyway after this long ("5m ago" moves on)
 
 # No framing (the Run and Kill buttons must not be clickjacked), no inline or foreign scripts.
 PAGE_HEADERS = {
@@ -45,11 +59,14 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
 }
+STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("llamaherd_dashboard", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
 )
 
 
@@ -67,9 +84,21 @@ def _seconds(value: float | None) -> str:
     return f"{value:.1f}s" if value < 120 else f"{int(value // 60)}m {int(value % 60)}s"
 
 
-TEMPLATES.filters.update(clock=_clock, stamp=_stamp, ago=ago, until=until, seconds=_seconds)
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:.2f}" if value >= 1 else f"${value:.4f}".rstrip("0").rstrip(".")
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{round(100 * value)}%"
+
+
+TEMPLATES.filters.update(
+    clock=_clock, stamp=_stamp, ago=ago, until=until, seconds=_seconds, usd=_usd, pct=_percent
+)
+TEMPLATES.globals.update(fmt_seconds=_seconds, fmt_usd=_usd)
 TEMPLATES.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
-TEMPLATES.globals["badge"] = views.badge
 
 
 def _engine(request: Request) -> Any:
@@ -77,27 +106,39 @@ def _engine(request: Request) -> Any:
 
 
 def _wants_form_reply(request: Request) -> bool:
-    return request.headers.get("content-type", "").startswith(auth.FORM_TYPE)
+    """A plain form post (answered with a redirect), not the page script's (with the CSRF
+    header, answered with JSON)."""
+    return (
+        request.headers.get("content-type", "").startswith(auth.FORM_TYPE)
+        and auth.CSRF_HEADER not in request.headers
+    )
 
 
-def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-    """A page, with the session cookie (set when new) its CSRF token is bound to."""
+def page_html(request: Request, template: str, **context: Any) -> tuple[str, str | None]:
+    """A page's HTML and the new session id it was rendered for (None when it had one)."""
     session = auth.session_of(request)
     fresh = session is None
     session = session or auth.new_session()
     csrf = auth.csrf_token(request, session)
+    signed_in = auth.may_read(request)
     html = TEMPLATES.get_template(template).render(
         csrf=csrf,
         csrf_field=Markup(f'<input type="hidden" name="{auth.CSRF_FIELD}" value="{csrf}">'),
-        local=auth.is_local(request),
-        reader=auth.may_read(request),
-        signed_in=auth.signed_in(request),
+        reader=signed_in,
+        signed_in=signed_in and auth.signed_in(request),
         path=request.url.path,
+        scheduler=views.header(_engine(request)) if signed_in else None,
         **context,
     )
+    return html, session if fresh else None
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """A page, with the session cookie (set when new) its CSRF token is bound to."""
+    html, fresh = page_html(request, template, **context)
     response = HTMLResponse(html, status_code=status_code, headers=PAGE_HEADERS)
     if fresh:
-        auth.set_session_cookie(request, response, session)
+        auth.set_session_cookie(request, response, fresh)
     return response
 
 
@@ -112,26 +153,20 @@ def failed(request: Request, status: int, reason: str) -> Response:
     return JSONResponse({"error": reason}, status_code=status)
 
 
+def done(request: Request, answer: dict[str, Any], back: str, status: int = 200) -> Response:
+    """A POST that worked: a form is sent ``back`` to a page, a script gets ``answer``."""
+    if _wants_form_reply(request):
+        return RedirectResponse(back, status_code=303)
+    return JSONResponse(answer, status_code=status)
+
+
 # ---------------------------------------------------------------------- access wrappers
-def page(handler: Handler) -> Handler:
-    """A page: readable locally or with the token, else the login page."""
-
-    async def wrapper(request: Request) -> Response:
-        if not auth.may_read(request):
-            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
-        return await handler(request)
-
-    wrapper.__name__ = handler.__name__
-    return wrapper
-
-
 def api(handler: Handler) -> Handler:
-    """A JSON read endpoint: readable locally or with the token, else 401."""
+    """A JSON read endpoint: for a signed-in browser (or the bearer token), else 401."""
 
     async def wrapper(request: Request) -> Response:
         if not auth.may_read(request):
-            return JSONResponse({"error": "control token required"}, status_code=401)
+            return JSONResponse({"error": "sign in required"}, status_code=401)
         return await handler(request)
 
     wrapper.__name__ = handler.__name__
@@ -151,40 +186,100 @@ def mutation(handler: Handler) -> Handler:
     return wrapper
 
 
-# ---------------------------------------------------------------------- pages
-@page
-async def agents_page(request: Request) -> Response:
-    rows = await run_in_threadpool(views.agents, _engine(request))
-    return render(request, "agents.html", agents=rows)
+def page(builder: Builder) -> Handler:
+    """A page: for a signed-in browser (or the bearer token), else the sign-in page."""
+
+    async def endpoint(request: Request) -> Response:
+        if not auth.allowed_host(request):
+            return PlainTextResponse(MISDIRECTED, status_code=421)
+        if not auth.may_read(request):
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+        built = await builder(request, request.path_params, dict(request.query_params))
+        if built is None:
+            return not_found(request, f"nothing at {request.url.path}")
+        return render(request, built[0], **built[1])
+
+    endpoint.__name__ = builder.__name__
+    return endpoint
 
 
-@page
-async def agent_page(request: Request) -> Response:
-    name = request.path_params["name"]
-    data = await run_in_threadpool(views.agent, _engine(request), name)
-    if data is None:
-        return not_found(request, f"no agent named {name!r}")
-    return render(request, "agent.html", agent=data, queued=request.query_params.get("queued"))
+# ---------------------------------------------------------------------- page builders
+async def overview_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    data = await run_in_threadpool(
+        views.overview, _engine(request), query.get("sort", "agent"), query.get("q", "")
+    )
+    return "agents.html", data
 
 
-@page
-async def run_page(request: Request) -> Response:
-    run_id = request.path_params["run_id"]
-    # The page's own refreshes patch only its live parts: the log (streamed) is left out.
-    with_log = REFRESH_HEADER not in request.headers
-    data = await run_in_threadpool(views.run, _engine(request), run_id, with_log)
-    if data is None:
-        return not_found(request, f"no run {run_id!r}")
-    return render(request, "run.html", **{"events": [], **data})
+async def agent_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    data = await run_in_threadpool(views.agent, _engine(request), params["name"])
+    return None if data is None else ("agent.html", {"agent": data, "queued": query.get("queued")})
 
 
+async def runs_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    return "runs.html", await run_in_threadpool(views.runs, _engine(request), query)
+
+
+async def run_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    # The live stream re-renders the page without its conversation: that arrives entry by entry.
+    with_log = not params.get("live")
+    data = await run_in_threadpool(views.run, _engine(request), params["run_id"], with_log)
+    return None if data is None else ("run.html", {"events": [], **data})
+
+
+async def deliveries_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    offset = int(query["offset"]) if query.get("offset", "").isdigit() else 0
+    listed = await control_get(request, f"/control/deliveries?limit=50&offset={offset}")
+    dead = await control_get(request, "/control/deliveries?limit=20&dead=1")
+    context = {
+        "installed": listed is not None,
+        "deliveries": views.delivery_rows((listed or {}).get("deliveries", [])),
+        "dead_letters": views.delivery_rows((dead or {}).get("deliveries", [])),
+        "offset": offset,
+        "replayed": query.get("replayed"),
+    }
+    return "deliveries.html", context
+
+
+# Paths the live stream can render, with the builder of each.
+PAGES: list[tuple[re.Pattern[str], Builder]] = [
+    (re.compile(r"/"), overview_page),
+    (re.compile(r"/runs"), runs_page),
+    (re.compile(r"/runs/(?P<run_id>[^/]+)"), run_page),
+    (re.compile(r"/agents/(?P<name>[^/]+)"), agent_page),
+    (re.compile(r"/deliveries"), deliveries_page),
+]
+
+
+async def control_get(request: Request, path: str) -> dict[str, Any] | None:
+    """GET a control API path of this same server, in process, with the control token (the
+    webhooks plugin serves deliveries there); None when nothing serves it."""
+    return await _control(request, "GET", path)
+
+
+async def _control(request: Request, method: str, path: str) -> dict[str, Any] | None:
+    import httpx
+
+    transport = httpx.ASGITransport(app=request.app)
+    headers = {"Authorization": f"Bearer {request.app.state.control_token}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        response = await client.request(method, path, headers=headers)
+    if response.status_code == 404 and "error" not in response.text:
+        return None  # no such route: the webhooks plugin is not installed
+    return {"status": response.status_code, **response.json()}
+
+
+# ---------------------------------------------------------------------- sign-in
 def _safe_next(target: str) -> str:
     """Only paths on this server: never ``//host`` or a full URL (an open redirect)."""
     return target if target.startswith("/") and not target.startswith(("//", "/\\")) else "/"
 
 
 async def login_page(request: Request) -> Response:
-    """GET: the form. POST: check the control token, set the ``al_token`` cookie, go on."""
+    """GET: the form. POST: check the token or password, start a signed-in session, go on."""
+    if not auth.allowed_host(request):
+        return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
     if request.method == "GET":
         return render(request, "login.html", next=target, error=None)
@@ -192,18 +287,17 @@ async def login_page(request: Request) -> Response:
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
     form = await auth.form_fields(request)
-    given = form.get("token", "").strip()
-    if not token_matches(request, given):
+    if not auth.password_matches(request, form.get("token", "").strip()):
         return render(request, "login.html", status_code=401, next=target, error="wrong token")
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
-    auth.set_token_cookie(request, response, given)
+    auth.sign_in(request, response)
     return response
 
 
 @mutation
 async def logout(request: Request) -> Response:
-    response = RedirectResponse("/login" if not auth.is_local(request) else "/", status_code=303)
-    response.delete_cookie(auth.TOKEN_COOKIE, httponly=True, samesite="strict")
+    response = RedirectResponse("/login", status_code=303)
+    auth.sign_out(response)
     return response
 
 
@@ -215,6 +309,13 @@ async def _find_run(request: Request) -> Any:
 
 def _no_run(request: Request) -> str:
     return f"no run {request.path_params['run_id']!r}"
+
+
+def _int(value: str | None) -> int:
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
 
 
 @api
@@ -229,6 +330,12 @@ async def api_agent(request: Request) -> Response:
     if data is None:
         return JSONResponse({"error": f"no agent named {name!r}"}, status_code=404)
     return JSONResponse(data)
+
+
+@api
+async def api_runs(request: Request) -> Response:
+    data = await run_in_threadpool(views.runs, _engine(request), dict(request.query_params))
+    return JSONResponse({key: data[key] for key in ("runs", "filters", "page", "more")})
 
 
 @api
@@ -252,42 +359,38 @@ async def api_events(request: Request) -> Response:
     )
 
 
-def _int(value: str | None) -> int:
-    try:
-        return max(0, int(value or 0))
-    except ValueError:
-        return 0
-
-
 @api
 async def api_stream(request: Request) -> Response:
     """Server-sent events: the run's events after ``Last-Event-ID`` (or ``?after=``), then each
     new one as it is recorded; an ``end`` event once the run is final."""
-    engine = _engine(request)
     found = await _find_run(request)
     if found is None:
         return JSONResponse({"error": _no_run(request)}, status_code=404)
     # On a reconnect EventSource repeats the URL and says what it has in Last-Event-ID.
     after = _int(request.headers.get("last-event-id") or request.query_params.get("after"))
     return StreamingResponse(
-        _stream(engine, found.id, after),
+        _stream(_engine(request), found.id, after),
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        headers=STREAM_HEADERS,
     )
+
+
+async def _tail(engine: Any, run_id: str, after: int) -> tuple[Any, list[dict[str, Any]]]:
+    """The run (read first, so the events of a final run are all in the same look) and its
+    events after ``after``."""
+    run = await run_in_threadpool(engine.store.get_run, run_id)
+    return run, await run_in_threadpool(engine.store.events, run_id, after)
 
 
 async def _stream(engine: Any, run_id: str, after: int) -> AsyncIterator[str]:
     quiet = 0.0
     while not engine.stopping.is_set():  # on shutdown end quietly: EventSource reconnects later
-        # The state is read before the events, so the events of a final run are all in this read.
-        run = await run_in_threadpool(engine.store.get_run, run_id)
-        events = await run_in_threadpool(engine.store.events, run_id, after)
+        run, events = await _tail(engine, run_id, after)
         for event in events:
             after = event["id"]
             yield f"id: {after}\ndata: {json.dumps(views.log_line(event), default=str)}\n\n"
         if run is None or run.state in FINAL:
-            state = run.state if run else "gone"
-            yield f"event: end\ndata: {json.dumps({'state': state})}\n\n"
+            yield _sse("end", json.dumps({"state": run.state if run else "gone"}))
             return
         quiet = 0.0 if events else quiet + STREAM_POLL
         if quiet >= STREAM_KEEPALIVE:
@@ -296,38 +399,163 @@ async def _stream(engine: Any, run_id: str, after: int) -> AsyncIterator[str]:
         await asyncio.sleep(STREAM_POLL)
 
 
+def _sse(event: str, data: str) -> str:
+    lines = "\n".join(f"data: {line}" for line in data.split("\n"))
+    return f"event: {event}\n{lines}\n\n"
+
+
+@api
+async def api_live(request: Request) -> Response:
+    """``/api/live?path=<page path and query>[&after=<log entry id>]``: the page's one stream."""
+    target = urlsplit(request.query_params.get("path", "/"))
+    for pattern, builder in PAGES:
+        match = pattern.fullmatch(target.path)
+        if match:
+            params = {k: v for k, v in match.groupdict().items()}
+            query = dict(parse_qsl(target.query))
+            after = request.query_params.get("after")
+            stream = _live(request, builder, params, query, None if after is None else _int(after))
+            return StreamingResponse(stream, media_type="text/event-stream", headers=STREAM_HEADERS)
+    return JSONResponse({"error": f"no live page at {target.path!r}"}, status_code=404)
+
+
+async def _live(
+    request: Request,
+    builder: Builder,
+    params: dict[str, str],
+    query: dict[str, str],
+    after: int | None,
+) -> AsyncIterator[str]:
+    """Page updates (and a run page's new log entries) until the client leaves or the
+    scheduler stops; a run page's stream ends with its run (``event: end``)."""
+    engine = _engine(request)
+    marker, sent = None, 0.0
+    run, turn = None, 0
+    if after is not None and "run_id" in params:
+        run = await run_in_threadpool(engine.store.find_run, params["run_id"])
+        if run is not None:
+            seen = await run_in_threadpool(engine.store.events, run.id)
+            turn = sum(1 for e in seen if e["type"] == "model_call" and e["id"] <= after)
+    # A sign-in that expires ends its streams too (checked each round: an HMAC, cheap).
+    while not engine.stopping.is_set() and auth.may_read(request):
+        final = False
+        if run is not None:
+            current, events = await _tail(engine, run.id, after or 0)
+            shown, turn = views.entries(events, turn)
+            for entry in shown:
+                after = entry["id"]
+                yield _sse("log", json.dumps({"id": after, "html": entry_html(entry)}))
+            final = current is None or current.state in FINAL
+        now = time.monotonic()
+        latest = await run_in_threadpool(engine.store.change_marker)
+        if final or now - sent >= LIVE_REFRESH or (latest != marker and now - sent >= LIVE_GAP):
+            built = await builder(request, {**params, "live": "1"}, query)
+            if built is None:
+                return
+            html, _ = page_html(request, built[0], **built[1])
+            yield _sse("page", html)
+            marker, sent = latest, now
+        if final:
+            yield _sse("end", json.dumps({"state": current.state if current else "gone"}))
+            return
+        await asyncio.sleep(STREAM_POLL if run is not None else LIVE_POLL)
+
+
+def entry_html(entry: dict[str, Any]) -> str:
+    """One conversation entry as the run page shows it (``macros.html``)."""
+    return str(TEMPLATES.get_template("macros.html").module.entry(entry))
+
+
 # ---------------------------------------------------------------------- actions
+def _agent_or_404(request: Request) -> tuple[str, Response | None]:
+    name = request.path_params["name"]
+    if name not in _engine(request).project.agents:
+        return name, failed(request, 404, f"no agent named {name!r}")
+    return name, None
+
+
 @mutation
 async def run_agent(request: Request) -> Response:
     """Queue a manual run; a form post is sent back to the agent's page."""
-    engine = _engine(request)
-    name = request.path_params["name"]
-    if name not in engine.project.agents:
-        return failed(request, 404, f"no agent named {name!r}")
     from llamaherd.api import queue_manual
 
+    name, missing = _agent_or_404(request)
+    if missing:
+        return missing
     results = await run_in_threadpool(
-        queue_manual, engine, name, {}, 1, "manual run from the dashboard"
+        queue_manual, _engine(request), name, {}, 1, "manual run from the dashboard"
     )
     result = results[0]
     if result.refused:
         return failed(request, 409, result.refused)
-    if _wants_form_reply(request):
-        return RedirectResponse(f"/agents/{quote(name)}?queued={result.queued}", status_code=303)
-    return JSONResponse({"queued": result.queued}, status_code=202)
+    back = f"/agents/{quote(name)}?queued={result.queued}"
+    return done(request, {"queued": result.queued}, back, status=202)
+
+
+async def _fields(request: Request) -> dict[str, Any]:
+    """A form's fields, or a JSON body's (scripts with the control token)."""
+    from llamaherd.api import json_body
+
+    return await auth.form_fields(request) or await json_body(request)
+
+
+@mutation
+async def set_state(request: Request) -> Response:
+    """Set an agent's state (``idle``, ``hibernate`` or ``off``), as ``al state`` does."""
+    from llamaherd.api import LlamaherdError, set_agent_state
+
+    name, missing = _agent_or_404(request)
+    if missing:
+        return missing
+    try:
+        state = str((await _fields(request)).get("state") or "")
+        answer = await run_in_threadpool(
+            set_agent_state, _engine(request), name, state, "set from the dashboard"
+        )
+    except LlamaherdError as exc:
+        return failed(request, 400, str(exc))
+    return done(request, answer, f"/agents/{quote(name)}")
+
+
+@mutation
+async def remove_queued(request: Request) -> Response:
+    """Remove one queued item of an agent (its page's queue list)."""
+    name, missing = _agent_or_404(request)
+    if missing:
+        return missing
+    item = _int(request.path_params["item"])
+    removed = await run_in_threadpool(
+        _engine(request).store.drop_queued, item, "removed from the queue on the dashboard"
+    )
+    if not removed:
+        return failed(request, 409, f"item {item} is no longer queued")
+    return done(request, {"removed": item}, f"/agents/{quote(name)}")
+
+
+def _pause(paused: bool) -> Handler:
+    """Pause or resume the whole scheduler: queued work waits, triggers still queue."""
+
+    @mutation
+    async def endpoint(request: Request) -> Response:
+        engine = _engine(request)
+        await run_in_threadpool(engine.store.set_paused, None, paused)
+        wakeup = getattr(engine, "wakeup", None)
+        if wakeup is not None:
+            wakeup.set()
+        return done(request, {"paused": paused}, "/")
+
+    endpoint.__name__ = "pause" if paused else "resume"
+    return endpoint
 
 
 @mutation
 async def kill_run(request: Request) -> Response:
     """Kill a live run; a form post is sent back to the run's page."""
-    engine = _engine(request)
     found = await _find_run(request)
     if found is None:
         return failed(request, 404, _no_run(request))
-    killed = await run_in_threadpool(engine.kill, found.id, "killed from the dashboard")
-    if _wants_form_reply(request):
-        return RedirectResponse(f"/runs/{quote(found.id)}", status_code=303)
-    return JSONResponse({"run": found.id, "killed": killed})
+    killed = await run_in_threadpool(_engine(request).kill, found.id, "killed from the dashboard")
+    return done(request, {"run": found.id, "killed": killed}, f"/runs/{quote(found.id)}")
 
 
 def _suspension_answer(approve: bool) -> Handler:
@@ -347,9 +575,7 @@ def _suspension_answer(approve: bool) -> Handler:
             )
         except LlamaherdError as exc:
             return failed(request, 409, str(exc))
-        if _wants_form_reply(request):
-            return RedirectResponse(f"/runs/{quote(found.id)}", status_code=303)
-        return JSONResponse(answer)
+        return done(request, answer, f"/runs/{quote(found.id)}")
 
     endpoint.__name__ = f"{'approve' if approve else 'deny'}_run"
     return endpoint
@@ -361,16 +587,15 @@ def _talk(reply: bool) -> Handler:
 
     @mutation
     async def endpoint(request: Request) -> Response:
-        from llamaherd.api import LlamaherdError, json_body, reply_to_run, say_to_run
+        from llamaherd.api import LlamaherdError, reply_to_run, say_to_run
 
         found = await _find_run(request)
         if found is None:
             return failed(request, 404, _no_run(request))
-        try:  # a form (the run's page), or JSON (with the control token)
-            fields = await auth.form_fields(request) or await json_body(request)
+        try:
+            text = str((await _fields(request)).get("text") or "").strip()
         except LlamaherdError as exc:
             return failed(request, 400, str(exc))
-        text = str(fields.get("text") or "").strip()
         if not text:
             return failed(request, 400, "the message is empty")
         talk = reply_to_run if reply else say_to_run
@@ -378,12 +603,23 @@ def _talk(reply: bool) -> Handler:
             answer = await run_in_threadpool(talk, _engine(request), found.id, text)
         except LlamaherdError as exc:
             return failed(request, 409, str(exc))
-        if _wants_form_reply(request):
-            return RedirectResponse(f"/runs/{quote(found.id)}", status_code=303)
-        return JSONResponse(answer)
+        return done(request, answer, f"/runs/{quote(found.id)}")
 
     endpoint.__name__ = "reply_run" if reply else "say_run"
     return endpoint
+
+
+@mutation
+async def replay_delivery(request: Request) -> Response:
+    """Route a recorded webhook delivery again (the webhooks plugin's control API)."""
+    receipt = _int(request.path_params["receipt"])
+    answer = await _control(request, "POST", f"/control/deliveries/{receipt}/replay")
+    if answer is None:
+        return failed(request, 404, "the webhooks plugin is not installed")
+    status = answer.pop("status")
+    if status >= 400:
+        return failed(request, status, str(answer.get("error")))
+    return done(request, answer, f"/deliveries?replayed={receipt}", status=status)
 
 
 async def peer_dashboard(request: Request) -> Response:
@@ -392,15 +628,23 @@ async def peer_dashboard(request: Request) -> Response:
 
 
 ROUTES = [
-    Route("/", agents_page, methods=["GET"]),
+    Route("/", page(overview_page), methods=["GET"]),
     Route("/dashboard", peer_dashboard, methods=["GET"]),
-    Route("/agents/{name}", agent_page, methods=["GET"]),
-    Route("/runs/{run_id}", run_page, methods=["GET"]),
+    Route("/agents/{name}", page(agent_page), methods=["GET"]),
+    Route("/runs", page(runs_page), methods=["GET"]),
+    Route("/runs/{run_id}", page(run_page), methods=["GET"]),
+    Route("/deliveries", page(deliveries_page), methods=["GET"]),
     Route("/login", login_page, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
+    Route("/api/live", api_live, methods=["GET"]),
     Route("/api/agents", api_agents, methods=["GET"]),
     Route("/api/agents/{name}", api_agent, methods=["GET"]),
     Route("/api/agents/{name}/run", run_agent, methods=["POST"]),
+    Route("/api/agents/{name}/state", set_state, methods=["POST"]),
+    Route("/api/agents/{name}/queue/{item}/remove", remove_queued, methods=["POST"]),
+    Route("/api/scheduler/pause", _pause(True), methods=["POST"]),
+    Route("/api/scheduler/resume", _pause(False), methods=["POST"]),
+    Route("/api/runs", api_runs, methods=["GET"]),
     Route("/api/runs/{run_id}", api_run, methods=["GET"]),
     Route("/api/runs/{run_id}/events", api_events, methods=["GET"]),
     Route("/api/runs/{run_id}/stream", api_stream, methods=["GET"]),
@@ -409,6 +653,7 @@ ROUTES = [
     Route("/api/runs/{run_id}/deny", _suspension_answer(False), methods=["POST"]),
     Route("/api/runs/{run_id}/reply", _talk(True), methods=["POST"]),
     Route("/api/runs/{run_id}/say", _talk(False), methods=["POST"]),
+    Route("/api/deliveries/{receipt}/replay", replay_delivery, methods=["POST"]),
 ]
 
 

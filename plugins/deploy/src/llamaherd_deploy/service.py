@@ -32,7 +32,6 @@ from llamaherd.api import (
 )
 from llamaherd_deploy.helper import service_mode
 
-DEFAULT_GRACE = 300.0
 START_TIMEOUT = 120.0
 STOP_MARGIN = 60.0  # beyond the grace period, for the scheduler to write its last state
 

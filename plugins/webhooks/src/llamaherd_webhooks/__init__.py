@@ -49,3 +49,10 @@ def register_commands(cli):
     cli.add_command(webhooks)
     cli.add_command(webhooks, name="webhook")  # Action Llama's `al webhook replay|simulate`
     webhooks.add_command(replay, name="simulate")
+
+
+@hookimpl
+def describe_triggers(agent, now):
+    from llamaherd_webhooks.trigger import describe_entries
+
+    return describe_entries(agent)

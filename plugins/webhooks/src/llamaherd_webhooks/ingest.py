@@ -240,11 +240,40 @@ class Ingest:
                 config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
             )
             outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+            log.info(
+                "webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event")
+            )
         elif self.receipts.seen(config.name, delivery):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
         else:
             outcome = self._route(config, delivery, headers, body, fields)
         return answer(config, fields, outcome)
+
+    def replay(self, receipt_id: int) -> Outcome:
+        """Route a recorded delivery again, as a new delivery (``replay-<id>-<random>``): for
+        the operator (the dashboard's Replay, with the control token), so the signature (never
+        stored) is not checked. It leaves a receipt of its own."""
+        import uuid
+
+        receipt = self.receipts.get(receipt_id)
+        if receipt is None:
+            return Outcome(404, {"error": f"no delivery {receipt_id}"})
+        if not receipt["body"]:
+            return Outcome(409, {"error": f"delivery {receipt_id} kept no body to replay"})
+        config = self.source(receipt["source"])
+        if isinstance(config, Outcome):
+            return config
+        headers, body = dict(receipt["headers"]), receipt["body"]
+        try:
+            fields = config.source.parse(headers, body)
+        except ValueError as exc:
+            return Outcome(400, {"error": f"delivery {receipt_id}: {exc}"})
+        if fields.get("ignore"):
+            return Outcome(200, {"ignored": fields.get("event")})
+        delivery = f"replay-{receipt_id}-{uuid.uuid4().hex[:8]}"
+        fields["delivery"] = delivery
+        return self._route(config, delivery, headers, body, fields)
 
     def challenge(self, config: SourceConfig, query: dict[str, str]) -> Outcome:
         """A GET to the source's URL: its ``answer_get`` reply (X's CRC), 405 for a source
@@ -283,6 +312,21 @@ class Ingest:
         agents = matching_agents(
             self.engine.project.agents, config.name, fields, filters_of(config.source)
         )
+        # One write transaction for the whole fan-out and its receipt: N matched agents are N
+        # items in one commit, and the 202 goes out after it.
+        return self.engine.store.write(
+            self._fan_out, config, delivery, headers, body, fields, agents
+        )
+
+    def _fan_out(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+        agents: list[str],
+    ) -> Outcome:
         queued, refused, resumed = [], {}, []
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -297,6 +341,11 @@ class Ingest:
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         self._record(config, delivery, headers, body, 202, result, agents)
+        log.info(
+            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
+            config.name, delivery, fields.get("event") or "-", result,
+            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
+        )  # fmt: skip
         return Outcome(
             202,
             {

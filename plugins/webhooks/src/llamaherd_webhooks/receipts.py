@@ -108,11 +108,13 @@ class Receipts:
             Delivery.body.db_value(bytes(body)), status, result,
             Delivery.matched.db_value(list(matched)),
         )  # fmt: skip
-        with self.store.atomic():
-            recorded = self._run(Delivery, _RECORD, params).rowcount == 1
+        recorded = self.store.write(self._inserted, Delivery, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
             self.trim(source)
         return recorded
+
+    def _inserted(self, Delivery: Any, params: tuple[Any, ...]) -> bool:
+        return self._run(Delivery, _RECORD, params).rowcount == 1
 
     def trim(self, source: str) -> int:
         """Drop ``source``'s dead letters beyond the newest ``MAX_DEAD_LETTERS`` and those
@@ -129,13 +131,28 @@ class Receipts:
         with self.store.guard():
             return self._run(Delivery, _SEEN, (source, delivery_id)).fetchone() is not None
 
-    def recent(self, limit: int = 50, dead_letters: bool = False) -> list[dict[str, Any]]:
+    def recent(
+        self, limit: int = 50, dead_letters: bool = False, offset: int = 0
+    ) -> list[dict[str, Any]]:
         """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
         result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
         Delivery = self._model()
-        query = Delivery.select().order_by(Delivery.id.desc()).limit(limit)
+        query = Delivery.select().order_by(Delivery.id.desc()).limit(limit).offset(offset)
         if dead_letters:
             query = query.where(Delivery.status >= 400)
-        names = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
         with self.store.guard():
-            return [{**{n: getattr(d, n) for n in names}, "body": bytes(d.body)} for d in query]
+            return [_receipt(d) for d in query]
+
+    def get(self, receipt_id: int) -> dict[str, Any] | None:
+        """One receipt by its id (as ``recent`` shows it), or None."""
+        Delivery = self._model()
+        with self.store.guard():
+            found = Delivery.get_or_none(Delivery.id == receipt_id)
+        return None if found is None else _receipt(found)
+
+
+_FIELDS = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
+
+
+def _receipt(row: Any) -> dict[str, Any]:
+    return {**{name: getattr(row, name) for name in _FIELDS}, "body": bytes(row.body)}

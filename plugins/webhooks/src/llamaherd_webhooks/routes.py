@@ -19,7 +19,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from llamaherd.api import require_read, require_token
 from llamaherd_webhooks.ingest import Ingest, Outcome
+from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
 
 log = logging.getLogger("llamaherd.webhooks")
@@ -93,6 +95,37 @@ async def _receive(request: Request) -> Outcome:
     return await run_in_threadpool(ingest.receive, config, headers, body)
 
 
+def _count(raw: str | None, default: int, high: int) -> int:
+    return min(high, int(raw)) if raw and raw.isdigit() else default
+
+
+@require_read
+async def deliveries(request: Request) -> Response:
+    """``GET /control/deliveries?limit=&offset=&dead=1``: receipts, newest first, each with
+    its body's size (never the body: it may be large, and the dashboard lists many)."""
+    query = request.query_params
+    limit = max(1, _count(query.get("limit"), 50, 500))
+    offset = _count(query.get("offset"), 0, 10**9)
+    dead = query.get("dead") in ("1", "true")
+    receipts = Receipts(request.app.state.engine.store)
+    rows = await run_in_threadpool(receipts.recent, limit, dead, offset)
+    listed = [
+        {**{k: v for k, v in row.items() if k != "body"}, "body_size": len(row["body"])}
+        for row in rows
+    ]
+    return JSONResponse({"deliveries": listed})
+
+
+@require_token
+async def replay(request: Request) -> Response:
+    """``POST /control/deliveries/{id}/replay``: route a recorded delivery again."""
+    raw = request.path_params["receipt"]
+    if not raw.isdigit():
+        return JSONResponse({"error": f"no delivery {raw!r}"}, status_code=404)
+    outcome = await run_in_threadpool(Ingest(request.app.state.engine).replay, int(raw))
+    return JSONResponse(outcome.body, status_code=outcome.status)
+
+
 def add_routes(app: Any) -> None:
     """Mount the webhook routes on the scheduler's Starlette app. Their bodies are bounded
     by each source's ``maxBodyBytes`` (``read_limited``), not the server's default limit."""
@@ -100,3 +133,7 @@ def add_routes(app: Any) -> None:
     app.state.webhook_rejects = RejectThrottle()
     app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
+    app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))
+    app.router.routes.append(
+        Route("/control/deliveries/{receipt}/replay", replay, methods=["POST"])
+    )

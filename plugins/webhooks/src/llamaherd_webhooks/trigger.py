@@ -15,6 +15,7 @@ from llamaherd.api import (
     Registry,
     TriggerContext,
     TriggerEvent,
+    TriggerInfo,
     WebhookFilter,
     WebhookSource,
 )
@@ -65,6 +66,19 @@ PROMPT_FIELDS = (
     "body",
     "delivery",
 )
+
+
+def describe_entries(agent: Agent) -> list[TriggerInfo]:
+    """One ``TriggerInfo`` per ``[[webhooks]]`` entry: its source and its filters."""
+    found = []
+    for entry in agent.config.get("webhooks") or []:
+        details = {
+            key: ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            for key, value in entry.items()
+            if key != "source"
+        }
+        found.append(TriggerInfo("webhook", str(entry.get("source", "?")), details))
+    return found
 
 
 def filter_owners(sources: dict[str, WebhookSource]) -> dict[str, dict[str, WebhookFilter]]:

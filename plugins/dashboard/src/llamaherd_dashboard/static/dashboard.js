@@ -1,7 +1,8 @@
-// llamaherd dashboard: keeps [data-live] parts of a page fresh and streams a run's log.
+// llamaherd dashboard: one live stream per page (/api/live) patches the page's [data-live]
+// parts in place and appends a run's conversation; buttons with data-post act through fetch.
 "use strict";
 
-const REFRESH_MS = 1500;
+const csrf = () => document.querySelector('meta[name="csrf-token"]').content;
 
 // Change `old` into `fresh` touching only nodes that differ, so buttons and focus survive.
 function patch(old, fresh) {
@@ -15,70 +16,79 @@ function patch(old, fresh) {
   for (let i = a.length - 1; i >= 0; i--) patch(a[i], b[i]);
 }
 
-async function refresh() {
-  const live = document.querySelectorAll("[data-live]");
-  if (!live.length) return false;
-  try {
-    const response = await fetch(location.href, {
-      cache: "no-store",
-      headers: { "X-Dashboard-Refresh": "1" },
-    });
-    if (response.ok) {
-      const doc = new DOMParser().parseFromString(await response.text(), "text/html");
-      for (const el of live) {
-        const fresh = doc.getElementById(el.id);
-        if (fresh) patch(el, fresh);
-      }
-    }
-  } catch (err) {
-    // the scheduler may be restarting: try again on the next tick
+// Someone typing (a reply, a filter) keeps the part they type in until they leave it.
+function typing(el) {
+  const active = document.activeElement;
+  return el.contains(active) && active.matches("textarea, input:not([type=hidden])");
+}
+
+function patchPage(html) {
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  for (const el of document.querySelectorAll("[data-live]")) {
+    const fresh = doc.getElementById(el.id);
+    if (fresh && !typing(el)) patch(el, fresh);
   }
-  return true;
 }
 
-async function poll() {
-  if (await refresh()) setTimeout(poll, REFRESH_MS);
-}
-
-function span(cls, text) {
-  const el = document.createElement("span");
-  el.className = cls;
+function flash(text) {
+  const el = document.getElementById("alert");
   el.textContent = text;
-  return el;
+  el.hidden = !text;
 }
 
-function logLine(event) {
-  const line = document.createElement("div");
-  line.className = "line ev-" + event.type;
-  const at = new Date(event.at * 1000).toISOString().slice(11, 19);
-  line.append(span("t", at), " ", span("k", event.type), " ", span("s", event.summary));
-  if (event.output) {
-    const out = document.createElement("div");
-    out.className = "out";
-    out.textContent = event.output;
-    line.append(out);
+async function post(url, fields) {
+  try {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "X-CSRF-Token": csrf(), "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(fields || {}),
+    });
+    const answer = await response.json().catch(() => ({}));
+    flash(response.ok ? "" : answer.error || "refused (" + response.status + ")");
+  } catch (err) {
+    flash("the scheduler did not answer");
   }
-  return line;
 }
 
-function follow(log) {
-  const source = new EventSource(log.dataset.stream);
-  source.onmessage = (message) => {
+// The agent a control acts on: its own data-state, else its overview row's data-agent.
+function agentOf(el) {
+  return encodeURIComponent(el.dataset.state || el.closest("tr[data-agent]").dataset.agent);
+}
+
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-post], [data-run-now]");
+  if (!button) return;
+  event.preventDefault();
+  post(button.dataset.post || "/api/agents/" + agentOf(button) + "/run");
+});
+
+document.addEventListener("change", (event) => {
+  const select = event.target.closest("select[data-state]");
+  if (!select) return;
+  post("/api/agents/" + agentOf(select) + "/state", { state: select.value });
+});
+
+function follow() {
+  const path = document.body.dataset.livePath;
+  if (!path) return;
+  const log = document.getElementById("log");
+  let url = "/api/live?path=" + encodeURIComponent(path + location.search);
+  if (log && log.dataset.after) url += "&after=" + log.dataset.after;
+  const source = new EventSource(url);
+  source.addEventListener("page", (message) => patchPage(message.data));
+  source.addEventListener("log", (message) => {
+    const entry = JSON.parse(message.data);
+    if (log.querySelector('[data-id="' + entry.id + '"]')) return;
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
-    log.append(logLine(JSON.parse(message.data)));
+    log.insertAdjacentHTML("beforeend", entry.html);
+    log.dataset.after = entry.id;
     if (atBottom) log.scrollTop = log.scrollHeight;
-  };
-  source.addEventListener("end", (message) => {
-    source.close();
-    const state = document.getElementById("log-state");
-    if (state) state.textContent = "Run ended: " + JSON.parse(message.data).state + ".";
-    refresh();
   });
+  source.addEventListener("end", () => source.close());
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  const log = document.querySelector(".log");
+  const log = document.getElementById("log");
   if (log) log.scrollTop = log.scrollHeight;
-  if (log && log.dataset.stream) follow(log);
-  setTimeout(poll, REFRESH_MS);
+  follow();
 });

@@ -1,0 +1,137 @@
+"""Reads for an operator's overview (the dashboard): runs found by filters, activity and spend
+per agent over a window, the queued items of an agent (and removing one), and a cheap marker
+that changes whenever something an overview shows may have changed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from llamaherd.store.connection import columns, guarded, marks
+from llamaherd.store.queue import _ITEM_COLUMNS, Queue, WorkItemRow
+from llamaherd.store.runs import FINAL_STATES, RUN_COLUMNS, RunRow
+
+# Subqueries whose values together change when a run, its log, an agent's state, the queue or
+# a pause changes (ids only grow; a removed queued item changes the count).
+_MARKER = (
+    "SELECT (SELECT MAX(id) FROM run_events), (SELECT MAX(id) FROM agent_events), "
+    "(SELECT MAX(id) FROM work_items), "
+    "(SELECT COUNT(*) FROM work_items WHERE state = 'queued'), "
+    "(SELECT MAX(updated_at) FROM agent_states), (SELECT COUNT(*) FROM paused), "
+    "(SELECT MAX(id) FROM status_messages)"
+)
+_SEARCHED = ("id", "agent", "status", "reason")
+
+
+class Overview(Queue):
+    @guarded
+    def find_runs(
+        self,
+        *,
+        agent: str | None = None,
+        states: tuple[str, ...] | None = None,
+        trigger_kind: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        text: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[RunRow]:
+        """Runs matching every filter given, newest first: ``text`` is a case-insensitive
+        substring of the run's id, agent, status or reason."""
+        filters: list[tuple[str, list[Any]]] = [
+            ("agent = ?", [agent]) if agent else ("", []),
+            (f"state IN ({marks(states)})", list(states)) if states else ("", []),
+            ("trigger_kind = ?", [trigger_kind]) if trigger_kind else ("", []),
+            ("created_at >= ?", [since]) if since is not None else ("", []),
+            ("created_at < ?", [until]) if until is not None else ("", []),
+        ]
+        if text:
+            like = f"%{text.lower()}%"
+            searched = " OR ".join(f"LOWER(COALESCE({c}, '')) LIKE ?" for c in _SEARCHED)
+            filters.append((f"({searched})", [like] * len(_SEARCHED)))
+        where = " AND ".join(clause for clause, _ in filters if clause) or "1 = 1"
+        params = [value for _, values in filters for value in values]
+
+        def build() -> str:
+            return (
+                f"SELECT {columns(RUN_COLUMNS)} FROM runs WHERE {where} "
+                "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+            )
+
+        return self._run_rows(
+            self._statement(("find_runs", where), build), [*params, limit, offset]
+        )
+
+    @guarded
+    def activity(self, since: float, width: float, buckets: int) -> dict[str, dict[str, Any]]:
+        """Per agent, runs created since ``since``: {runs, finished, done, per_bucket} where
+        ``per_bucket`` counts them in ``buckets`` windows of ``width`` seconds from ``since``."""
+        Run = self._m.Run
+        query = Run.select(Run.agent, Run.state, Run.created_at).where(Run.created_at >= since)
+        found: dict[str, dict[str, Any]] = {}
+        rows = list(query.tuples())
+        for agent, state, created in rows:
+            row = found.setdefault(
+                agent, {"runs": 0, "finished": 0, "done": 0, "per_bucket": [0] * buckets}
+            )
+            row["runs"] += 1
+            row["finished"] += state in FINAL_STATES
+            row["done"] += state == "done"
+            row["per_bucket"][min(buckets - 1, int((created - since) // width))] += 1
+        return found
+
+    @guarded
+    def costs(self, since: float, agent: str | None = None) -> dict[str, dict[str, float]]:
+        """USD spent since ``since`` (the ``cost_usd`` of ``model_call`` events whose price was
+        known): {"agents": {agent: usd}, "runs": {run_id: usd}}."""
+        Run, Event = self._m.Run, self._m.RunEvent
+        query = (
+            Event.select(Event.run_id, Run.agent, Event.data)
+            .join(Run, on=(Event.run_id == Run.id))
+            .where((Event.type == "model_call") & (Event.at >= since))
+        )
+        if agent is not None:
+            query = query.where(Run.agent == agent)
+        agents: dict[str, float] = defaultdict(float)
+        runs: dict[str, float] = defaultdict(float)
+        rows = list(query.tuples())
+        for run_id, name, data in rows:
+            cost = (data if isinstance(data, dict) else json.loads(data or "{}")).get("cost_usd")
+            if isinstance(cost, int | float):
+                agents[name] += cost
+                runs[run_id] += cost
+        return {"agents": dict(agents), "runs": dict(runs)}
+
+    @guarded
+    def queued_items(self, agent: str, limit: int = 100) -> list[WorkItemRow]:
+        """The agent's queued items, oldest (next to run) first."""
+        sql = self._statement(
+            ("queued_items",),
+            lambda: (
+                f"SELECT {columns(_ITEM_COLUMNS)} FROM work_items "
+                "WHERE state = 'queued' AND agent = ? ORDER BY id LIMIT ?"
+            ),
+        )
+        return [self._item(row) for row in self._exec(sql, (agent, limit)).fetchall()]
+
+    @guarded
+    def drop_queued(self, item_id: int, reason: str = "removed from the queue") -> bool:
+        """Delete one queued item (False when it is no longer queued); an agent call it carried
+        is settled as an error with ``reason``, so its caller stops waiting."""
+        m = self._m
+        where = (m.WorkItem.id == item_id) & (m.WorkItem.state == "queued")
+        with self._write():
+            carried = m.WorkItem.select(m.WorkItem.call_id).where(where)
+            m.Call.update(state="error", error=reason, finished_at=self._clock()).where(
+                m.Call.id.in_(carried) & m.Call.run_id.is_null() & (m.Call.state == "pending")
+            ).execute()
+            return m.WorkItem.delete().where(where).execute() == 1
+
+    @guarded
+    def change_marker(self) -> tuple[Any, ...]:
+        """A value that differs whenever runs, their logs, agent states, the queue or pauses
+        changed since it was taken (one cheap query: what a live page polls)."""
+        return tuple(self._exec(_MARKER).fetchone())
