@@ -33,6 +33,10 @@ RESTART_SETTINGS = {
     "database": lambda project: project.database_url,
     "[gateway] bind": lambda project: project.gateway["bind"],
     "[gateway] port": lambda project: project.gateway["port"],
+    # The server's limits and the names its Host check accepts are fixed when it starts.
+    "[gateway] url": lambda project: project.gateway.get("url"),
+    "[gateway] maxConnections": lambda project: project.gateway["maxConnections"],
+    "[gateway] headerTimeout": lambda project: project.gateway["headerTimeout"],
 }
 
 
