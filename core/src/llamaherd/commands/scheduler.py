@@ -321,8 +321,9 @@ def run_command(
         )
     from llamaherd.readers import StoreReader
 
-    reader = StoreReader(_store(app), project, app.registry)
+    store = _store(app)
     try:
+        reader = StoreReader(store, project, app.registry)
         hint = " (Ctrl-C leaves it queued)" if detach else " (Ctrl-C withdraws it)"
         why = None if no_follow else (lambda: _why_queued(reader, agent) + hint)
         run_id = _wait_for_item(reader.store, agent, item, 5.0 if no_follow else None, why)
@@ -335,7 +336,7 @@ def run_command(
             return
         sys.exit(follow(reader, run_id))
     except KeyboardInterrupt:
-        sys.exit(_interrupted(reader.store, client, item, detach))
+        sys.exit(_interrupted(store, client, item, detach))
 
 
 def _why_queued(reader: Any, agent: str) -> str:
