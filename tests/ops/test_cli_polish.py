@@ -67,6 +67,17 @@ def test_a_queued_run_says_why_and_ctrl_c_withdraws_it_unless_detach(project, sc
     project.wait_run(lambda runs: [r for r in runs if r.agent == "worker" and r.state == "done"])
 
 
+def test_a_foreground_run_of_a_paused_agent_says_so_and_ctrl_c_withdraws_it(project, tmp_path):
+    project.add_scripted_agent("worker", script=HELLO)
+    project.al("pause", "worker", check=True)
+    err = tmp_path / "run.err"
+    process = _al_process(project, "run", "worker", stderr_path=err)
+    wait_until(lambda: "queued: runs of worker are paused" in err.read_text(), what="the reason")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(30) == 130 and "withdrawn" in err.read_text()
+    assert project.store().queue_depth("worker")["worker"] == 0
+
+
 def test_ctrl_c_kills_a_started_run_it_follows(project, scheduler, tmp_path):
     project.add_scripted_agent("sleeper", script=SLEEPER)
     scheduler(project)

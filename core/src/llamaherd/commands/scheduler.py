@@ -404,9 +404,12 @@ def _wait_for_item(
     item: int,
     give_up: float | None = None,
     why: Callable[[], str] | None = None,
+    tick: Callable[[], None] | None = None,
 ) -> str | None:
     """The id of the run work item ``item`` became, once it starts; None after ``give_up``
-    seconds. When it has to wait a second, ``why()`` is said once on stderr."""
+    seconds. When it has to wait a second, ``why()`` is said once on stderr. ``tick()`` runs
+    between two looks (default: a short sleep; a foreground run dispatches there)."""
+    tick = tick or (lambda: time.sleep(0.05))
     started = time.monotonic()
     said = why is None
     while True:
@@ -419,7 +422,7 @@ def _wait_for_item(
         if not said and waited >= 1.0:
             click.echo(f"queued: {why()}", err=True)  # type: ignore[misc]
             said = True
-        time.sleep(0.05)
+        tick()
 
 
 def run_foreground(
@@ -449,19 +452,24 @@ def run_foreground(
         if result.refused:
             raise LlamaherdError(result.refused)
         engine.serve("127.0.0.1", 0)
-        run_id = None
-        while run_id is None:
+        reader = StoreReader(engine.store, project, engine.registry)
+
+        def dispatch() -> None:
             engine.dispatch()
-            run_id = next(
-                (
-                    r.id
-                    for r in engine.store.runs(agent=agent_name, limit=200)
-                    if r.item_id == result.queued
-                ),
-                None,
+            engine.wakeup.wait(0.1)
+
+        try:
+            run_id = _wait_for_item(
+                engine.store,
+                agent_name,
+                result.queued,
+                why=lambda: _why_queued(reader, agent_name) + " (Ctrl-C withdraws it)",
+                tick=dispatch,
             )
-            if run_id is None:
-                engine.wakeup.wait(0.1)
+        except KeyboardInterrupt:
+            engine.store.withdraw(result.queued)
+            click.echo("\ninterrupted: the queued run was withdrawn", err=True)
+            return 130
         watcher = threading.Thread(target=watch, args=(engine, run_id), daemon=True)
         watcher.start()
         try:
