@@ -238,7 +238,7 @@ def stop_command(app: AppContext) -> None:
 
     client = ControlClient.find(app.project)
     if client is None:
-        raise LlamaherdError("no scheduler is running for this project")
+        raise CommandFailed("no scheduler is running for this project")
     client.post("/control/stop")
     store = _store(app)
     said = None
@@ -662,7 +662,7 @@ def kill_command(app: AppContext, target: str) -> None:
 
     client = ControlClient.find(app.project)
     if client is None:
-        raise LlamaherdError("no scheduler is running for this project (`al start`)")
+        raise CommandFailed("no scheduler is running for this project (`al start`)")
     killed = client.post("/control/kill", {"target": target})["killed"]
     click.echo(f"killed {len(killed)} run(s): {', '.join(killed) or '-'}")
 
