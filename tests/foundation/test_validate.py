@@ -238,7 +238,7 @@ def test_provider_and_source_fragments_extend_their_tables(project, make_registr
     )
     assert lines(project, make_registry(**kinds)) == [
         "config.toml: secret: unknown key (known keys: cloud, database, defaultAgentScale, "
-        "defaultWaitTimeout, gateway, harness, historyRetentionDays, local, maxCallDepth, "
+        "defaultWaitTimeout, gateway, harness, historyRetentionDays, local, log, maxCallDepth, "
         "maxReruns, models, projectName, resourceLockTimeout, scale, telemetry, webhooks, "
         "workQueueSize)",
         'config.toml: models.main.beta: expected true or false, got "yes"',

@@ -249,6 +249,7 @@ def test_last_finished_is_each_agents_latest_final_run(store: Store, clock) -> N
     running(store, "beta")
     found = store.last_finished(["alpha", "beta", "gamma"])
     assert set(found) == {"alpha"}  # beta has no final run, gamma no run at all
-    run_id, state, exit_code, finished_at = found["alpha"]
+    run_id, state, exit_code, finished_at, started_at = found["alpha"]
     assert (run_id, state, exit_code) == (latest.id, "done", EXIT_CODES["done"])
-    assert finished_at == store.get_run(latest.id).finished_at
+    stored = store.get_run(latest.id)
+    assert (finished_at, started_at) == (stored.finished_at, stored.started_at)

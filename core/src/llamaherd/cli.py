@@ -135,8 +135,8 @@ def add_project_option(command: click.Command) -> None:
 QUICK_COMMANDS = {
     "stat": "llamaherd.commands.scheduler",
     "status": "llamaherd.commands.scheduler",
-    "runs": "llamaherd.commands.scheduler",
-    "logs": "llamaherd.commands.scheduler",
+    "runs": "llamaherd.commands.history",
+    "logs": "llamaherd.commands.history",
 }
 
 

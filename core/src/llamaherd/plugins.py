@@ -183,7 +183,7 @@ class PluginManager:
         if hook_name != "register_commands":  # the one hook no built-in implements
             self._load_builtins()
         answers = []
-        for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
             try:
                 answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
             except Exception as exc:  # a broken plugin must not take the CLI down
