@@ -48,11 +48,12 @@ def agent_rows(
     depth = store.queue_depth()
     paused_all, paused = store.paused()
     live = store.runs(states=("running", "waiting"), limit=10_000)
+    states = store.agent_states()  # one query, not one per agent
     rows = []
     for name, agent in project.agents.items():
         mine = [run for run in live if run.agent == name]
         running = [run for run in mine if run.state == "running"]
-        stored = store.agent_state(name)
+        stored = states.get(name, "idle")
         last = next(iter(store.runs(agent=name, states=FINAL, limit=1)), None)
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):

@@ -85,21 +85,24 @@ class Overview(Queue):
 
     @guarded
     def costs(self, since: float, agent: str | None = None) -> dict[str, dict[str, float]]:
-        """USD spent since ``since`` (the ``cost_usd`` of ``model_call`` events whose price was
-        known): {"agents": {agent: usd}, "runs": {run_id: usd}}."""
-        Run, Event = self._m.Run, self._m.RunEvent
-        query = (
-            Event.select(Event.run_id, Run.agent, Event.data)
-            .join(Run, on=(Event.run_id == Run.id))
-            .where((Event.type == "model_call") & (Event.at >= since))
+        """USD spent by the runs created since ``since`` (the ``cost_usd`` of their
+        ``model_call`` events whose price was known): {"agents": {agent: usd}, "runs":
+        {run_id: usd}}. The window selects runs, whose events are then found by their
+        ``(run_id, id)`` index: never a scan of every event kept."""
+        # IN (the window's runs), not a join filter: planners then seek each run's events.
+        # Raw rows, decoded here: peewee's per-row conversion costs more than the query.
+        sql = (
+            "SELECT e.run_id, r.agent, e.data FROM run_events e JOIN runs r ON e.run_id = r.id "
+            "WHERE e.run_id IN (SELECT id FROM runs WHERE created_at >= ?"
+            + (" AND agent = ?" if agent is not None else "")
+            + ") AND e.type = 'model_call'"
         )
-        if agent is not None:
-            query = query.where(Run.agent == agent)
+        params = (since,) if agent is None else (since, agent)
         agents: dict[str, float] = defaultdict(float)
         runs: dict[str, float] = defaultdict(float)
-        rows = list(query.tuples())
-        for run_id, name, data in rows:
-            cost = (data if isinstance(data, dict) else json.loads(data or "{}")).get("cost_usd")
+        rows = self._exec(self._statement(("costs", agent is None), lambda: sql), params)
+        for run_id, name, data in rows.fetchall():
+            cost = json.loads(data or "{}").get("cost_usd")
             if isinstance(cost, int | float):
                 agents[name] += cost
                 runs[run_id] += cost
