@@ -26,6 +26,8 @@ _SEARCHED = ("id", "agent", "status", "reason")
 
 
 class Overview(Queue):
+    """What an operator's overview reads (``llamaherd-dashboard``), beside ``Store.stats``."""
+
     @guarded
     def find_runs(
         self,
