@@ -175,6 +175,17 @@ def test_next_fire_for_al_stat(project):
     assert trigger.next_fire(agents["manual"], at(12, 3)) is None
 
 
+def test_next_fire_is_remembered_until_its_tick_passes_or_the_schedule_changes(project):
+    trigger = CronTrigger()
+    agent = project.load().agents["every5"]
+    assert trigger.next_fire(agent, at(12, 3)) == at(12, 5)
+    assert trigger.next_fire(agent, at(12, 4, 59)) == at(12, 5)  # remembered
+    assert trigger.next_fire(agent, at(12, 5)) == at(12, 10)  # the tick passed
+    assert trigger.next_fire(agent, at(12, 1)) == at(12, 5)  # an earlier now: computed again
+    agent.config["schedule"] = "*/15 * * * *"
+    assert trigger.next_fire(agent, at(12, 1)) == at(12, 15)
+
+
 @pytest.mark.parametrize(
     ("config", "key", "text"),
     [

@@ -178,6 +178,10 @@ def describe_plan(agent: Agent, now: float) -> list[TriggerInfo]:
     return [TriggerInfo(kind, summary, details, plan.following(now))]
 
 
+# The config keys a plan depends on (``next_fire`` remembers answers per their values).
+PLAN_KEYS = ("schedule", "every", "timezone")
+
+
 class CronTrigger:
     """TriggerType ``cron``: one thread that fires each agent's due ticks."""
 
@@ -193,6 +197,7 @@ class CronTrigger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ctx: TriggerContext | None = None
+        self._next_fires: dict[tuple[str, ...], tuple[float, float]] = {}  # key -> (asked, tick)
 
     # ------------------------------------------------------------ validation and display
     def validate(self, agent: Agent) -> list[ConfigError]:
@@ -211,9 +216,22 @@ class CronTrigger:
         return Plan.from_config(*_config(agent))
 
     def next_fire(self, agent: Agent, now: float) -> float | None:
-        """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None."""
+        """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None.
+
+        Remembered per agent and schedule until that tick passes: the dashboard asks for
+        every agent's on each render, and parsing 200 cron expressions each time is most of
+        its work. Between the ``now`` it was computed for and the tick itself, the answer
+        cannot change (ticks follow from the expression alone)."""
+        key = (agent.name, *(repr(agent.config.get(k)) for k in PLAN_KEYS))
+        known = self._next_fires.get(key)
+        if known is not None and known[0] <= now < known[1]:
+            return known[1]
         plan = self.plan(agent)
-        return plan.following(now) if plan else None
+        if plan is None:
+            return None
+        when = plan.following(now)
+        self._next_fires[key] = (now, when)
+        return when
 
     def describe(self, agent: Agent) -> str | None:
         """``schedule */5 * * * * (Europe/Berlin)`` or ``every 2m``, for ``al stat``."""
