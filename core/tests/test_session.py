@@ -1,9 +1,9 @@
-"""The runner and session in one process: real store, real HTTP gateway, a host-user sandbox
-(as the current user), the scripted model."""
+"""The runner and session in one process: real store, real HTTP gateway, and core's stand-ins
+for the edges (llamaherd.testing_fakes): the ``fake`` model replaying script.toml and the
+``local`` runtime running commands as the current user."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import subprocess
 import textwrap
@@ -19,19 +19,14 @@ from llamaherd.types import TriggerEvent
 
 CONFIG = """
 [models.scripted]
-provider = "scripted"
+provider = "fake"
 model = "scripted"
 """
 
 
 @pytest.fixture
-def engine(tmp_project, monkeypatch, tmp_path):
+def engine(tmp_project, monkeypatch, tmp_path, fakes):
     from llamaherd.engine import Engine
-    from llamaherd.plugins import registry
-
-    # Real parts: the scripted model and the host-user runtime (as the current user).
-    if "scripted" not in registry().providers or "host-user" not in registry().runtimes:
-        pytest.skip("needs the llamaherd-scripted and llamaherd-host-user plugins")
 
     monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "creds"))
     monkeypatch.setenv("AL_RETRY_BASE_DELAY", "0.01")
@@ -46,13 +41,11 @@ def engine(tmp_project, monkeypatch, tmp_path):
 
 
 def add_agent(engine: Any, name: str, script: str, config: str = "") -> Any:
-    """A host-user agent with this script.toml; reloads the project's agents."""
+    """An agent of the local runtime with this script.toml; reloads the project's agents."""
     project = engine.tmp_project
     path = project.add_agent(
         name,
-        'models = ["scripted"]\n'
-        + textwrap.dedent(config)
-        + f'\n[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n',
+        'models = ["scripted"]\n' + textwrap.dedent(config) + '\n[runtime]\ntype = "local"\n',
     )
     (path / "script.toml").write_text(textwrap.dedent(script))
     engine.project.__dict__.pop("agents", None)  # cached_property: rescan
@@ -97,7 +90,8 @@ def test_manual_run_bash_cwd_status_return(engine):
     results = tool_results(engine, final.id)
     assert results[1].splitlines()[0].endswith(f"/{final.id}/sub")
     assert results[1].splitlines()[1] == "hi"
-    assert results[2] == "hello there\n[exit code 3]"
+    # The value was printed; a setenv value is masked in what is stored (the model read it).
+    assert results[2] == "***\n[exit code 3]"
     types = [e["type"] for e in engine.store.events(final.id)]
     assert "model_call" in types and "tool_call" in types
 
@@ -200,18 +194,18 @@ def test_timeout_kills_the_run(engine):
 def test_secrets_are_redacted(engine, tmp_path):
     from llamaherd.credentials import CredentialStore
 
-    CredentialStore().write("github_token", "default", {"token": "ghp_supersecretvalue123"})
+    CredentialStore().write("fake_token", "default", {"token": "ghp_supersecretvalue123"})
     add_agent(
         engine,
         "leaky",
         """
         [[turns]]
-        tool_calls = [{name = "bash", arguments = {command = "echo token=$GITHUB_TOKEN"}},
+        tool_calls = [{name = "bash", arguments = {command = "echo token=$FAKE_TOKEN"}},
                       {name = "set_status", arguments = {text = "{{ last_result }}"}}]
         [[turns]]
         text = "done"
     """,
-        config='credentials = ["github_token"]\n',
+        config='credentials = ["fake_token"]\n',
     )
     final = run(engine, "leaky")
     assert final.state == "done", final.reason
@@ -234,7 +228,8 @@ def test_setenv_from_a_hook_reaches_the_model_bash(engine):
     )
     final = run(engine, "envy")
     assert final.state == "done", final.reason
-    assert tool_results(engine, final.id)[0] == "from=hook value\n1"
+    # The hook's value reached the model's bash; it is masked in what is stored.
+    assert tool_results(engine, final.id)[0] == "from=***\n1"
 
 
 def test_scheduled_run_reruns_up_to_max_reruns(engine):

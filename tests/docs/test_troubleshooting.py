@@ -27,6 +27,7 @@ ERRORS = {
     "CredentialError": 0,
     "CredentialInvalid": 0,
     "Conflict": 0,
+    "CommandFailed": 0,
 }
 MIN_PIECE = 8
 # Test helpers, not messages a user sees.

@@ -1,14 +1,15 @@
-"""Third-party plugins installed for real with pip appear in `al plugins` and `al schema`."""
+"""Third-party plugins, found as installed distributions, appear in `al plugins` and `al schema`
+(CI installs each for real with pip in its own env: `tox -e plugin-<name>`)."""
 
 from __future__ import annotations
 
 import json
-from contextlib import ExitStack
+import os
 from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import pip_installed
+from llamaherd.testing import source_distribution
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib"
 EXAMPLES = {
@@ -18,21 +19,24 @@ EXAMPLES = {
 
 
 @pytest.fixture
-def installed_contrib():
+def installed_contrib(tmp_path):
+    """The contrib distributions present, and the env under which ``al`` finds them."""
     present = {dist: path for dist, path in EXAMPLES.items() if (path / "pyproject.toml").exists()}
-    with ExitStack() as stack:
-        for dist, path in present.items():
-            stack.enter_context(pip_installed(path, dist))
-        yield present
+    paths = [
+        source_distribution(tmp_path / f"site-{dist}", path)["PYTHONPATH"]
+        for dist, path in present.items()
+    ]
+    return present, {"PYTHONPATH": os.pathsep.join(paths)}
 
 
 def test_contrib_plugins_appear_without_changing_core(installed_contrib, al, tmp_project):
-    rows = {row["name"]: row for row in json.loads(al("plugins", "--json").stdout)}
+    installed_contrib, env = installed_contrib
+    rows = {row["name"]: row for row in json.loads(al("plugins", "--json", env=env).stdout)}
     trigger = rows["example-trigger"]
     assert trigger["distribution"] == "llamaherd-example-trigger" and trigger["version"] == "0.1.0"
     assert trigger["registers"] == ["trigger-type:file_watch"]
 
-    agent = json.loads(al("schema", "--agent").stdout)
+    agent = json.loads(al("schema", "--agent", env=env).stdout)
     assert agent["properties"]["watch"]["required"] == ["paths"]
     assert "interval" in agent["properties"]["watch"]["properties"]
     if "llamaherd-pager" in installed_contrib:
@@ -48,7 +52,7 @@ def test_contrib_plugins_appear_without_changing_core(installed_contrib, al, tmp
         "watcher",
         'models = ["m"]\n[watch]\npathz = ["/tmp/x"]\n[runtime]\ntype = "host-user"\nrun_as = "al-agent"\n',
     )
-    result = al("validate", cwd=tmp_project.root)
+    result = al("validate", cwd=tmp_project.root, env=env)
     assert result.returncode == 2
     assert (
         'agents/watcher/config.toml: watch.pathz: unknown key (did you mean "paths"?)'

@@ -25,6 +25,16 @@ def project(tmp_path: Path) -> OfflineProject:
     return OfflineProject(tmp_path / "proj", creds=tmp_path / "creds", timeout=60)
 
 
+@pytest.fixture
+def cron_project(project: OfflineProject) -> OfflineProject:
+    """``project``, for a test of schedules (skipped without the llamaherd-cron plugin)."""
+    from llamaherd.plugins import registry
+
+    if "cron" not in registry().trigger_types:
+        pytest.skip("needs the llamaherd-cron plugin")
+    return project
+
+
 def doctor(project: OfflineProject, *args: str, **kw: Any) -> tuple[int, dict[str, Any]]:
     """``al doctor --json ARGS``: its exit code and report."""
     result = project.al("doctor", "--json", *args, **kw)

@@ -285,15 +285,22 @@ def test_an_unreachable_database_server_is_an_error(project):
 # ----------------------------------------------------------------------------- scheduler
 
 
-def test_a_scheduler_running_an_older_config_is_a_warning(project, scheduler):
+def test_a_scheduler_that_refused_the_config_on_disk_is_a_warning(project, scheduler):
+    from llamaherd.testing import wait_until
+
     project.add_scripted_agent("a")
     scheduler(project)
     code, report = doctor(project)
     assert findings(report, "scheduler")[0]["status"] == "ok"
-    project.add_scripted_agent("b")
-    code, report = doctor(project)
-    (found,) = findings(report, "scheduler")
-    assert found["status"] == "warning" and "older config" in found["message"]
+    project.add_scripted_agent("b", "scale = -1\n")
+
+    def refused() -> dict:
+        (found,) = findings(doctor(project)[1], "scheduler")
+        return found if found["status"] == "warning" else {}
+
+    found = wait_until(refused, 10, what="the refusal")
+    assert "refused the config on disk" in found["message"]
+    assert "agents/b/config.toml: scale" in found["message"]
 
 
 # ----------------------------------------------------------------------------- plugins

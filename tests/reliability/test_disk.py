@@ -134,7 +134,9 @@ def test_disk_full_gives_a_clear_error_and_keeps_what_was_acknowledged(tmp_path,
         for error in errors:
             assert "Traceback" not in error and "\n" not in error.strip(), error
         fill(tiny)  # whatever a failed write left free
-        cli = project.al("run", "quick", "--no-follow", env=env)
+        # A long prompt: a failed commit leaves its WAL frames allocated, and a smaller write
+        # may still fit in them.
+        cli = project.al("run", "quick", "x" * 100_000, "--no-follow", env=env)
 
         reserve.unlink()  # space is back: the same scheduler takes work again
         (tiny / "filler").unlink()

@@ -189,6 +189,12 @@ def test_replay_test_and_dead_letters(project, case, scheduler):
     listing = al(project, "webhooks", "ls").stdout
     assert "listener" in listing
 
+    if not case.test_args:  # a shared secret: a delivery signed with a wrong one is refused
+        project.env["WRONG_SECRET"] = "not-the-secret"
+        args = ["--event", case.event, "--payload", payload, "--signing-key-env", "WRONG_SECRET"]
+        refused = al(project, "webhooks", "test", "listener", *args)
+        assert refused.returncode == 1 and refused.stdout.startswith("HTTP 401"), refused.stdout
+
 
 def test_twitter_crc_through_the_scheduler(project, case, scheduler):
     if case.kind != "twitter":

@@ -424,6 +424,7 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
         '[[turns]]\ntext = "built"\n',
         run_as=user,
     )
+    add_agent(project, "bystander", script='[[turns]]\ntext = "ok"\n')
     sched = scheduler(project)
     store = project.store()
     try:
@@ -435,7 +436,9 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
         assert f"run {failed.id}" in events_of(store, "builder", "state")[-1]["data"]["cause"]
 
         assert post_webhook(sched.url, {"event": "build"}).json()["queued"] == ["builder"]
-        time.sleep(1.5)  # held, not run: still queued, no new run
+        # A run queued after it goes through the dispatcher first: held, not run.
+        assert sched.post("/control/run", {"agent": "bystander"}).status_code == 202
+        wait_until(lambda: [r for r in runs_of(store, "bystander") if r.state == "done"])
         assert store.queue_depth("builder")["builder"] == 1 and len(runs_of(store, "builder")) == 1
         assert (
             json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]["state"]
@@ -488,13 +491,13 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
         return runs and any(e["type"] == "model_call" for e in store.events(runs[0].id)) and runs[0]
 
     first, strict = wait_until(lambda: sleeping("worker")), wait_until(lambda: sleeping("strict"))
-    time.sleep(0.5)
+    wait_until(lambda: (tmp_path / "worker").is_dir() and (tmp_path / "strict").is_dir())
     sched.kill9()
     killed_at = time.time()
     last_progress = store.events(first.id)[-1]["at"]
     for run in (first, strict):
         _remove_sandbox(store.get_run(run.id))
-    time.sleep(2.0)  # the system is down
+    time.sleep(2.0)  # the scenario: the system stays down a while (not a wait for anything)
 
     restarted = time.time()
     scheduler(project)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from llamaherd.testing import OfflineProject, chat_reply, pip_installed, wait_until
+from llamaherd.testing import OfflineProject, chat_reply, source_distribution, wait_until
 
 from .conftest import events_of
 from .helpers import (
@@ -232,25 +232,25 @@ def test_a_hibernating_agent_refuses_manual_runs_unless_woken(tmp_path, schedule
 def test_a_third_party_trigger_is_gated_like_webhooks(tmp_path, scheduler):
     watched = tmp_path / "watched.log"
     watched.write_text("")
-    with pip_installed(CONTRIB / "example-trigger", "llamaherd-example-trigger"):
-        project = OfflineProject(tmp_path / "proj")
-        project.add_scripted_agent(
-            "watcher",
-            f'[watch]\npaths = ["{watched}"]\ninterval = 0.1\n',
-            '[[turns]]\ntext = "saw it"\n',
-        )
-        scheduler(project)
-        store = project.store()
-        project.al("state", "watcher", "hibernate", check=True)
-        watched.write_text("one\n")
-        refused = wait_until(lambda: events_of(store, "watcher", "trigger.refused"))
-        assert refused[0]["data"]["kind"] == "file_watch"
-        assert "hibernating" in refused[0]["data"]["reason"]
-        assert store.queue_depth("watcher")["watcher"] == 0 and not runs_of(store, "watcher")
+    env = source_distribution(tmp_path / "site", CONTRIB / "example-trigger")
+    project = OfflineProject(tmp_path / "proj", env=env)
+    project.add_scripted_agent(
+        "watcher",
+        f'[watch]\npaths = ["{watched}"]\ninterval = 0.1\n',
+        '[[turns]]\ntext = "saw it"\n',
+    )
+    scheduler(project)
+    store = project.store()
+    project.al("state", "watcher", "hibernate", check=True)
+    watched.write_text("one\n")
+    refused = wait_until(lambda: events_of(store, "watcher", "trigger.refused"))
+    assert refused[0]["data"]["kind"] == "file_watch"
+    assert "hibernating" in refused[0]["data"]["reason"]
+    assert store.queue_depth("watcher")["watcher"] == 0 and not runs_of(store, "watcher")
 
-        project.al("state", "watcher", "idle", check=True)
-        watched.write_text("one\ntwo\n")
-        assert one_run(store, "watcher", "done").trigger_kind == "file_watch"
+    project.al("state", "watcher", "idle", check=True)
+    watched.write_text("one\ntwo\n")
+    assert one_run(store, "watcher", "done").trigger_kind == "file_watch"
 
 
 # ------------------------------------------------------------------ 6. POST /agents/:id/state

@@ -92,7 +92,8 @@ def test_locked_beyond_the_busy_timeout(tmp_path: Path) -> None:
 def test_disk_full_leaves_no_half_written_item(tmp_path: Path) -> None:
     store = Store.open(sqlite_url(tmp_path / "work-queue.db"))
     pages = store._db.execute_sql("PRAGMA page_count").fetchone()[0]
-    store._db.execute_sql(f"PRAGMA max_page_count = {pages + 8}")  # this connection only
+    # On the connection that writes (the store's writer thread): this connection only.
+    store.write(store._db.execute_sql, f"PRAGMA max_page_count = {pages + 8}")
     committed = 0
     with pytest.raises(StoreError, match="disk is full"):
         for n in range(100):

@@ -237,3 +237,18 @@ def test_prune_keeps_recent_and_live(store: Store, clock) -> None:
     assert store.get_run(live.id) is not None and store.get_run(recent.id) is not None
     assert store.last_tick("cron:alpha") == clock.now - 20 * 86400, "the latest tick is kept"
     assert store._m.TriggerTick.select().count() == 1, "older ticks go"
+
+
+def test_last_finished_is_each_agents_latest_final_run(store: Store, clock) -> None:
+    first = running(store, "alpha")
+    store.transition(first.id, "error", reason="boom")
+    clock.advance(1)
+    latest = running(store, "alpha")
+    store.transition(latest.id, "done")
+    running(store, "alpha")  # still running: not a result yet
+    running(store, "beta")
+    found = store.last_finished(["alpha", "beta", "gamma"])
+    assert set(found) == {"alpha"}  # beta has no final run, gamma no run at all
+    run_id, state, exit_code, finished_at = found["alpha"]
+    assert (run_id, state, exit_code) == (latest.id, "done", EXIT_CODES["done"])
+    assert finished_at == store.get_run(latest.id).finished_at

@@ -54,3 +54,29 @@ def test_describes_the_watched_files_for_the_dashboard(tmp_project, tmp_path):
         {"interval": "5s"},
     )
     assert describe_triggers(agents["bystander"], 0.0) == []
+
+
+def test_a_live_reload_restarts_it_with_the_new_agents(
+    tmp_project, started_trigger, tmp_path, monkeypatch
+):
+    """Without ``reconfigure``, a live reload calls ``stop()`` then ``start(ctx)``: the new
+    agent set is watched."""
+    monkeypatch.setenv("AL_CREDENTIALS_DIR", str(tmp_path / "credentials"))
+    watched = tmp_path / "errors.log"
+    watched.write_text("")
+    tmp_project.config("")
+    tmp_project.add_agent("bystander", "")
+    started = started_trigger(FileWatchTrigger(), tmp_project)
+    assert started.ctx.agents == []
+    tmp_project.add_agent("triage", f'watch = {{ paths = ["{watched}"], interval = 0.02 }}\n')
+    started.engine.project = tmp_project.load()
+    started.trigger.stop()
+    started.trigger.start(started.ctx)
+
+    def changed() -> bool:
+        with watched.open("a") as fh:
+            fh.write("boom\n")
+        return bool(started.fired)
+
+    wait_until(changed, timeout=10, what="an event for the new agent")
+    assert started.fired[0][0].agent == "triage"

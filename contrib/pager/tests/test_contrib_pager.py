@@ -1,31 +1,33 @@
-"""Install llamaherd-pager with pip, as a user would, and use it through the `al` command."""
+"""llamaherd-pager through the `al` command, found as an installed distribution (its tox env,
+`tox -e plugin-pager`, installs it with pip as a user would)."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import pip_installed
+from llamaherd.testing import OfflineProject, source_distribution
 
 DIST = Path(__file__).resolve().parents[1]
 AL = [sys.executable, "-c", "from llamaherd.cli import main; main()"]
 GOOD_TOKEN = "u+goodKeyForTests123"
 
 
-@pytest.fixture(scope="module")
-def installed() -> Iterator[None]:
-    """pip-install the distribution (unless the venv already has it) and remove it after;
-    serialised with other test sessions sharing the venv (see ``pip_installed``)."""
-    with pip_installed(DIST, "llamaherd-pager"):
-        yield
+@pytest.fixture
+def installed(tmp_path) -> dict[str, str]:
+    """The env under which ``al`` finds the distribution: installed already (its own tox env),
+    else this checkout's source as if installed (nothing is installed into a shared env)."""
+    try:
+        metadata.version("llamaherd-pager")
+        return {}
+    except metadata.PackageNotFoundError:
+        return source_distribution(tmp_path / "site", DIST)
 
 
 def users_me(request):
@@ -36,10 +38,11 @@ def users_me(request):
 
 
 @pytest.fixture
-def env(tmp_path, fake_service) -> dict[str, str]:
+def env(tmp_path, fake_service, installed) -> dict[str, str]:
     service = fake_service({("GET", "/users/me"): users_me})
     return {
         **os.environ,
+        **installed,
         "AL_LOAD_PLUGINS": "pager",
         "AL_CREDENTIALS_DIR": str(tmp_path),
         "AL_PAGERDUTY_API_URL": service.url,
@@ -96,27 +99,12 @@ text = "{{ last_result }}"
 """
 
 
-def test_staged_into_a_run(installed, env, tmp_path):
-    """A real foreground run (host-user runtime as this user, scripted model) gets the token."""
-    for dist in ("llamaherd-scripted", "llamaherd-host-user"):
-        try:
-            metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pytest.skip(f"{dist} is not installed")
-
-    agent = tmp_path / "proj" / "agents" / "reporter"
-    agent.mkdir(parents=True)
-    (agent.parent.parent / "config.toml").write_text(
-        '[models.scripted]\nprovider = "scripted"\nmodel = "scripted"\n'
-    )
-    (agent / "SKILL.md").write_text("---\nname: reporter\ndescription: d\n---\nReport.\n")
-    (agent / "config.toml").write_text(
-        'models = ["scripted"]\ncredentials = ["pager_token"]\n'
-        f'[runtime]\ntype = "host-user"\nrun_as = "{getpass.getuser()}"\n'
-    )
-    (agent / "script.toml").write_text(STAGE_CHECK)
-    run_env = {**env, "AL_LOAD_PLUGINS": "pager,scripted,host-user", "TOKEN_VAR": GOOD_TOKEN}
-    al(run_env, "creds", "add", "pager_token", "--from-env", "TOKEN_VAR")
-    run = al(run_env, "--project", str(agent.parent.parent), "run", "reporter")
+def test_staged_into_a_run(env, tmp_path):
+    """A real foreground run (offline model and runtime, as this user) gets the token."""
+    run_env = {k: v for k, v in env.items() if k != "AL_LOAD_PLUGINS"}
+    project = OfflineProject(tmp_path / "proj", env={**run_env, "TOKEN_VAR": GOOD_TOKEN})
+    project.add_scripted_agent("reporter", 'credentials = ["pager_token"]\n', STAGE_CHECK)
+    project.al("creds", "add", "pager_token", "--from-env", "TOKEN_VAR", check=True)
+    run = project.al("run", "reporter", check=True)
     assert f"staged {len(GOOD_TOKEN)} chars: ***" in run.stdout
     assert GOOD_TOKEN not in run.stdout + run.stderr

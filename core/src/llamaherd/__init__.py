@@ -9,10 +9,18 @@ Plugin authors need only ``hookimpl``::
         register(MyType())
 """
 
-import pluggy
+from typing import Any
 
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker("llamaherd")
-
 __all__ = ["hookimpl", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """``hookimpl``, made on first use: the read commands (``al stat``) never load pluggy."""
+    if name != "hookimpl":
+        raise AttributeError(f"module 'llamaherd' has no attribute {name!r}")
+    import pluggy
+
+    marker = globals()["hookimpl"] = pluggy.HookimplMarker("llamaherd")
+    return marker

@@ -19,9 +19,10 @@ What is here, by topic:
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
-  webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``) and ``HmacSource``,
-  a base for sources signed with an HMAC of the body (``body_digest``), with ``pick``,
-  ``clip`` and ``json_object`` for reading payloads into normalised fields; provider HTTP
+  webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
+  ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
+  body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
+  into normalised fields; provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
@@ -37,7 +38,8 @@ What is here, by topic:
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
-  ``is_local``, ``require_token``, ``require_read``, ``json_body``, ``control_token``), the
+  ``bearer_token``, ``known_host``, ``is_local``, ``require_token``, ``require_read``,
+  ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
   ``say_to_run``) and what ``al stat`` shows
@@ -66,9 +68,11 @@ if TYPE_CHECKING:
     )
     from llamaherd.auth import (
         authorized,
+        bearer_token,
         control_token,
         is_local,
         json_body,
+        known_host,
         require_read,
         require_token,
         token_matches,
@@ -102,7 +106,7 @@ if TYPE_CHECKING:
     from llamaherd.scheduler import pid_alive, scheduler_info
     from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
-    from llamaherd.signatures import fresh, hmac_digest, signature_matches
+    from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
     from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
     from llamaherd.status import (
         FINAL,
@@ -119,6 +123,7 @@ if TYPE_CHECKING:
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
+        CommandFailed,
         ConfigError,
         ControlChannel,
         CredentialField,
@@ -174,8 +179,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "say_to_run", "set_agent_state", "state_of",
     ),
     "llamaherd.auth": (
-        "authorized", "control_token", "is_local", "json_body", "require_read", "require_token",
-        "token_matches",
+        "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
+        "require_read", "require_token", "token_matches",
     ),
     "llamaherd.cli": ("AppContext", "pass_app"),
     "llamaherd.client": ("ControlClient",),
@@ -197,7 +202,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.scheduler": ("pid_alive", "scheduler_info"),
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
-    "llamaherd.signatures": ("fresh", "hmac_digest", "signature_matches"),
+    "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "next_fire",
@@ -206,7 +211,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",

@@ -3,6 +3,13 @@
 The control API, the dashboard and any plugin's routes share these, so there is one place that
 decides what a request proves. The token lives in ``.al/control-token`` (0600); the CLI reads it
 from there, a browser gets it once through the dashboard's login.
+
+``/control/*`` (``require_token``) takes only ``Authorization: Bearer``: a browser never adds
+that header on its own, so no other origin can forge a control request (the dashboard's cookie
+is for the dashboard's own routes, which check Origin and CSRF). Being on 127.0.0.1 proves
+nothing (agents and other local users are there too), so reads need the token as writes do, and
+a ``Host`` that names neither this machine's loopback nor the server's configured name (DNS
+rebinding) is refused before anything else.
 """
 
 from __future__ import annotations
@@ -11,10 +18,12 @@ import hmac
 import os
 import secrets
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from llamaherd.statedir import private_dir
 from llamaherd.types import LlamaherdError
 
 if TYPE_CHECKING:  # the CLI reads the token without loading the HTTP stack
@@ -22,6 +31,8 @@ if TYPE_CHECKING:  # the CLI reads the token without loading the HTTP stack
     from starlette.responses import Response
 
 Handler = Callable[["Request"], Awaitable["Response"]]
+# Host names that always mean this machine; ``app.state.host_names`` adds the configured ones.
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 def control_token(state_dir: Path) -> str:
@@ -31,7 +42,7 @@ def control_token(state_dir: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir)
     token = secrets.token_urlsafe(32)
     fd, tmp = tempfile.mkstemp(dir=state_dir, prefix=".control-token.")
     with os.fdopen(fd, "w") as fh:
@@ -57,41 +68,57 @@ def token_matches(request: Request, given: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
-def authorized(request: Request) -> bool:
-    """True when the request carries the control token (Bearer header or ``al_token`` cookie)."""
+def bearer_token(request: Request) -> str:
+    """The token of an ``Authorization: Bearer`` header ("" when there is none)."""
     header = request.headers.get("authorization", "")
-    given = (
-        header[7:] if header.lower().startswith("bearer ") else request.cookies.get("al_token", "")
-    )
-    return token_matches(request, given)
+    return header[7:].strip() if header[:7].lower() == "bearer " else ""
+
+
+def authorized(request: Request) -> bool:
+    """True when the request carries the control token (Bearer header or ``al_token`` cookie:
+    the dashboard's check; ``/control/*`` takes the header only, ``require_token``)."""
+    return token_matches(request, bearer_token(request) or request.cookies.get("al_token", ""))
+
+
+def host_name(request: Request) -> str:
+    """The name the client asked for in ``Host`` (no port, no brackets; "" when absent)."""
+    return urlsplit(f"//{request.headers.get('host', '')}").hostname or ""
+
+
+def known_host(request: Request, extra: Collection[str] = ()) -> bool:
+    """Whether ``Host`` names this server: a loopback name, or one the configuration gives it
+    (``[gateway] url``, a specific ``bind`` address: ``app.state.host_names``). Anything else is
+    a DNS-rebinding page or a misdirected request."""
+    configured = getattr(request.app.state, "host_names", ())
+    return host_name(request) in (*LOCAL_NAMES, *configured, *extra)
 
 
 def require_token(handler: Handler) -> Handler:
-    """Mutating control endpoints: the control token is required, from anywhere."""
+    """Control endpoints, reads and writes alike: a known ``Host`` (else 421) and the control
+    token as ``Authorization: Bearer`` (else 401), checked before the body is read."""
 
     async def wrapper(request: Request) -> Response:
         from starlette.responses import JSONResponse
 
-        if not authorized(request):
-            return JSONResponse({"error": "control token required"}, status_code=401)
+        if not known_host(request):
+            return JSONResponse(
+                {"error": f"Host {host_name(request)!r} is not this server's name"},
+                status_code=421,
+            )
+        if not token_matches(request, bearer_token(request)):
+            return JSONResponse(
+                {"error": "control token required (Authorization: Bearer, .al/control-token)"},
+                status_code=401,
+            )
         return await handler(request)
 
     wrapper.__name__ = handler.__name__
     return wrapper
 
 
-def require_read(handler: Handler) -> Handler:
-    """Read endpoints: open on the loopback interface, token required from elsewhere."""
-
-    async def wrapper(request: Request) -> Response:
-        from starlette.responses import JSONResponse
-
-        if not is_local(request) and not authorized(request):
-            return JSONResponse({"error": "control token required"}, status_code=401)
-        return await handler(request)
-
-    wrapper.__name__ = handler.__name__
-    return wrapper
+# Reads show run events and payloads, so they are guarded exactly as writes are; the name stays
+# for plugins that mark their read routes with it.
+require_read = require_token
 
 
 async def json_body(request: Request) -> dict[str, Any]:

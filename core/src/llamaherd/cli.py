@@ -27,6 +27,26 @@ class AppContext:
         return self._project
 
     @property
+    def state_dir(self) -> Path | None:
+        """The project's ``.al`` without loading the project (None outside of one): where the
+        read commands find a running scheduler to ask."""
+        if self._project is not None:
+            return self._project.state_dir
+        root = self.project_dir
+        if root is None:
+            here = Path.cwd().resolve()
+            # As ``llamaherd.project.find_root``, without importing the project's parsers.
+            root = next(
+                (
+                    d
+                    for d in (here, *here.parents)
+                    if (d / "config.toml").is_file() or (d / "agents").is_dir()
+                ),
+                None,
+            )
+        return None if root is None else Path(root).resolve() / ".al"
+
+    @property
     def registry(self) -> Any:
         from llamaherd.plugins import registry
 
@@ -34,14 +54,15 @@ class AppContext:
 
 
 class ErrorHandlingGroup(click.Group):
-    """Turns LlamaherdError into one line on stderr and exit 2, never a traceback."""
+    """Turns LlamaherdError into one line on stderr and its exit code, never a traceback:
+    2 for a usage or config error (as click's own usage errors), 1 for a ``CommandFailed``."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LlamaherdError as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(exc.exit_code)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         """An unknown subcommand that a first-party plugin provides names that plugin."""
@@ -109,19 +130,44 @@ def add_project_option(command: click.Command) -> None:
     )
 
 
-def _load_commands() -> None:
+# Read commands run over and over (``watch al stat``): resolved from their own module alone,
+# without importing every command module and plugin (plugins add commands, never these).
+QUICK_COMMANDS = {
+    "stat": "llamaherd.commands.scheduler",
+    "status": "llamaherd.commands.scheduler",
+    "runs": "llamaherd.commands.scheduler",
+    "logs": "llamaherd.commands.scheduler",
+}
+
+
+def _command_name(args: list[str]) -> str | None:
+    """The subcommand ``args`` name (after the group's own ``-p/--project DIR``), if any."""
+    rest = iter(args)
+    for arg in rest:
+        if arg in ("-p", "--project"):
+            next(rest, None)
+        elif not arg.startswith("-"):
+            return arg
+        elif not arg.startswith(("--project=", "-p")):
+            return None  # --help, --version: the full command list
+    return None
+
+
+def _load_commands(only: str | None = None) -> None:
     import importlib
 
     from llamaherd.commands import COMMAND_MODULES
-    from llamaherd.plugins import get_manager
 
-    for module_name in COMMAND_MODULES:
+    for module_name in COMMAND_MODULES if only is None else (only,):
         importlib.import_module(module_name).register(cli)
-    # One plugin's broken commands must not take the whole CLI down.
-    get_manager().call_each("register_commands", cli=cli)
+    if only is None:
+        from llamaherd.plugins import get_manager
+
+        # One plugin's broken commands must not take the whole CLI down.
+        get_manager().call_each("register_commands", cli=cli)
     add_project_option(cli)
 
 
 def main() -> None:
-    _load_commands()
+    _load_commands(QUICK_COMMANDS.get(_command_name(sys.argv[1:]) or ""))
     cli()

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from llamaherd.auth import control_token
-from llamaherd.scheduler import scheduler_info
+from llamaherd.local import scheduler_info
 from llamaherd.types import ControlChannel, LlamaherdError
 
 TIMEOUT = 30.0
@@ -65,10 +67,19 @@ class ControlClient:
 
     @classmethod
     def find(cls, project: Any) -> ControlClient | None:
-        info = scheduler_info(project.state_dir)
+        return cls.of_state_dir(project.state_dir)
+
+    @classmethod
+    def of_state_dir(cls, state_dir: Path) -> ControlClient | None:
+        """The scheduler of the project whose ``.al`` is ``state_dir``, over its unix socket
+        when it has one (no TCP handshake), else its URL; None when none runs."""
+        info = scheduler_info(state_dir)
         if not info:
             return None
-        return cls(info["url"], control_token(project.state_dir), pid=info["pid"])
+        socket_path = info.get("socket")
+        if socket_path and not os.path.exists(socket_path):
+            socket_path = None
+        return cls(info["url"], control_token(state_dir), pid=info["pid"], socket_path=socket_path)
 
     @classmethod
     def for_environment(cls, environment: str) -> ControlClient:

@@ -1,7 +1,8 @@
 """The control API the CLI uses on a running scheduler: a built-in plugin (``register_routes``).
 
-Reads are open on the loopback interface; every mutating call needs the control token from
-``.al/control-token``. ``GET /health`` (Action Llama's liveness probe) is open from anywhere:
+Every call, reads included, needs the control token from ``.al/control-token`` as
+``Authorization: Bearer`` and a ``Host`` naming this server (``llamaherd.auth.require_token``):
+run events and payloads are no business of agents or other local users. ``GET /health`` (Action Llama's liveness probe) is open from anywhere:
 it says nothing but that the server is up. The operations themselves live in
 ``llamaherd.agents``.
 """
@@ -25,7 +26,7 @@ from llamaherd.agents import (
     say_to_run,
     state_of,
 )
-from llamaherd.auth import json_body, require_read, require_token
+from llamaherd.auth import json_body, require_token
 from llamaherd.status import agent_rows, run_dict, serving_status
 from llamaherd.types import LlamaherdError
 
@@ -57,15 +58,10 @@ def _engine(request: Request) -> Any:
     return request.app.state.engine
 
 
-def _scheduler(engine: Any) -> dict[str, Any]:
-    """``scheduler_status`` of the process serving this API (a foreground ``al run`` is none)."""
-    return serving_status(engine)
-
-
-@require_read
+@require_token
 async def health(request: Request) -> Response:
     engine = _engine(request)
-    scheduler = await run_in_threadpool(_scheduler, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse(
         {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
     )
@@ -77,17 +73,17 @@ async def peer_health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-@require_read
+@require_token
 async def stat(request: Request) -> Response:
     engine = _engine(request)
     rows = await run_in_threadpool(
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
-    scheduler = await run_in_threadpool(_scheduler, engine)
+    scheduler = await run_in_threadpool(serving_status, engine)
     return JSONResponse({"scheduler": scheduler, "agents": rows})
 
 
-@require_read
+@require_token
 async def agent_state(request: Request) -> Response:
     engine = _engine(request)
     return JSONResponse(await run_in_threadpool(state_of, engine, request.path_params["name"]))
@@ -130,6 +126,9 @@ async def run(request: Request) -> Response:
     engine = _engine(request)
     body = await json_body(request)
     agent = _field(body, "agent", str, "")
+    reload = getattr(engine, "reload", None)
+    if agent not in engine.project.agents and reload is not None:
+        await run_in_threadpool(reload)  # saved a moment ago: the watcher may not have looked yet
     engine.project.agent(agent)  # unknown agent -> 400 with the known names
     count = _field(body, "count", int, 1)
     if not 1 <= count <= 10_000:
@@ -150,7 +149,7 @@ async def run(request: Request) -> Response:
     return JSONResponse({"items": [r.queued for r in results]}, status_code=202)
 
 
-@require_read
+@require_token
 async def runs(request: Request) -> Response:
     engine = _engine(request)
     agent = request.query_params.get("agent") or None
@@ -159,7 +158,7 @@ async def runs(request: Request) -> Response:
     return JSONResponse({"runs": [run_dict(r) for r in rows]})
 
 
-@require_read
+@require_token
 async def run_detail(request: Request) -> Response:
     engine = _engine(request)
     found = await run_in_threadpool(engine.store.find_run, request.path_params["run_id"])
@@ -170,7 +169,7 @@ async def run_detail(request: Request) -> Response:
     return JSONResponse(run_dict(found))
 
 
-@require_read
+@require_token
 async def run_events(request: Request) -> Response:
     engine = _engine(request)
     after = _query_int(request, "after", 0, 0, 2**62)
@@ -178,7 +177,7 @@ async def run_events(request: Request) -> Response:
     return JSONResponse({"events": events})
 
 
-@require_read
+@require_token
 async def stats(request: Request) -> Response:
     """Run history (``Store.stats``): ``?agent=NAME`` and ``?since=EPOCH_SECONDS``."""
     engine = _engine(request)

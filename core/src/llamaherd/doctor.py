@@ -359,7 +359,7 @@ def database_findings(project: Any, registry: Any) -> list[Finding]:
     from llamaherd.store.connection import DATABASE_ERRORS, StoreError, connect, explain
     from llamaherd.store.schema import STAMP
 
-    db, where, timeout = connect(project.database_url, str(project.root))
+    db, where, timeout = connect(project.database_url, str(project.root), create=False)
     subject = f"database {where}"
     if "://" not in where and not Path(where).exists():
         return [Finding.ok(subject, "not created yet: made at the first `al start` or `al run`")]
@@ -423,12 +423,19 @@ class SchedulerCheck:
         if not status["running"]:
             return [Finding.ok("scheduler", "not running here (`al start` runs it)")]
         subject = f"scheduler pid {status['pid']}"
+        if status["config_errors"]:
+            problems = "; ".join(status["config_errors"])
+            return [
+                Finding.warning(
+                    subject, f"refused the config on disk (the last good one runs): {problems}"
+                )
+            ]
         if status["config_current"] is False:
             return [
                 Finding.warning(
                     subject,
-                    "runs with an older config than the files on disk: restart it "
-                    "(`al stop && al start`)",
+                    "runs with an older config than the files on disk (it reloads an edit "
+                    "within seconds; if this stays, restart it: `al stop && al start`)",
                 )
             ]
         return [Finding.ok(subject, f"running, llamaherd {status['version']}, config current")]

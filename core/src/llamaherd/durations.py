@@ -24,3 +24,21 @@ def parse_duration(value: str | float | int, where: str = "duration") -> float:
     if seconds <= 0:
         raise LlamaherdError(f"{where}: expected a positive duration, got {value!r}")
     return seconds
+
+
+def parse_since(value: str, where: str = "--since", now: float | None = None) -> float:
+    """The moment ``value`` names, as epoch seconds: a duration back from now ("2h", "7d") or
+    an ISO 8601 date or time ("2026-01-15", "2026-01-15T08:00", with or without an offset;
+    local time when it has none)."""
+    import time
+    from datetime import datetime
+
+    if PATTERN.match(str(value)):
+        return (time.time() if now is None else now) - parse_duration(value, where)
+    try:
+        return datetime.fromisoformat(str(value).strip()).timestamp()
+    except ValueError:
+        raise LlamaherdError(
+            f"{where}: expected a duration back from now (30m, 2h, 7d) or an ISO date or time "
+            f"(2026-01-15, 2026-01-15T08:00), got {value!r}"
+        ) from None

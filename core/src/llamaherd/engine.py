@@ -7,9 +7,12 @@ scheduler adds trigger plugins, a dispatcher and crash recovery on top (``llamah
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
+import shutil
+import stat
 import tempfile
 import threading
 from functools import cached_property
@@ -17,13 +20,38 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.clock import clock, host_id
+from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import EmitResult, TriggerEvent
+from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
 # Agent states that hold triggers instead of running them (issue: agent lifecycle states).
 HELD_STATES = ("off", "error", "suspended")
+
+
+def socket_prefix(root: Path) -> Path:
+    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"al-gw-{digest}-"
+
+
+def remove_stale_socket_dirs(prefix: Path) -> list[Path]:
+    """Remove this project's gateway socket directories (``<prefix><pid>``) left behind by
+    schedulers that died (``kill -9``, a failed start); only ours: our uid, a dead pid."""
+    removed = []
+    for directory in prefix.parent.glob(prefix.name + "*"):
+        pid = directory.name.removeprefix(prefix.name)
+        try:
+            info = directory.lstat()
+        except FileNotFoundError:
+            continue
+        if not pid.isdigit() or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            continue
+        if int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
 
 
 class Engine:
@@ -59,23 +87,38 @@ class Engine:
     # ------------------------------------------------------------------ HTTP
     def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:
         """Start the HTTP server on ``bind:port`` and on a private unix socket."""
+        from llamaherd.http_guard import Limits
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
-        tcp = ServerThread(app, host=bind, port=port).start()
+        limits = Limits.of(self.project.gateway)
+        tcp = ServerThread(app, host=bind, port=port, limits=limits).start()
         self._servers.append(tcp)
         local = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
         self.gateway_url = f"http://{local}:{tcp.port}"
         self.gateway_socket = self._socket_path()
-        self._servers.append(ServerThread(app, uds=self.gateway_socket).start())
+        # The socket has its own cap: sandboxes reach the gateway there, so a flood of TCP
+        # connections never evicts them.
+        self._servers.append(
+            ServerThread(
+                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway)
+            ).start()
+        )
         self.app = app
 
     def _socket_path(self) -> str:
-        # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per project.
-        digest = hashlib.sha256(f"{self.project.root}:{os.getpid()}".encode()).hexdigest()[:12]
-        directory = Path(tempfile.gettempdir()) / f"al-gw-{digest}"
-        directory.mkdir(mode=0o755, exist_ok=True)
-        directory.chmod(0o755)
+        # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per
+        # project and process: al-gw-<project digest>-<pid>.
+        prefix = socket_prefix(self.project.root)
+        remove_stale_socket_dirs(prefix)
+        directory = Path(f"{prefix}{os.getpid()}")
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o755)
+        info = directory.lstat()
+        # /tmp is shared: a directory someone else planted there could hand out our socket.
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise LlamaherdError(f"{directory} exists and is not ours: remove it and start again")
+        directory.chmod(0o755)  # sandbox users connect to the socket in it
         return str(directory / "gateway.sock")
 
     def close(self) -> None:
@@ -124,17 +167,30 @@ class Engine:
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         result.refused = self.gate(event.agent, event.kind)
-        with self.store.atomic():
-            if once is not None and not self.store.claim_tick(*once):
-                return None
-            if result.refused:
-                return result
+        if not self.store.write(self._queue, event, agent.queue_size, coalesce, once, result):
+            return None
+        self.wakeup.set()
+        return result
+
+    def _queue(
+        self,
+        event: TriggerEvent,
+        limit: int,
+        coalesce: bool,
+        once: tuple[str, float] | None,
+        result: EmitResult,
+    ) -> bool:
+        """In one write transaction (shared with concurrent emits): claim the tick, queue the
+        item unless refused. False when the tick was claimed before."""
+        if once is not None and not self.store.claim_tick(*once):
+            return False
+        if not result.refused:
             result.queued = self.store.enqueue(
                 event.agent,
                 event.kind,
                 event.payload,
                 event.prompt,
-                limit=agent.queue_size,
+                limit=limit,
                 source=event.source,
                 dedupe_key=event.dedupe_key,
                 coalesce=coalesce,
@@ -142,8 +198,7 @@ class Engine:
                 rerun_count=event.rerun_count,
                 recovery=event.recovery,
             )
-        self.wakeup.set()
-        return result
+        return True
 
     def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
         from llamaherd.waits import match_waiting
@@ -211,6 +266,8 @@ class Engine:
     def claim(self) -> tuple[Any, Any] | None:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
         agent is held or paused), else the next queued item."""
+        if not self.store.has_queued():
+            return None  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
         for run_id, agent in suspended:

@@ -23,7 +23,8 @@ JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}
     POST /gateway/setenv {name, value}     setenv           env for the model's later bash calls
     POST /gateway/wait   {filter, timeout} al-wait          blocks until a matching trigger (408)
 
-A state the agent may not set (``selfStates``) is refused with 403.
+A state the agent may not set (``selfStates``) is refused with 403. The run's credentials are
+checked before its body is read, and bodies are bounded (``llamaherd.http_guard.BODY_LIMITS``).
 """
 
 from __future__ import annotations
@@ -112,15 +113,15 @@ def handler_endpoint(
         from starlette.responses import Response
 
         engine = request.app.state.engine
+        ctx = await run_in_threadpool(authenticate, engine, request)  # before reading the body
+        if isinstance(ctx, Response):
+            return ctx
         try:
             args = await _body(request) if request.method != "GET" else dict(request.query_params)
         except ValueError as exc:
             return _error(400, f"bad JSON body: {exc}")
         if args_from_path:
             args[args_from_path] = request.path_params[args_from_path]
-        ctx = await run_in_threadpool(authenticate, engine, request)
-        if isinstance(ctx, Response):
-            return ctx
         handler = pick(engine, ctx)
         if handler is None:
             return _error(404, f"no language skill provides {what!r}")
@@ -197,10 +198,15 @@ async def wait(request: Request) -> Response:
     pending = SCRIPT_WAITS.add(ctx.run_id, ctx.agent.name, wait_filter)
     deadline = asyncio.get_running_loop().time() + seconds
     try:
+        # The wait also ends when al-wait goes away (killed, its timeout): no event for it then.
         while not pending.done.is_set() and asyncio.get_running_loop().time() < deadline:
+            if await request.is_disconnected():
+                break
             await asyncio.sleep(WAIT_POLL)
     finally:
         SCRIPT_WAITS.remove(pending)
+    if pending.ended:
+        return _error(410, f"al-wait: {pending.ended}")
     if not pending.done.is_set():
         return _error(408, f"no trigger matching {wait_filter} within {seconds:g} s")
     return JSONResponse({"ok": True, "trigger": pending.result})

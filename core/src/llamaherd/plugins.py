@@ -2,7 +2,14 @@
 
 Load order: built-in modules (``DEFAULT_PLUGINS``), then the ``llamaherd`` entry-point group via
 stevedore (a plugin that fails to import becomes one warning), filtered by ``AL_LOAD_PLUGINS``
-(allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``.
+(allowlist) and ``AL_DISABLE_PLUGINS`` (blocklist), then ``check_pending()``. ``AL_PLUGINS``
+names modules to register as plugins as well, entry points or not (as ``PYTEST_PLUGINS`` does:
+tests hand ``al`` subprocesses their stand-in plugins this way).
+
+Built-ins are imported on first use of a hook other than ``register_commands`` (they add no
+commands; a test holds them to it): ``al --help`` and the client commands never import the
+control API's web stack. They are then registered ahead of the entry-point plugins, so the
+order hooks are called in is the same as if they had been loaded first.
 """
 
 from __future__ import annotations
@@ -78,11 +85,29 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.info: dict[str, PluginInfo] = {}
         self.failed: dict[str, str] = {}
-        for module_name in DEFAULT_PLUGINS:
-            self.register(importlib.import_module(module_name), module_name, builtin=True)
+        self._registry: Registry | None = None
+        self._builtins_loaded = False
+        self._load_named(_split_env("AL_PLUGINS") or set())
         if load_entrypoints:
             self._load_entrypoints()
-        self._registry: Registry | None = None
+        self._check_pending()
+
+    def _load_builtins(self) -> None:
+        """Register the built-in modules first in the call order: the entry-point plugins
+        (and any registered since) are registered again after them."""
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True
+        later = [(name, self.pm.get_plugin(name), self.info[name]) for name in list(self.info)]
+        for name, _, _ in later:
+            self.pm.unregister(name=name)
+        self.info.clear()
+        for module_name in DEFAULT_PLUGINS:
+            self.register(importlib.import_module(module_name), module_name, builtin=True)
+        for name, plugin, info in later:
+            self.pm.register(plugin, name=name)
+            self.info[name] = info
+        self._registry = None
         self._check_pending()
 
     def _check_pending(self) -> None:
@@ -102,6 +127,7 @@ class PluginManager:
 
     @property
     def hook(self) -> Any:
+        self._load_builtins()
         return self.pm.hook
 
     def register(self, plugin: Any, name: str, *, builtin: bool = False) -> None:
@@ -118,6 +144,14 @@ class PluginManager:
         self.pm.unregister(name=name)
         self.info.pop(name, None)
         self._registry = None
+
+    def _load_named(self, module_names: set[str]) -> None:
+        for module_name in sorted(module_names):
+            try:
+                self.register(importlib.import_module(module_name), module_name)
+            except Exception as exc:  # as an entry point that fails: one warning
+                self.failed[module_name] = f"{type(exc).__name__}: {exc}"
+                _warn(f"plugin {module_name!r} failed to load: {type(exc).__name__}: {exc}")
 
     def _load_entrypoints(self) -> None:
         from stevedore import ExtensionManager
@@ -146,6 +180,8 @@ class PluginManager:
     def call_each(self, hook_name: str, **kwargs: Any) -> list[Any]:
         """Call every implementation of a hook; one that raises becomes a warning naming it.
         Returns the answers of those that did not raise, None ones left out."""
+        if hook_name != "register_commands":  # the one hook no built-in implements
+            self._load_builtins()
         answers = []
         for impl in reversed(getattr(self.hook, hook_name).get_hookimpls()):
             try:
@@ -160,6 +196,7 @@ class PluginManager:
         return answers
 
     def registry(self) -> Registry:
+        self._load_builtins()
         if self._registry is None:
             self._registry = Registry(self)
         return self._registry

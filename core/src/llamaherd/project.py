@@ -36,7 +36,12 @@ LOCAL_DEFAULTS: dict[str, Any] = {
     "cpus": 2,
     "timeout": 900,
 }
-GATEWAY_DEFAULTS: dict[str, Any] = {"port": 8080, "bind": "127.0.0.1"}
+GATEWAY_DEFAULTS: dict[str, Any] = {
+    "port": 8080,
+    "bind": "127.0.0.1",
+    "maxConnections": 1000,
+    "headerTimeout": 10,
+}
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"

@@ -63,11 +63,16 @@ class Redactor:
     """Masks every value in ``secrets`` (values shorter than 4 characters are ignored)."""
 
     def __init__(self, secrets: Iterable[str]):
-        forms = {form for secret in secrets if secret for form in _variants(secret)}
+        self.secrets = frozenset(secret for secret in secrets if secret)
+        forms = {form for secret in self.secrets for form in _variants(secret)}
         self._pattern = re.compile(_trie_regex(_trie(forms))) if forms else None
 
     def __bool__(self) -> bool:
         return self._pattern is not None
+
+    def plus(self, secrets: Iterable[str]) -> Redactor:
+        """A redactor masking ``secrets`` as well as this one's."""
+        return Redactor([*self.secrets, *secrets])
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""

@@ -40,6 +40,7 @@ from llamaherd.session import (
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.waits import SCRIPT_WAITS
 
 log = logging.getLogger("llamaherd.runner")
 
@@ -61,6 +62,8 @@ class _Prepared:
     redactor: Any
     spec: SandboxSpec
     token: str
+    # The session's setenv values while the run waits: the stored transcript masks them.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,6 +102,11 @@ class Runner:
         with self._lock:
             return set(self._live)
 
+    def is_active(self, run_id: str) -> bool:
+        """Is the run executing in this process (not parked, not ended)?"""
+        with self._lock:
+            return run_id in self._live
+
     def live(self, run_id: str) -> _Live | None:
         """The live handles of an active run (the gateway uses them for ``setenv``)."""
         with self._lock:
@@ -108,6 +116,10 @@ class Runner:
 
     def run(self, row: Any) -> Any:
         """Execute a fresh run or continue a resumed one; never raises; returns the final row."""
+        log.info(
+            "run %s of %s %s (%s trigger)",
+            row.id, row.agent, "resumed" if row.transcript else "started", row.trigger_kind,
+        )  # fmt: skip
         try:
             self._run(row)
         except Exception as exc:  # the last line of defence: record, never propagate
@@ -131,10 +143,15 @@ class Runner:
                 live = self._live.pop(row.id, None)
             if live and live.timer:
                 live.timer.cancel()
+            # Its blocked al-wait commands end with it (parked: its thread is gone), so no
+            # event is handed to a wait nobody reads.
+            SCRIPT_WAITS.end_run(row.id, "the run ended or parked")
         try:
-            return self.store.get_run(row.id)
+            final = self.store.get_run(row.id)
         except StoreError:
             return None
+        _log_end(final)
+        return final
 
     def kill(self, run_id: str, reason: str = "killed by user", state: str = "killed") -> bool:
         """End a queued, active or waiting run now; True if it was live."""
@@ -181,6 +198,7 @@ class Runner:
         if live.session is not None:
             live.session.setenv(name, value)
         else:
+            live.ctx.keep_secret(value)
             live.pending_env[name] = value
 
     def expire_wait(self, row: Any) -> None:
@@ -331,11 +349,12 @@ class Runner:
                 "options": self._options(ctx, row),
                 "time_left": lambda: deadline - self.engine.clock(),
                 "human_timeout": float(ctx.agent.wait_timeout or 1800),
+                "credentials": prepared.credentials,
             }
             if suspends(ctx.agent):  # an agent's own maxTurns pauses for approval
                 session_kw["on_turn_limit"] = _suspend
             if resumed:
-                live.session = Session(ctx, chain, row.transcript, **session_kw)
+                live.session = Session(ctx, chain, row.transcript, env=prepared.env, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
             get_manager().call_each(
                 "run_started", run=ctx
@@ -357,7 +376,8 @@ class Runner:
                 credential_store=self.engine.credentials,
             )
             live.session = Session.start(ctx, chain, system, user, **session_kw)
-            live.session.env.update(live.pending_env)
+            for name, value in live.pending_env.items():
+                live.session.setenv(name, value)
             for message in live.pending_messages:
                 live.session.interrupt(message)
             return self._session(live)
@@ -458,6 +478,7 @@ class Runner:
         remaining = (self.store.get_run(row.id).deadline or now) - now
         session.meta["time_left"] = max(1.0, remaining)
         session.checkpoint()
+        live.prepared.env = dict(session.env)  # kept here, not in the stored transcript
         data = outcome.deferred.data
         try:
             self.store.set_waiting(row.id, data["filter"], now + float(data["timeout"]))
@@ -596,6 +617,18 @@ class Runner:
         dist = PROVIDED_BY.get(("runtimes", name))
         hint = f"; install {dist}" if dist else ""
         return f"{agent.config_file}: runtime.type: runtime {name!r} is not installed{hint}"
+
+
+def _log_end(final: Any) -> None:
+    """The scheduler log's line for a run that ended (or parked, waiting for a trigger)."""
+    if final is None:
+        return
+    took = ""
+    if final.started_at and final.finished_at:
+        took = f" after {final.finished_at - final.started_at:.1f} s"
+    code = "" if final.exit_code is None else f" (exit {final.exit_code})"
+    reason = f": {final.reason}" if final.reason and final.state != "done" else ""
+    log.info("run %s of %s %s%s%s%s", final.id, final.agent, final.state, code, took, reason)
 
 
 def _final_state(outcome: Outcome) -> tuple[str, str | None]:

@@ -19,15 +19,25 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.local import pid_alive, scheduler_info  # here too: where callers found them
+from llamaherd.reload import (
+    ConfigWatcher,
+    apply_overrides,
+    candidate,
+    changed_agents,
+    restart_only_changes,
+)
+from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType
+from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType, fragment
 
 log = logging.getLogger("llamaherd.scheduler")
 
@@ -35,6 +45,7 @@ HOUSEKEEPING_EVERY = 1.0
 HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is presumed dead
 PRUNE_EVERY = 3600.0
 STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
+INVALID_CONFIG = "invalid config:"  # the cause of an agent held for its config at start
 
 
 def host_stale_after() -> float:
@@ -54,38 +65,11 @@ def host_stale_after() -> float:
     return seconds
 
 
-def scheduler_info(state_dir: Path) -> dict[str, Any] | None:
-    """What a running scheduler wrote about itself in ``.al/scheduler.json``, if it still runs."""
-    try:
-        info = json.loads((state_dir / "scheduler.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return info if pid_alive(int(info.get("pid", 0))) else None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs; an exited one its parent has not reaped yet (a zombie, e.g.
-    under a container init that never reaps) counts as gone."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True  # no /proc: the signal said it exists
-
-
 class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        state_dir.mkdir(parents=True, exist_ok=True)
+        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -108,15 +92,17 @@ class HostWatch:
     A host is presumed dead once its heartbeat row has not changed for ``stale_after`` seconds
     of our own time (as client-go's leader election judges a lease it observes), so clock skew
     between hosts, or a jump of the wall or fake clock, never makes a live host look dead. A
-    host first seen less than ``stale_after`` ago is not judged yet."""
+    host first seen less than ``stale_after`` ago is not judged yet. ``clock`` is that monotonic
+    clock (tests pass their own)."""
 
-    def __init__(self, stale_after: float):
+    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic):
         self.stale_after = stale_after
+        self._clock = clock
         self._seen: dict[str, tuple[Any, float]] = {}  # host -> (last heartbeat seen, when)
 
     def dead(self, hosts: list[dict[str, Any]]) -> set[str]:
         """Update from ``store.hosts()``; the hosts presumed dead now."""
-        now = time.monotonic()
+        now = self._clock()
         seen = {}
         for host in hosts:
             mark = (host["heartbeat_at"], (host["info"] or {}).get("beat"))
@@ -127,12 +113,24 @@ class HostWatch:
 
 
 class TriggerHost:
-    """The ``TriggerContext`` one trigger type gets: its agents, the clock, emit, ticks."""
+    """The ``TriggerContext`` one trigger type gets: its agents, the clock, emit, ticks.
+
+    ``agents`` is read from the engine's project on each access, so after a live reload it is
+    the new set."""
 
     def __init__(self, engine: Engine, trigger: TriggerType):
         self._engine = engine
+        self._trigger = trigger
         self._prefix = f"{trigger.name}:"
-        self.agents = agents_using(trigger, engine.project.agents.values())
+
+    @property
+    def agents(self) -> list[Any]:
+        return agents_using(self._trigger, self._engine.project.agents.values())
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """Its agents' values of the keys its trigger type adds: what a reload compares."""
+        keys = set(fragment(self._trigger)[0])
+        return {a.name: {k: a.config.get(k) for k in keys} for a in self.agents}
 
     def clock(self) -> float:
         return self._engine.clock()
@@ -150,8 +148,11 @@ class TriggerHost:
 
 
 class Scheduler(Engine):
-    def __init__(self, project: Any, *, grace: float = 30.0):
+    def __init__(self, project: Any, *, grace: float = 30.0, gateway: dict[str, Any] | None = None):
         stale_after = host_stale_after()
+        # ``al start --port/--bind``: over [gateway] of this config and of each reloaded one.
+        self.gateway_overrides = {k: v for k, v in (gateway or {}).items() if v is not None}
+        apply_overrides(project, self.gateway_overrides)
         self.lock = SchedulerLock(project.state_dir)
         try:
             super().__init__(project)
@@ -160,9 +161,14 @@ class Scheduler(Engine):
             raise
         self.grace = grace
         self.started_at = time.time()
-        # Which config files it runs with (``al stat`` compares with the files on disk).
+        # Which config files it runs with (``al stat`` compares with the files on disk), and
+        # why the files on disk are not what it runs (a live reload refused them).
         self.config_digest = config_digest(project.root)
-        self.triggers: list[Any] = []
+        self.config_errors: list[str] = []
+        self.reloaded_at: float | None = None
+        self._seen_digest = self.config_digest  # the files the last reload judged
+        self._reloading = threading.Lock()
+        self.triggers: list[tuple[Any, TriggerHost]] = []
         self.watch = HostWatch(stale_after)
         self._beats = 0
         self._last_housekeeping = 0.0
@@ -181,6 +187,7 @@ class Scheduler(Engine):
         self._start_triggers()
         self._install_signals()
         self._write_info()  # last: its presence tells clients the scheduler is fully up
+        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
         self._log_webhook_urls()
         try:
@@ -193,7 +200,9 @@ class Scheduler(Engine):
                     log.error("%s; retrying in %gs", exc, STORE_RETRY_AFTER)
                     self.stopping.wait(STORE_RETRY_AFTER)
                     continue
-                self.wakeup.wait(0.25)
+                # Asleep until work may be claimable (an enqueue, a run's end, a state change
+                # sets ``wakeup``) or the next housekeeping: nothing polls in between.
+                self.wakeup.wait(self._until_housekeeping())
         finally:
             self.shutdown()
         return 0
@@ -212,7 +221,7 @@ class Scheduler(Engine):
         broken = {p.agent: p for p in problems if p.is_error and p.agent in self.project.agents}
         for name, problem in broken.items():
             if self.store.agent_state(name) != "error":
-                self.store.set_agent_state(name, "error", f"invalid config: {problem}")
+                self.store.set_agent_state(name, "error", f"{INVALID_CONFIG} {problem}")
 
     def _log_webhook_urls(self) -> None:
         """Where each webhook source receives, under ``[gateway] url`` when set (the address
@@ -223,11 +232,13 @@ class Scheduler(Engine):
             kind = table.get("type", "generic") if isinstance(table, dict) else "?"
             log.info("webhook source %s (%s): %s/webhooks/%s", name, kind, base, name)
 
-    def prepare_agents(self) -> None:
-        """Let each agent's runtime get ready ahead of its first run (the docker runtime
-        builds missing images, its progress in the log). A failure is logged; a run of the
-        agent then fails with it and holds the agent, as without this head start."""
-        for agent in self.project.agents.values():
+    def prepare_agents(self, names: list[str] | None = None) -> None:
+        """Let each agent's (or each named agent's) runtime get ready ahead of its first run
+        (the docker runtime builds missing images, its progress in the log). A failure is
+        logged; a run of the agent then fails with it and holds the agent, as without this
+        head start."""
+        agents = self.project.agents
+        for agent in [agents[n] for n in names if n in agents] if names else agents.values():
             runtime = self.registry.runtimes.get(agent.runtime["type"])
             if runtime is None or self.store.agent_state(agent.name) == "error":
                 continue
@@ -257,31 +268,112 @@ class Scheduler(Engine):
         }
         path = self.project.state_dir / "scheduler.json"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
+        with open_private(tmp, "wb") as fh:
+            fh.write(json.dumps(info).encode())
         os.replace(tmp, path)
 
     def identity(self) -> dict[str, Any]:
-        """Since when it runs, its version and the config it loaded: in ``scheduler.json``
-        and its heartbeat, for ``al stat`` and the control API."""
+        """Since when it runs, its version, the config it loaded and why it refused the one on
+        disk: in ``scheduler.json`` and its heartbeat, for ``al stat`` and the control API."""
         return {
             "started_at": self.started_at,
             "version": __version__,
             "config_digest": self.config_digest,
+            "config_errors": list(self.config_errors),
+            "reloaded_at": self.reloaded_at,
         }
 
     def _start_triggers(self) -> None:
         for trigger in self.registry.trigger_types.values():
+            host = TriggerHost(self, trigger)
             try:
-                trigger.start(TriggerHost(self, trigger))
+                trigger.start(host)
             except Exception as exc:
                 log.error("trigger type %s failed to start: %s", trigger.name, exc)
                 continue
-            self.triggers.append(trigger)
+            self.triggers.append((trigger, host))
+
+    # ------------------------------------------------------------------ live reload
+    def reload(self) -> None:
+        """Apply the config files on disk when they changed since the last look (the
+        ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
+        not is refused (logged, and in ``al stat``) and its last good version keeps running."""
+        with self._reloading:
+            digest = config_digest(self.project.root)
+            if digest == self._seen_digest:
+                return
+            self._seen_digest = digest
+            found = candidate(self.project, self.registry, self.gateway_overrides)
+            for problem in found.refused:
+                log.error("config change refused: %s", problem)
+            if found.project is None:
+                log.error("the running config stays as it was (fix the above, then save again)")
+            else:
+                self._apply(found.project, found.kept)
+            self.config_errors = found.refused
+            if not found.refused:
+                self.config_digest = digest
+            self._write_info()
+
+    def _apply(self, project: Any, kept: set[str]) -> None:
+        old = self.project
+        added, removed, changed = changed_agents(old, project)
+        for setting in restart_only_changes(old, project):
+            log.warning("config.toml: %s changed: it applies at the next `al start`", setting)
+        before = [host.configs() for _, host in self.triggers]
+        self.project = project
+        self.reloaded_at = time.time()
+        for (trigger, host), configs in zip(self.triggers, before, strict=True):
+            if host.configs() != configs:
+                self._reconfigure(trigger, host)
+        self._release_fixed(changed)
+        log.info(
+            "config reloaded: %s",
+            "; ".join(
+                f"{what} {', '.join(names)}"
+                for what, names in (
+                    ("added", added),
+                    ("removed (queue kept)", removed),
+                    ("changed", changed),
+                    ("kept at the last good version", sorted(kept)),
+                )
+                if names
+            )
+            or "agents unchanged",
+        )
+        if added or changed:
+            threading.Thread(
+                target=self.prepare_agents, args=(added + changed,), name="prepare", daemon=True
+            ).start()
+        self.wakeup.set()  # a new agent's queued items may be claimable now
+
+    def _reconfigure(self, trigger: Any, host: TriggerHost) -> None:
+        """Give a trigger type its new agents: ``reconfigure(ctx)`` when it has it, else
+        ``stop()`` and ``start(ctx)`` again."""
+        try:
+            reconfigure = getattr(trigger, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(host)
+            else:
+                trigger.stop()
+                trigger.start(host)
+        except Exception as exc:  # a plugin's failure must not stop the scheduler
+            log.error("trigger type %s failed to take the new config: %s", trigger.name, exc)
+
+    def _release_fixed(self, changed: list[str]) -> None:
+        """Agents held at start for an invalid config that a reload fixed go back to idle."""
+        for name in changed:
+            if self.store.agent_state(name) != "error":
+                continue
+            events = self.store.agent_events(name, limit=20)
+            cause = next((e["data"] for e in reversed(events) if e["type"] == "state"), None) or {}
+            if str(cause.get("cause", "")).startswith(INVALID_CONFIG):
+                self.store.set_agent_state(name, "idle", "config fixed (live reload)")
 
     def shutdown(self) -> None:
         """Stop triggers, let active runs finish within the grace period, then interrupt the rest
         (requeued with a recovery notice, as after a crash)."""
-        for trigger in self.triggers:
+        for trigger, _ in self.triggers:
             try:
                 trigger.stop()
             except Exception as exc:
@@ -317,6 +409,9 @@ class Scheduler(Engine):
         self._beats += 1
         info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats, **self.identity()}
         self.store.heartbeat_host(self.host, info)
+
+    def _until_housekeeping(self) -> float:
+        return max(0.0, self._last_housekeeping + HOUSEKEEPING_EVERY - time.time())
 
     def housekeeping(self) -> None:
         now = time.time()

@@ -42,7 +42,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from llamaherd import compat
+from llamaherd import compat, schedlog
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
@@ -224,6 +224,19 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": GATEWAY_DEFAULTS["bind"],
                 "description": "Address the server listens on.",
             },
+            "maxConnections": {
+                "type": "integer",
+                "minimum": 1,
+                "default": GATEWAY_DEFAULTS["maxConnections"],
+                "description": "Open connections the server holds (TCP and the unix socket each); "
+                "beyond it the connection idle longest is closed.",
+            },
+            "headerTimeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": GATEWAY_DEFAULTS["headerTimeout"],
+                "description": "Seconds a client has to send a request's headers (else 408).",
+            },
             "url": {
                 "type": "string",
                 "pattern": "^https?://",
@@ -232,6 +245,25 @@ PROJECT_KEYS: dict[str, Any] = {
             },
         },
         "The scheduler's HTTP server (gateway API, webhooks, control API, dashboard).",
+    ),
+    "log": _table(
+        {
+            "format": {
+                "type": "string",
+                "enum": list(schedlog.FORMATS),
+                "default": schedlog.DEFAULTS["format"],
+                "description": "Format of the scheduler's log (`.al/scheduler.log`, and stderr "
+                'in the foreground): "text" for people, "json" for one JSON object a line '
+                "(time, at, level, logger, message) for a log shipper. `$AL_LOG_FORMAT` wins.",
+            },
+            "level": {
+                "type": "string",
+                "enum": list(schedlog.LEVELS),
+                "default": schedlog.DEFAULTS["level"],
+                "description": "Least severe level the scheduler logs. `$AL_LOG_LEVEL` wins.",
+            },
+        },
+        "The scheduler's log: run starts and ends, webhook receipts, triggers refused.",
     ),
     "webhooks": {
         "type": "object",

@@ -4,11 +4,14 @@ dashboard). Served by uvicorn in background threads, on TCP and on a unix socket
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import socket
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
@@ -16,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
+from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
 from llamaherd.types import Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
@@ -34,28 +38,50 @@ def build_app(engine: Any) -> Starlette:
     app = Starlette(exception_handlers={LlamaherdError: on_user_error})
     app.state.engine = engine
     app.state.control_token = control_token(engine.project.state_dir)
+    app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
+    app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
     get_manager().call_each("register_routes", app=app)
     return app
 
 
+def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
+    """Names besides loopback that ``Host`` may carry (``auth.known_host``): the host of
+    ``[gateway] url`` and a specific ``bind`` address."""
+    from urllib.parse import urlsplit
+
+    names = [urlsplit(str(gateway.get("url", ""))).hostname or ""]
+    bind = str(gateway.get("bind", ""))
+    if bind not in ("", "0.0.0.0", "::"):
+        names.append(bind)
+    return tuple(name for name in names if name)
+
+
 class ServerThread:
-    """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket."""
+    """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket, within
+    ``limits`` (``llamaherd.http_guard``)."""
 
     def __init__(
-        self, app: Starlette, *, host: str = "127.0.0.1", port: int = 0, uds: str | None = None
+        self,
+        app: Starlette,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        uds: str | None = None,
+        limits: Limits | None = None,
     ):
         import uvicorn
 
         self.sock = _bind(host, port, uds)
         config = uvicorn.Config(
-            app,
+            BodyLimit(app, app.state.body_limits),
+            http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_keep_alive=30,
             backlog=2048,
         )
-        self.server = uvicorn.Server(config)
+        self.server = _quiet_server_class()(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, name="http", daemon=True
         )
@@ -76,7 +102,51 @@ class ServerThread:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        self.server.wake()
         self.thread.join(timeout=5)
+
+
+@functools.cache
+def _quiet_server_class() -> type:
+    """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second:
+    an idle scheduler stays idle, and stops at once."""
+    import asyncio
+
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        _loop: asyncio.AbstractEventLoop | None = None
+        _exit: asyncio.Event | None = None
+
+        async def main_loop(self) -> None:
+            self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
+            counter = 0
+            while not await self.on_tick(counter):  # counter % 10 == 0: the Date header
+                counter = (counter + 10) % 864000
+                try:
+                    await asyncio.wait_for(self._exit.wait(), 1.0)
+                except TimeoutError:
+                    pass
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            """uvicorn's, without its fixed 0.1 s pause when no connection is open."""
+            if self.server_state.connections or self.server_state.tasks:
+                await super().shutdown(sockets)
+                return
+            for server in self.servers:
+                server.close()
+            for sock in sockets or []:
+                sock.close()
+            for server in self.servers:
+                await server.wait_closed()
+
+        def wake(self) -> None:
+            loop, event = self._loop, self._exit
+            if loop is not None and event is not None and not loop.is_closed():
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(event.set)
+
+    return QuietServer
 
 
 def _bind(host: str, port: int, uds: str | None) -> socket.socket:

@@ -23,11 +23,12 @@ import secrets
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
+from llamaherd.redact import MASK
 from llamaherd.run_events import publish
 from llamaherd.types import (
     Aborted,
@@ -90,7 +91,12 @@ class ActiveRun:
     engine: Engine | None  # None in `al prompt` previews
     store: Store | None
     sandbox: Sandbox | None = None  # while the run is active
-    redactor: Redactor | None = None  # over the run's credential values and keys
+    # Over the run's credential values, model keys and run token: masked everywhere.
+    redactor: Redactor | None = None
+    # Values the run set with setenv: masked in everything stored (never in what the model
+    # reads back: an ordinary value, a branch name, must stay usable).
+    env_secrets: set[str] = field(default_factory=set)
+    _stored: tuple[Any, Redactor] | None = field(default=None, repr=False, compare=False)
     trigger: dict[str, Any] = field(default_factory=dict)
     loop_mode: str = "autonomous"  # or "interactive": a human takes part (agent `loop_mode`)
     # The agent state this run set for its agent (set_state): the session ends the run on it.
@@ -106,11 +112,31 @@ class ActiveRun:
         """The run's current RunRow."""
         return self.store.get_run(self.run_id)
 
+    def keep_secret(self, value: str) -> None:
+        """Mask ``value`` (a setenv value) in everything stored from now on."""
+        self.env_secrets.add(value)
+
+    @property
+    def stored_redactor(self) -> Redactor:
+        """Masks what is written to the store: credentials and setenv values."""
+        from llamaherd.redact import Redactor
+
+        key = (id(self.redactor), len(self.env_secrets))  # env_secrets only grows
+        if self._stored is None or self._stored[0] != key:
+            base = self.redactor or Redactor(())
+            self._stored = (key, base.plus(self.env_secrets))
+        return self._stored[1]
+
     def redact(self, text: str) -> str:
-        return self.redactor.redact(text) if self.redactor else text
+        """``text`` as it may be stored or shown: credential and setenv values masked."""
+        return self.stored_redactor.redact(text) if self.redactor or self.env_secrets else text
 
     def redact_obj(self, obj: Any) -> Any:
-        return self.redactor.redact_obj(obj) if self.redactor else obj
+        return self.stored_redactor.redact_obj(obj) if self.redactor or self.env_secrets else obj
+
+    def redact_for_model(self, text: str) -> str:
+        """``text`` as the model may read it: credential values masked, setenv values kept."""
+        return self.redactor.redact(text) if self.redactor else text
 
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
         """A structured run event, redacted; then offered to ``run_event`` plugins."""
@@ -271,6 +297,8 @@ class Session:
         time_left: Callable[[], float | None] = lambda: None,  # seconds of the run left
         on_turn_limit: Callable[[Session], Outcome] | None = None,
         human_timeout: float = 1800.0,  # seconds an ask / a respond waits for the human
+        credentials: Mapping[str, Mapping[str, str]] | None = None,  # staged: "type/inst"
+        env: Mapping[str, str] | None = None,  # setenv values this process still holds
     ):
         self.ctx = ctx
         self.chain = chain
@@ -291,10 +319,16 @@ class Session:
             self.meta, self.messages = transcript[0], transcript[1:]
         else:
             self.meta, self.messages = {"role": "meta"}, list(transcript)
+        self.credentials = credentials or {}
         self.meta.setdefault("cwd", ctx.sandbox.workdir if ctx.sandbox else "/")
-        self.meta.setdefault("env", {})
+        self.meta["env"], self._env_lost = restore_env(self.meta, env or {}, self.credentials)
         for key in COUNTERS:
             self.meta.setdefault(key, 0)
+        for value in self.env.values():
+            ctx.keep_secret(value)
+        # The stored (redacted) form of the messages so far, and the redactor that made it.
+        self._stored: list[dict[str, Any]] = []
+        self._stored_with: Redactor | None = None
 
     # -------------------------------------------------------------- state
 
@@ -308,6 +342,20 @@ class Session:
     def transcript(self) -> list[dict[str, Any]]:
         return [self.meta, *self.messages]
 
+    def stored_transcript(self) -> list[dict[str, Any]]:
+        """The transcript as it is stored: credential and setenv values masked everywhere
+        (model text, tool-call arguments, ``write_file`` contents, tool output), and
+        ``meta.env`` values replaced by where a restarted scheduler finds them again
+        (``restore_env``): the values themselves stay in this process's memory."""
+        redactor = self.ctx.stored_redactor
+        if self._stored_with is not redactor:  # a new secret (setenv): redact all again
+            self._stored_with, self._stored = redactor, []
+        # Messages are only ever appended: only the new ones need redacting.
+        self._stored += [redactor.redact_obj(m) for m in self.messages[len(self._stored) :]]
+        meta = {**self.meta, "env": dict.fromkeys(self.env, MASK)}
+        meta["env_from"] = _credential_sources(self.env, self.credentials)
+        return [redactor.redact_obj(meta), *self._stored]
+
     @property
     def cwd(self) -> str:
         return self.meta["cwd"]
@@ -317,9 +365,11 @@ class Session:
         return self.meta["env"]
 
     def setenv(self, name: str, value: str) -> None:
-        """Set an env var for the model's later bash calls (also used by the gateway)."""
+        """Set an env var for the model's later bash calls (also used by the gateway). Its
+        value is treated as a secret: masked in whatever is stored, never in the transcript."""
         if not ENV_NAME.match(name):
             raise LlamaherdError(f"setenv: {name!r} is not a valid variable name")
+        self.ctx.keep_secret(value)
         self.env[name] = value
 
     @property
@@ -364,10 +414,10 @@ class Session:
         )
 
     def _add_user(self, text: str) -> None:
-        self.messages.append(Message("user", self.ctx.redact(text)).to_dict())
+        self.messages.append(Message("user", self.ctx.redact_for_model(text)).to_dict())
 
     def checkpoint(self) -> None:
-        self.ctx.store.checkpoint(self.ctx.run_id, self.transcript)
+        self.ctx.store.checkpoint(self.ctx.run_id, self.stored_transcript())
         self.ctx.store.update_run(
             self.ctx.run_id,
             input_tokens=self.meta["input_tokens"],
@@ -394,8 +444,13 @@ class Session:
         if resume and resume.get("end"):
             self.checkpoint()
             return Outcome("done", reason=str(resume.get("reason") or "conversation ended"))
-        if resume and resume.get("message"):
-            self._add_user(str(resume["message"]))
+        notes = [str(resume["message"])] if resume and resume.get("message") else []
+        if self._env_lost:
+            notes.append(_env_lost_note(self._env_lost))
+            self.ctx.log("env_lost", {"names": self._env_lost})
+            self._env_lost = []
+        if notes:
+            self._add_user("\n\n".join(notes))
         while True:
             if self.cancel.is_set():
                 return Outcome("cancelled")
@@ -427,6 +482,9 @@ class Session:
                 "assistant", reply.text, reply.tool_calls, provider_data=reply.provider_data
             )
             self.messages.append(assistant.to_dict())
+            for tc in reply.tool_calls:  # a value it sets is masked before it is stored
+                for value in _setenv_literals(tc):
+                    self.ctx.keep_secret(value)
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
@@ -501,7 +559,7 @@ class Session:
         text = result if isinstance(result, str) else json.dumps(result, default=str)
         self.messages.append(
             Message(
-                "tool", self.ctx.redact(text), tool_call_id=call_id, is_error=is_error
+                "tool", self.ctx.redact_for_model(text), tool_call_id=call_id, is_error=is_error
             ).to_dict()
         )
 
@@ -581,7 +639,11 @@ class Session:
                 if isinstance(value, Deferred):
                     self.ctx.log(
                         "tool_call",
-                        {"tool": tc.name, "arguments": tc.arguments, "deferred": value.kind},
+                        {
+                            "tool": tc.name,
+                            "arguments": _short_args(tc.arguments),
+                            "deferred": value.kind,
+                        },
                     )
                     return value
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -592,7 +654,7 @@ class Session:
                 text, is_error = f"error: no tool named {tc.name!r} (tools: {known})", True
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
-        text = self.ctx.redact(truncate(text))
+        text = self.ctx.redact_for_model(truncate(text))
         if is_error:
             self._count_auth_failure(tc.name, text)
         self.messages.append(Message("tool", text, tool_call_id=tc.id, is_error=is_error).to_dict())
@@ -604,7 +666,8 @@ class Session:
                 "duration": round(time.monotonic() - started, 4),
                 "exit_code": exit_code,
                 "is_error": is_error,
-                "output": truncate(text, 2000),
+                # All the model saw (already cut to MAX_OUTPUT): `al logs --full` shows it.
+                "output": text,
             },
         )
         return None
@@ -641,7 +704,8 @@ class Session:
         output, cwd, env = parse_markers(result.output, nonce)
         if cwd:
             self.meta["cwd"] = cwd
-        self.env.update(env)
+        for name, value in env.items():
+            self.setenv(name, value)
         output = output.rstrip("\n")
         if result.timed_out:
             output += f"\n[timed out after {timeout:g} s; the command was killed]"
@@ -724,6 +788,25 @@ def _required_text(args: dict[str, Any], key: str) -> str:
     return text
 
 
+def _setenv_literals(tc: ToolCall) -> list[str]:
+    """The values a bash call sets with ``setenv NAME VALUE`` written out in its command."""
+    command = tc.arguments.get("command") if tc.name == "bash" else None
+    if not isinstance(command, str) or "setenv" not in command:
+        return []
+    values = []
+    for line in command.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            words = line.split()
+        values += [
+            value
+            for word, name, value in zip(words, words[1:], words[2:], strict=False)
+            if word == "setenv" and ENV_NAME.match(name)
+        ]
+    return values
+
+
 def _setenv_line(command: str) -> tuple[str, str] | None:
     """``setenv NAME VALUE`` as the whole command: handled without a sandbox round trip."""
     if "\n" in command.strip() or not command.lstrip().startswith("setenv "):
@@ -741,8 +824,65 @@ def _setenv_line(command: str) -> tuple[str, str] | None:
     return None
 
 
+def _env_lost_note(names: list[str]) -> str:
+    return (
+        f"Note: the scheduler restarted while you were waiting and the values of "
+        f"{', '.join(names)} (set with setenv) are gone: setenv values are never stored. "
+        "Set them again if you still need them."
+    )
+
+
+def _credential_sources(
+    env: Mapping[str, str], credentials: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """``{name: "type/instance#field"}`` for each env value that is a staged credential's."""
+    where = {
+        value: f"{key}#{name}"
+        for key, fields in credentials.items()
+        for name, value in fields.items()
+    }
+    return {name: where[value] for name, value in env.items() if value in where}
+
+
+def restore_env(
+    meta: dict[str, Any],
+    remembered: Mapping[str, str],
+    credentials: Mapping[str, Mapping[str, str]],
+) -> tuple[dict[str, str], list[str]]:
+    """The env of a stored transcript with its masked values filled in again: from this
+    process's memory, else from the credential the value came from; and the names whose
+    value is lost (a restart forgot a value that was no credential's)."""
+    sources = meta.pop("env_from", None) or {}
+    env: dict[str, str] = {}
+    lost = []
+    for name, value in (meta.get("env") or {}).items():
+        if value != MASK:  # stored by a version that kept values
+            env[name] = value
+        elif name in remembered:
+            env[name] = remembered[name]
+        else:
+            key, _, field_name = str(sources.get(name, "")).partition("#")
+            found = credentials.get(key, {}).get(field_name)
+            if found is None:
+                lost.append(name)
+            else:
+                env[name] = found
+    return env, lost
+
+
 def _short_args(args: dict[str, Any]) -> dict[str, Any]:
-    return {k: truncate(v, 2000) if isinstance(v, str) else v for k, v in args.items()}
+    """Tool-call arguments as a run event keeps them: each at most 2000 characters (a nested
+    value that is longer as JSON is kept as truncated JSON text)."""
+    return {key: _short(value) for key, value in args.items()}
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str):
+        return truncate(value, 2000)
+    if isinstance(value, dict | list):
+        text = json.dumps(value, default=str)
+        return value if len(text) <= 2000 else truncate(text, 2000)
+    return value
 
 
 def _turn_limit_error(session: Session) -> Outcome:

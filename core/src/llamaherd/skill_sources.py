@@ -51,6 +51,7 @@ class Fetched:
     root: Path
     label: str  # the repository or folder name, for a root skill without a name
     subdir: str = ""
+    cloned: bool = False  # someone else's repository: its symlinks must stay inside it
 
 
 def github_url(shorthand: str) -> str:
@@ -76,7 +77,30 @@ def fetch(source: str, tmp: Path) -> Fetched:
         raise LlamaherdError(f"{source}: no such folder, and not a git URL or owner/repo")
     clone = tmp / "clone"
     _clone(address, clone)
-    return Fetched(clone, re.split(r"[/:]", address.rstrip("/"))[-1].removesuffix(".git"), subdir)
+    label = re.split(r"[/:]", address.rstrip("/"))[-1].removesuffix(".git")
+    return Fetched(clone.resolve(), label, subdir, cloned=True)
+
+
+def check_links(fetched: Fetched, folder: Path, source: str) -> None:
+    """Refuse a cloned skill folder reaching outside its repository through a symlink (its
+    own path, or any link in it, followed as copying it would): a repository could otherwise
+    have ``al add`` copy ``/etc/shadow`` or the credential store into ``agents/``."""
+    if not fetched.cloned:
+        return  # the user's own folder: its links are theirs
+    seen: set[Path] = set()
+    pending = [folder]
+    while pending:
+        path = pending.pop()
+        real = path.resolve()
+        where = path.relative_to(fetched.root) if path.is_relative_to(fetched.root) else path
+        if not real.is_relative_to(fetched.root):
+            raise LlamaherdError(
+                f"{source}: {where} is a symlink leading out of the repository (to {real}); "
+                "refusing to install it"
+            )
+        if real.is_dir() and real not in seen:
+            seen.add(real)  # a link back to a folder already seen: no endless walk
+            pending += [child for child in path.iterdir() if child.name != ".git"]
 
 
 def _clone(address: str, target: Path) -> None:
@@ -117,15 +141,18 @@ def discover(fetched: Fetched, source: str) -> list[Skill]:
     ``agents/*/`` (a name found twice is kept once, the first)."""
     if fetched.subdir:
         path = fetched.root / fetched.subdir
+        check_links(fetched, path, source)
         if not (path / "SKILL.md").is_file():
             raise LlamaherdError(f"{source}: no SKILL.md there")
         return [_skill(path, fetched.subdir, Path(fetched.subdir).name, source)]
     found: list[Skill] = []
     if (fetched.root / "SKILL.md").is_file():
+        check_links(fetched, fetched.root, source)
         found.append(_skill(fetched.root, "", fetched.label, source))
     for collection in COLLECTIONS:
         folder = fetched.root / collection
         for entry in sorted(folder.iterdir() if folder.is_dir() else []):
+            check_links(fetched, entry, source)  # before anything in it is read
             if (entry / "SKILL.md").is_file():
                 skill = _skill(entry, f"{collection}/{entry.name}", entry.name, source)
                 if all(other.name != skill.name for other in found):
@@ -164,6 +191,25 @@ def source_config(fetched: Fetched, skill: Skill) -> dict[str, Any]:
         return read_toml(path)
     except ConfigError:
         return {}  # their project's problem: we only read definitions from it
+
+
+def risky_settings(config: dict[str, Any]) -> list[str]:
+    """What an added agent's config.toml sets that gives it power over the host or secrets:
+    the OS user it runs as, commands run for it, the credentials it is handed."""
+    found = []
+    runtime = config.get("runtime")
+    if isinstance(runtime, dict) and runtime.get("run_as"):
+        found.append(f"runtime.run_as = {runtime['run_as']!r} (the OS user its commands run as)")
+    hooks = config.get("hooks")
+    if isinstance(hooks, dict):
+        found += [
+            f"hooks.{phase} = {commands!r} (commands run before/after the model)"
+            for phase, commands in hooks.items()
+            if commands
+        ]
+    if config.get("credentials"):
+        found.append(f"credentials = {config['credentials']!r} (secrets handed to the agent)")
+    return found
 
 
 # --------------------------------------------------------------------------- fitting names

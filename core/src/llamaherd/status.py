@@ -7,6 +7,7 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -48,13 +49,14 @@ def agent_rows(
     depth = store.queue_depth()
     paused_all, paused = store.paused()
     live = store.runs(states=("running", "waiting"), limit=10_000)
-    states = store.agent_states()  # one query, not one per agent
+    states = store.agent_states()
+    finished = store.last_finished(list(project.agents))
     rows = []
     for name, agent in project.agents.items():
         mine = [run for run in live if run.agent == name]
         running = [run for run in mine if run.state == "running"]
         stored = states.get(name, "idle")
-        last = next(iter(store.runs(agent=name, states=FINAL, limit=1)), None)
+        last_id, last_state, last_exit, last_at, last_started = finished.get(name, (None,) * 5)
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
@@ -67,11 +69,11 @@ def agent_rows(
                 "waiting": len(mine) - len(running),
                 "scale": agent.scale,
                 "queued": depth.get(name, 0),
-                "last_run": last.id if last else None,
-                "last_result": last.state if last else None,
-                "last_exit": last.exit_code if last else None,
-                "last_finished_at": last.finished_at if last else None,
-                "last_duration": _duration(last),
+                "last_run": last_id,
+                "last_result": last_state,
+                "last_exit": last_exit,
+                "last_finished_at": last_at,
+                "last_duration": _duration(last_at, last_started),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
             }
@@ -79,10 +81,10 @@ def agent_rows(
     return rows
 
 
-def _duration(run: Any) -> float | None:
-    if run is None or run.started_at is None or run.finished_at is None:
+def _duration(finished_at: float | None, started_at: float | None) -> float | None:
+    if started_at is None or finished_at is None:
         return None
-    return max(0.0, run.finished_at - run.started_at)
+    return max(0.0, finished_at - started_at)
 
 
 def run_dict(run: Any) -> dict[str, Any]:
@@ -122,16 +124,34 @@ def config_digest(root: Path) -> str:
     one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
     agents = root / "agents"
-    paths = [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    paths = sorted(
+        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    )
+    signature = tuple(_file_signature(path) for path in paths)
+    cached = _DIGESTS.get(root)
+    if cached is not None and cached[0] == signature:
+        return cached[1]  # no file changed since: `al stat` asks on every call
     digest = hashlib.sha256()
-    for path in sorted(paths):
+    for path in paths:
         try:
             data = path.read_bytes()
         except OSError:  # no project config.toml, or a file removed meanwhile
             continue
         digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
         digest.update(data)
-    return digest.hexdigest()[:16]
+    _DIGESTS[root] = (signature, digest.hexdigest()[:16])
+    return _DIGESTS[root][1]
+
+
+_DIGESTS: dict[Path, tuple[tuple[Any, ...], str]] = {}  # root -> (files' signature, digest)
+
+
+def _file_signature(path: Path) -> tuple[Any, ...]:
+    try:
+        found = path.stat()
+    except OSError:
+        return (path,)
+    return (path, found.st_mtime_ns, found.st_size, found.st_ino)
 
 
 def scheduler_status(
@@ -141,7 +161,8 @@ def scheduler_status(
     wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
     machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
     its llamaherd version, and whether the config it loaded is the one on disk here
-    (``config_current``; None when it did not say)."""
+    (``config_current``; None when it did not say), with the problems for which a live reload
+    refused the files on disk (``config_errors``) and when it last reloaded (``reloaded_at``)."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -159,6 +180,8 @@ def scheduler_status(
         "since": info.get("started_at"),
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == config_digest(project.root),
+        "config_errors": list(info.get("config_errors") or []),
+        "reloaded_at": info.get("reloaded_at"),
     }
 
 
@@ -166,7 +189,6 @@ def serving_status(engine: Any) -> dict[str, Any]:
     """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
     none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating
     into the database (several share a PostgreSQL one), as ``store.hosts()`` lists them."""
-    import os
 
     identity = getattr(engine, "identity", None)
     info = None

@@ -1,13 +1,17 @@
 """pytest plugin with fixtures for llamaherd's tests and for third-party plugin authors.
 
-Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtures:
+pytest loads it wherever llamaherd is installed (a ``pytest11`` entry point): no ``-p`` needed.
+Fixtures:
 
 - ``tmp_project``: a throwaway project directory with helpers to write its config and agents;
 - ``registered_plugin``: registers a plugin object in the process-wide manager and always
   unregisters it afterwards;
 - ``al``: runs the real ``al`` command in a subprocess;
 - ``offline_project``: a project whose agents run offline (scripted provider, host-user runtime
-  as the current user), with ``al(...)`` and ``store()`` helpers;
+  as the current user; core's stand-ins where those plugins are not installed), with
+  ``al(...)`` and ``store()`` helpers;
+- ``fakes``: core's stand-in provider (``fake``), runtime (``local``) and credential type
+  (``fake_token``) of :mod:`llamaherd.testing_fakes`, registered for the test;
 - ``scheduler``: ``scheduler(project)`` starts ``al start`` as a real subprocess and stops it at
   teardown;
 - ``started_trigger``: ``started_trigger(trigger, project)`` starts a trigger type on a real
@@ -25,17 +29,16 @@ Enable with ``-p llamaherd.testing`` (llamaherd's own pytest config does). Fixtu
   real plugin registry, with a controllable circuit-breaker clock and recorded events.
 
 And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook source's
-signature checks (needs hypothesis); ``pip_installed(path, distribution)``, a context manager that really installs a plugin
-distribution into the running environment for a test; ``fake_distribution(site, ...)``, a
-throwaway installed distribution with one entry point (for ``al`` subprocesses); ``wait_until(predicate, ...)``, bounded
-polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
+signature checks (needs hypothesis); ``fake_distribution(site, ...)``, a throwaway installed
+distribution with one entry point, and ``source_distribution(site, path)``, a distribution of
+this checkout as if installed (both for ``al`` subprocesses, with nothing installed);
+``wait_until(predicate, ...)``, bounded polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -50,7 +53,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -58,40 +60,6 @@ from typing import Any
 import pytest
 
 AL = Path(sys.executable).with_name("al")
-
-
-def _pip(*args: str) -> None:
-    # No build isolation and no deps: hatchling and llamaherd are already installed, so this
-    # needs no network and takes a second.
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-
-@contextmanager
-def pip_installed(path: Path, distribution: str) -> Iterator[None]:
-    """``pip install`` the distribution at ``path`` into this environment; uninstall it after.
-
-    An exclusive lock on ``<venv>/.<distribution>-test.lock`` serialises every test (and test
-    session) sharing the environment, so one's uninstall never lands in another's test. An
-    already installed distribution (e.g. editable in a dev venv) is left as it is.
-    """
-    with open(Path(sys.prefix) / f".{distribution}-test.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            metadata.version(distribution)
-            yield
-            return
-        except metadata.PackageNotFoundError:
-            pass
-        _pip("install", "--no-build-isolation", "--no-deps", str(path))
-        try:
-            yield
-        finally:
-            _pip("uninstall", "-y", distribution)
 
 
 def _pg_execute(server_url: str, sql: str) -> None:
@@ -154,6 +122,29 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not met within {timeout:g} s")
+
+
+def source_distribution(site: Path, path: Path) -> dict[str, str]:
+    """The environment under which a process finds the distribution whose source is at ``path``
+    (a pyproject.toml, code under ``src/``) as if pip had installed it, entry points included:
+    a dist-info written to directory ``site`` and ``PYTHONPATH``. Nothing is installed, so tests
+    sharing an environment never see each other's plugins."""
+    import tomllib
+
+    project = tomllib.loads((path / "pyproject.toml").read_text())["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+    )
+    groups = project.get("entry-points", {})
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items())
+            for group, points in groups.items()
+        )
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(site), str(path / "src")])}
 
 
 def fake_distribution(site: Path, dist: str, entry_point: str, module: str, code: str) -> None:
@@ -241,6 +232,15 @@ def registered_plugin() -> Iterator[Callable[..., Any]]:
 
 
 @pytest.fixture
+def fakes(registered_plugin: Callable[..., Any]) -> Any:
+    """Core's stand-in provider (``fake``) and runtime (``local``), registered in this process
+    for the test (see :mod:`llamaherd.testing_fakes`); returns the registry."""
+    import importlib
+
+    return registered_plugin(importlib.import_module(FAKES), FAKES)
+
+
+@pytest.fixture
 def al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``al(*args, cwd=None, env=None, input=None, timeout=60)`` runs this environment's ``al``.
 
@@ -275,9 +275,11 @@ def al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+FAKES = "llamaherd.testing_fakes"  # core's stand-in provider ("fake") and runtime ("local")
+
 OFFLINE_CONFIG = """
 [models.scripted]
-provider = "scripted"
+provider = "{provider}"
 model = "scripted"
 
 [gateway]
@@ -285,9 +287,28 @@ port = 0
 """
 
 
+def with_fakes(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's) with core's stand-in plugins added to ``AL_PLUGINS``,
+    for an ``al`` subprocess."""
+    env = dict(os.environ if env is None else env)
+    names = [n for n in env.get("AL_PLUGINS", "").split(",") if n.strip()]
+    env["AL_PLUGINS"] = ",".join(dict.fromkeys([*names, FAKES]))
+    return env
+
+
+def scripted_plugins_installed() -> bool:
+    """Whether the scripted provider and the host-user runtime load in this environment."""
+    from llamaherd.plugins import registry
+
+    return "scripted" in registry().providers and "host-user" in registry().runtimes
+
+
 class OfflineProject(TmpProject):
     """A project whose agents use the scripted provider and the host-user runtime as the
-    current user: real runs with no network, no API key and no Docker.
+    current user: real runs with no network, no API key and no Docker. Where those plugins are
+    not installed (or with ``fakes=True``) core's stand-ins take their place: the ``fake``
+    provider (plain ``script.toml`` turns, see :mod:`llamaherd.testing_fakes`) and the
+    ``local`` runtime, loaded into ``al`` subprocesses through ``AL_PLUGINS``.
 
     ``env`` is added to the environment of ``al(...)`` and of a :class:`SchedulerProcess` of
     this project; ``creds`` (need not exist) isolates the credential store there
@@ -302,11 +323,16 @@ class OfflineProject(TmpProject):
         env: dict[str, str] | None = None,
         creds: Path | None = None,
         timeout: float = 120,
+        fakes: bool | None = None,
     ):
         super().__init__(root)
+        self.fakes = not scripted_plugins_installed() if fakes is None else fakes
+        provider = "fake" if self.fakes else "scripted"
         # Top-level settings must come before the first [table].
-        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG)
+        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG.format(provider=provider))
         self.env = dict(env or {})
+        if self.fakes:
+            self.env["AL_PLUGINS"] = with_fakes(self.env)["AL_PLUGINS"]
         self.creds = creds
         if creds is not None:
             self.env["AL_CREDENTIALS_DIR"] = str(creds)
@@ -324,7 +350,12 @@ class OfflineProject(TmpProject):
         run by the host-user runtime as ``run_as`` (default: the current user). Its models are
         ``["scripted"]`` unless ``config`` sets ``models``."""
         config = textwrap.dedent(config)
-        offline = f'runtime = {{ type = "host-user", run_as = "{run_as or getpass.getuser()}" }}\n'
+        user = run_as or getpass.getuser()
+        offline = (
+            'runtime = { type = "local" }\n'
+            if self.fakes
+            else f'runtime = {{ type = "host-user", run_as = "{user}" }}\n'
+        )
         if not re.search(r"^models\s*=", config, re.MULTILINE):
             offline = 'models = ["scripted"]\n' + offline
         path = self.add_agent(name, offline + config)
@@ -371,8 +402,9 @@ class OfflineProject(TmpProject):
 class StartedTrigger:
     """A trigger type started on a real Engine of ``project`` exactly as a scheduler starts it
     (``trigger.start(ctx)`` with core's TriggerContext). ``fired`` records every event it
-    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``stop()`` stops the
-    trigger and closes the engine."""
+    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``clock_reads``
+    counts its ``ctx.clock()`` calls (see :meth:`settled`); ``stop()`` stops the trigger and
+    closes the engine."""
 
     def __init__(self, trigger: Any, project: TmpProject):
         from llamaherd.engine import Engine
@@ -381,9 +413,15 @@ class StartedTrigger:
         self.trigger = trigger
         self.engine = Engine(project.load())
         self.fired: list[tuple[Any, bool]] = []
+        self.clock_reads = 0
         fired = self.fired
+        started = self
 
         class Recording(TriggerHost):
+            def clock(self) -> float:
+                started.clock_reads += 1
+                return super().clock()
+
             def emit(self, event: Any, *, coalesce: bool = False) -> Any:
                 fired.append((event, coalesce))
                 return super().emit(event, coalesce=coalesce)
@@ -398,6 +436,14 @@ class StartedTrigger:
 
         self.ctx = Recording(self.engine, trigger)
         trigger.start(self.ctx)
+
+    def settled(self, passes: int = 2, timeout: float = 30) -> None:
+        """Wait until the trigger has read the clock ``passes`` more times: for a trigger that
+        reads it once per pass, a whole pass then ran after this call, so whatever the clock
+        (or the world) now makes due has been emitted; to assert that nothing was, without
+        sleeping."""
+        target = self.clock_reads + passes
+        wait_until(lambda: self.clock_reads >= target, timeout, 0.01, what="a trigger pass")
 
     def stop(self) -> None:
         self.trigger.stop()
@@ -491,7 +537,8 @@ class SchedulerProcess:
 
 @pytest.fixture
 def offline_project(tmp_path: Path) -> OfflineProject:
-    """An offline project (scripted provider, host-user runtime as the current user)."""
+    """An offline project (scripted provider, host-user runtime as the current user; core's
+    stand-ins where those are not installed)."""
     return OfflineProject(tmp_path / "project")
 
 
@@ -604,9 +651,9 @@ def fuzz_webhook_source(
 ) -> None:
     """Property tests (hypothesis) of ``/webhooks/<name>`` on ``server``: whatever headers (of
     ``header_names`` and a few common ones, any values) and body arrive, unsigned or signed by a
-    sender holding ``wrong_secret``, the answer is 401 and nothing is queued; any body signed
-    with ``secret`` is answered 200, 202, 400 or 401 (a stale timestamp inside it), never a
-    5xx or a failure to process."""
+    sender holding ``wrong_secret``, the answer is 401 (429 once the sender has had its share of
+    rejections) and nothing is queued; any body signed with ``secret`` is answered 200, 202, 400
+    or 401/429 (a stale timestamp inside it), never a 5xx or a failure to process."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -640,7 +687,7 @@ def fuzz_webhook_source(
         if forged:  # well-formed, but made with a secret the receiver does not hold
             headers = {**headers, **source.request_headers(body, None, "fuzz", wrong_secret)}
         response = server.http.post(url, data=body, headers=headers, timeout=10)
-        assert response.status_code == 401, (response.status_code, response.text)
+        assert response.status_code in (401, 429), (response.status_code, response.text)
         assert server.depth() == {}
 
     @fuzz
@@ -648,7 +695,8 @@ def fuzz_webhook_source(
     def signed(headers: dict[str, str], body: bytes) -> None:
         sent = {**headers, **source.request_headers(body, None, str(uuid.uuid4()), secret)}
         response = server.http.post(url, data=body, headers=sent, timeout=10)
-        assert response.status_code in (200, 202, 400, 401), (response.status_code, response.text)
+        answered = (200, 202, 400, 401, 429)
+        assert response.status_code in answered, (response.status_code, response.text)
 
     refused()
     signed()

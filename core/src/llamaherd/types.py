@@ -27,7 +27,17 @@ if TYPE_CHECKING:
 
 
 class LlamaherdError(Exception):
-    """Base class for errors shown to users as one clear line (no traceback)."""
+    """Base class for errors shown to users as one clear line (no traceback). ``al`` exits
+    with ``exit_code``: 2, a usage or configuration error, unless a subclass says otherwise."""
+
+    exit_code = 2
+
+
+class CommandFailed(LlamaherdError):
+    """What a command set out to do failed (a scheduler that did not start, a webhook the
+    server refused), the command line and config being fine: ``al`` exits 1."""
+
+    exit_code = 1
 
 
 class Conflict(LlamaherdError):
@@ -262,7 +272,9 @@ class TriggerContext(Protocol):
     Several schedulers may share one database; ``emit_once`` is how a trigger makes an event
     happen once across all of them (and across restarts)."""
 
-    agents: Sequence[Agent]  # the agents whose config uses this trigger type
+    # The agents whose config uses this trigger type, as the scheduler runs them now: after a
+    # live reload, the new set (read it again in ``reconfigure``).
+    agents: Sequence[Agent]
 
     def clock(self) -> float:
         """Epoch seconds now (a fake clock in tests): use it, not ``time.time()``."""
@@ -297,7 +309,9 @@ class TriggerType(Protocol):
     hibernating agent; default False, so a hibernating agent refuses them and drops those
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
     ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``,
-    ``bind(registry)``."""
+    ``bind(registry)``, ``reconfigure(ctx)`` (a live reload changed the config of its agents:
+    ``ctx.agents`` is the new set; without it the scheduler calls ``stop()`` then
+    ``start(ctx)`` again)."""
 
     name: str
     description: str
@@ -308,7 +322,8 @@ class TriggerType(Protocol):
         ...
 
     def stop(self) -> None:
-        """Stop producing events; called once at scheduler shutdown."""
+        """Stop producing events: at scheduler shutdown, and before ``start`` again when a live
+        reload changed its agents and it has no ``reconfigure``."""
         ...
 
 
@@ -702,6 +717,10 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # (registry) -> None: called once the registry holding it is complete, for a type built
         # on other plugins' objects (the webhooks trigger on every installed webhook source).
         "bind": METHOD,
+        # (ctx) -> None: a live reload changed the config of the agents using it (added,
+        # removed, their keys of its schema edited); ctx.agents is the new set. Without it the
+        # scheduler calls stop() then start(ctx) again.
+        "reconfigure": METHOD,
     },
     WebhookSource: {
         "filters": dict,  # filter key -> WebhookFilter: its keys in [[webhooks]] and waits

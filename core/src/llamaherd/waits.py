@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ class ScriptWait:
     wait_filter: dict[str, Any]
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
+    ended: str | None = None  # why it ended without a trigger (its run ended)
 
 
 class ScriptWaits:
@@ -138,17 +140,33 @@ class ScriptWaits:
             if wait in self._waits:
                 self._waits.remove(wait)
 
-    def offer(self, registry: Any, event: TriggerEvent) -> list[str]:
-        """Hand ``event`` to every matching blocked ``al-wait``; return their run ids."""
+    def end_run(self, run_id: str, why: str) -> None:
+        """The run ended: its blocked ``al-wait`` commands end too, answered ``why``."""
+        with self._lock:
+            ended = [wait for wait in self._waits if wait.run_id == run_id]
+            self._waits = [wait for wait in self._waits if wait.run_id != run_id]
+        for wait in ended:
+            wait.ended = why
+            wait.done.set()
+
+    def offer(self, registry: Any, event: TriggerEvent, alive: Callable[[str], bool]) -> list[str]:
+        """Hand ``event`` to every matching blocked ``al-wait`` of a run that is still
+        ``alive``; return their run ids (only those really took it)."""
         with self._lock:
             waits = list(self._waits)
         taken = []
         for wait in waits:
             if event.agent and wait.agent != event.agent:
                 continue
+            if not alive(wait.run_id):  # its run ended: nobody would read the event
+                self.end_run(wait.run_id, "the run ended")
+                continue
             if filter_matches(registry, wait.wait_filter, event):
-                self.remove(wait)
-                wait.result = resume_payload(event)["result"]
+                with self._lock:
+                    if wait not in self._waits:  # it ended (or another event took it) meanwhile
+                        continue
+                    self._waits.remove(wait)
+                    wait.result = resume_payload(event)["result"]
                 wait.done.set()
                 taken.append(wait.run_id)
         return taken
@@ -164,7 +182,7 @@ def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
     waiting run). Each run is resumed at most once (``store.resume_waiting``). Blocked
     ``al-wait`` commands of running runs get it too.
     """
-    resumed = SCRIPT_WAITS.offer(engine.registry, event)
+    resumed = SCRIPT_WAITS.offer(engine.registry, event, engine.runner.is_active)
     for run_id, agent, wait_filter in engine.store.wait_filters():
         if event.agent and agent != event.agent:
             continue

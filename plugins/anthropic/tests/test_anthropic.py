@@ -1,4 +1,5 @@
-"""The anthropic provider against a Messages API server on 127.0.0.1."""
+"""The anthropic provider against a Messages API server on 127.0.0.1: the shared provider
+scenarios (llamaherd.provider_contract) through the Messages API's wire, then its particulars."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import socket
 import pytest
 
 from llamaherd.api import (
-    AuthError,
     Fatal,
     Message,
     ModelConfig,
@@ -19,9 +19,8 @@ from llamaherd.api import (
     Unavailable,
 )
 from llamaherd.plugins import registry
+from llamaherd.provider_contract import KEY, PROMPT, SCENARIOS, Reply, Wire
 
-KEY = "sk-ant-test-SECRET"
-PROMPT = "the secret plan is pineapple"
 BASH = ToolSpec(
     "bash",
     "Run a shell command.",
@@ -199,30 +198,6 @@ def test_oauth_token_uses_bearer(model_server):
     assert headers["authorization"] == f"Bearer {KEY}" and "x-api-key" not in headers
 
 
-def test_429_twice_then_success_through_the_chain(model_server, chain_env):
-    chain = chain_env.make(
-        f'[models.sonnet]\nprovider = "anthropic"\nmodel = "claude-x"\nbase_url = "{model_server.url}"\n',
-        ["sonnet"],
-        {("anthropic_key", "default"): {"token": KEY}},
-    )
-    for _ in range(2):
-        model_server.reply(
-            429, error_body("rate_limit_error", "slow down"), {"retry-after": "0.05"}
-        )
-    model_server.reply(200, text_reply("finally"))
-    assert chain.complete([Message("user", PROMPT)], [], {}).text == "finally"
-    assert len(model_server.requests) == 3
-    retries = [d for k, d in chain_env.events if k == "provider_error"]
-    assert [(r["error_class"], r["delay_s"]) for r in retries] == [("RateLimited", 0.05)] * 2
-
-
-def test_401_is_auth_error_without_the_key(model_server):
-    model_server.reply(401, error_body("authentication_error", f"invalid x-api-key {KEY}"))
-    with pytest.raises(AuthError) as err:
-        provider().complete([Message("user", PROMPT)], [], model(model_server), {})
-    assert str(err.value).startswith("anthropic: ") and KEY not in str(err.value)
-
-
 @pytest.mark.parametrize("status", [500, 529])
 def test_server_errors_are_transient(model_server, status):
     model_server.reply(status, error_body("overloaded_error", "Overloaded"))
@@ -272,34 +247,6 @@ def test_connection_refused_and_timeout_are_transient(model_server):
         provider().complete([Message("user", "x")], [], slow, {})
 
 
-def test_fallback_when_first_is_out_and_breaker_skips_it(model_server, chain_env):
-    config = f"""
-[models.primary]
-provider = "anthropic"
-model = "claude-big"
-base_url = "{model_server.url}"
-[models.backup]
-provider = "anthropic"
-model = "claude-small"
-base_url = "{model_server.url}"
-"""
-    chain = chain_env.make(
-        config, ["primary", "backup"], {("anthropic_key", "default"): {"token": KEY}}
-    )
-    model_server.reply(400, error_body("invalid_request_error", "Your credit balance is too low"))
-    model_server.reply(200, text_reply("from backup"))
-    assert chain.complete([Message("user", "x")], [], {}).text == "from backup"
-    assert [r["body"]["model"] for r in model_server.requests] == ["claude-big", "claude-small"]
-    # The primary is skipped for 60 s, then asked again.
-    model_server.reply(200, text_reply("backup again"))
-    chain.complete([Message("user", "x")], [], {})
-    assert model_server.requests[-1]["body"]["model"] == "claude-small"
-    chain_env.clock.now += 61
-    model_server.reply(200, text_reply("primary back"))
-    assert chain.complete([Message("user", "x")], [], {}).text == "primary back"
-    assert model_server.requests[-1]["body"]["model"] == "claude-big"
-
-
 def test_nothing_secret_in_errors_or_events(model_server, chain_env):
     url = model_server.url
     chain = chain_env.make(
@@ -322,3 +269,61 @@ def test_unknown_model_is_unavailable(model_server):
     model_server.reply(404, error_body("not_found_error", "model: claude-x"))
     with pytest.raises(Unavailable):
         provider().complete([Message("user", "x")], [], model(model_server), {})
+
+
+class MessagesWire(Wire):
+    """Anthropic's Messages API as the shared scenarios see it."""
+
+    provider = "anthropic"
+    credential_type = "anthropic_key"
+    path = ""  # the provider adds /v1/messages
+
+    def text(self, text: str, input_tokens: int = 10, output_tokens: int = 5) -> Reply:
+        body = text_reply(text)
+        body["usage"] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+        return (200, body, {})
+
+    def tool_calls(self, calls: list[tuple[str, dict]]) -> Reply:
+        return (200, tool_use_reply([(f"tu_{i}", n, a) for i, (n, a) in enumerate(calls)]), {})
+
+    def rate_limited(self, seconds: float) -> Reply:
+        return (429, error_body("rate_limit_error", "slow down"), {"retry-after": f"{seconds:g}"})
+
+    def unauthorized(self) -> Reply:
+        return (401, error_body("authentication_error", f"invalid x-api-key {KEY}"), {})
+
+    def server_error(self) -> Reply:
+        return (529, error_body("overloaded_error", "Overloaded"), {})
+
+    def unavailable(self) -> Reply:
+        return (400, error_body("invalid_request_error", "Your credit balance is too low"), {})
+
+    def sent_key(self, request: dict) -> str | None:
+        return request["headers"].get("x-api-key")
+
+    def sent_model(self, request: dict) -> str:
+        return request["body"]["model"]
+
+    def _blocks(self, request: dict, role: str, kind: str) -> list[dict]:
+        return [
+            block
+            for message in request["body"]["messages"]
+            if message["role"] == role and isinstance(message["content"], list)
+            for block in message["content"]
+            if block["type"] == kind
+        ]
+
+    def sent_calls(self, request: dict) -> list[tuple[str, dict]]:
+        return [(b["name"], b["input"]) for b in self._blocks(request, "assistant", "tool_use")]
+
+    def sent_results(self, request: dict) -> list[tuple[str, bool]]:
+        results = self._blocks(request, "user", "tool_result")
+        return [(b["content"], bool(b.get("is_error"))) for b in results]
+
+    def sent_tools(self, request: dict) -> list[str]:
+        return [tool["name"] for tool in request["body"].get("tools", [])]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_contract(scenario, model_server, chain_env):
+    scenario(MessagesWire(), model_server, chain_env)

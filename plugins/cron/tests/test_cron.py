@@ -64,6 +64,10 @@ class Scheduler:
     def fired(self) -> list[tuple[str, float, bool]]:
         return [(e.agent, e.payload["tick"], c) for e, c in list(self.started.fired)]
 
+    def settled(self):
+        """A whole pass of the trigger ran since now (everything due has fired)."""
+        self.started.settled()
+
     def stop(self):
         self.started.stop()
 
@@ -75,7 +79,7 @@ def schedulers(started_trigger):
 
 def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, schedulers):
     first = schedulers(project)
-    time.sleep(0.7)
+    first.settled()
     assert first.fired == [], "nothing was due at start"
     clock.set(at(12, 5, 0.2))
     assert wait_until(lambda: len(first.fired) == 2, timeout=10, interval=0.02)
@@ -83,7 +87,7 @@ def test_fires_once_per_tick_and_never_twice_across_restart(project, clock, sche
     first.stop()
 
     second = schedulers(project)  # restart at the same time: the 12:05 tick is already claimed
-    time.sleep(0.7)
+    second.settled()
     assert second.fired == []
     assert second.engine.store.last_tick("cron:every5") == at(12, 5)
     assert second.engine.store.queue_depth()["every5"] == 1
@@ -99,7 +103,7 @@ def test_single_catch_up_after_downtime_unless_disabled(project, clock, schedule
     clock.set(at(12, 31))  # down while 12:10 ... 12:30 passed
     second = schedulers(project)
     assert wait_until(lambda: second.fired, timeout=10, interval=0.02)
-    time.sleep(0.7)
+    second.settled()
     assert second.fired == [("every5", at(12, 30), True)], "one catch-up, for the latest tick"
     assert second.engine.store.last_tick("cron:nocatch") == at(12, 5), "catchUp = false skipped"
 
@@ -117,7 +121,8 @@ def test_two_hosts_fire_each_tick_once(project, clock, schedulers):
             timeout=10,
             interval=0.02,
         )
-    time.sleep(0.6)
+    one.settled()
+    two.settled()
     ticks = sorted(f[:2] for f in one.fired + two.fired)
     assert ticks == sorted((a, at(12, m)) for a in ("every5", "nocatch") for m in (5, 10, 15))
 
@@ -175,17 +180,6 @@ def test_next_fire_for_al_stat(project):
     assert trigger.next_fire(agents["manual"], at(12, 3)) is None
 
 
-def test_next_fire_is_remembered_until_its_tick_passes_or_the_schedule_changes(project):
-    trigger = CronTrigger()
-    agent = project.load().agents["every5"]
-    assert trigger.next_fire(agent, at(12, 3)) == at(12, 5)
-    assert trigger.next_fire(agent, at(12, 4, 59)) == at(12, 5)  # remembered
-    assert trigger.next_fire(agent, at(12, 5)) == at(12, 10)  # the tick passed
-    assert trigger.next_fire(agent, at(12, 1)) == at(12, 5)  # an earlier now: computed again
-    agent.config["schedule"] = "*/15 * * * *"
-    assert trigger.next_fire(agent, at(12, 1)) == at(12, 15)
-
-
 @pytest.mark.parametrize(
     ("config", "key", "text"),
     [
@@ -206,3 +200,25 @@ def test_validation_names_the_key(tmp_project, config, key, text):
     assert len(problems) == 1 and isinstance(problems[0], ConfigError)
     assert problems[0].key == key and text in problems[0].message
     assert problems[0].file.endswith("agents/bad/config.toml")
+
+
+def test_reconfigure_applies_a_live_reload_from_the_next_tick(project, clock, schedulers):
+    """After a live reload (the engine runs the new project, then ``reconfigure(ctx)``): a
+    changed schedule applies, a new agent fires, a removed one no more."""
+    scheduler = schedulers(project)
+    project.add_agent("every5", 'schedule = "*/10 * * * *"\ntimezone = "UTC"\n')
+    project.add_agent("every2", 'schedule = "*/2 * * * *"\ntimezone = "UTC"\n')
+    (project.root / "agents/nocatch/SKILL.md").unlink()
+    scheduler.engine.project = project.load()
+    scheduler.started.trigger.reconfigure(scheduler.started.ctx)
+
+    clock.set(at(12, 5, 0.2))
+    assert wait_until(lambda: scheduler.fired, timeout=10, interval=0.02)
+    time.sleep(0.7)
+    assert scheduler.fired == [("every2", at(12, 4), True)], "every5 now fires on */10 only"
+    clock.set(at(12, 10, 0.2))
+    assert wait_until(lambda: len(scheduler.fired) == 3, timeout=10, interval=0.02)
+    assert sorted(scheduler.fired[1:]) == [
+        ("every2", at(12, 10), True),
+        ("every5", at(12, 10), True),
+    ]

@@ -1,4 +1,5 @@
-"""The openai provider against a Chat Completions server on 127.0.0.1."""
+"""The openai provider against a Chat Completions server on 127.0.0.1: what is particular to
+it (the shared provider scenarios run for every service of the plugin in test_presets.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,11 @@ import pytest
 
 from llamaherd.api import (
     INVALID_ARGUMENTS,
-    AuthError,
     Fatal,
     Message,
     ModelConfig,
     RateLimited,
     ToolSpec,
-    Transient,
     Unavailable,
 )
 from llamaherd.plugins import registry
@@ -168,36 +167,6 @@ def test_tool_arguments_shapes(model_server, arguments, expected):
         assert args == (arguments or {})
 
 
-def test_429_twice_then_success_through_the_chain(model_server, chain_env):
-    chain = chain_env.make(
-        f'[models.gpt]\nprovider = "openai"\nmodel = "gpt-x"\nbase_url = "{model_server.url}/v1"\n',
-        ["gpt"],
-        {("openai_key", "default"): {"token": KEY}},
-    )
-    for _ in range(2):
-        model_server.reply(
-            429, error_body("rate_limit_exceeded", "slow down"), {"retry-after-ms": "30"}
-        )
-    model_server.reply(200, completion("finally"))
-    assert chain.complete([Message("user", PROMPT)], [], {}).text == "finally"
-    assert len(model_server.requests) == 3
-    retries = [d for k, d in chain_env.events if k == "provider_error"]
-    assert [(r["error_class"], r["delay_s"]) for r in retries] == [("RateLimited", 0.03)] * 2
-
-
-def test_401_is_auth_error_without_the_key(model_server):
-    model_server.reply(401, error_body("invalid_api_key", f"Incorrect API key provided: {KEY}"))
-    with pytest.raises(AuthError) as err:
-        provider().complete([Message("user", "x")], [], model(model_server), {})
-    assert str(err.value).startswith("openai: ") and KEY not in str(err.value)
-
-
-def test_500_is_transient(model_server):
-    model_server.reply(500, {"error": "llama.cpp crashed"})
-    with pytest.raises(Transient, match=r"^openai: HTTP 500 \(llama.cpp crashed\)$"):
-        provider().complete([Message("user", "x")], [], model(model_server), {})
-
-
 def test_error_object_in_a_200_reply(model_server):
     model_server.reply(200, {"error": {"code": 429, "message": "upstream rate limited"}})
     with pytest.raises(RateLimited):
@@ -223,31 +192,6 @@ def test_malformed_or_unexpected_replies_are_fatal(model_server, status, body, e
     model_server.reply(status, body)
     with pytest.raises(Fatal, match=rf"^openai: .*{expected}"):
         provider().complete([Message("user", "x")], [], model(model_server), {})
-
-
-def test_fallback_when_quota_is_out(model_server, chain_env):
-    config = f"""
-[models.cloud]
-provider = "openai"
-model = "gpt-x"
-base_url = "{model_server.url}/v1"
-[models.local]
-provider = "openai"
-model = "llama3"
-base_url = "{model_server.url}/v1"
-credential = "none"
-"""
-    chain = chain_env.make(config, ["cloud", "local"], {("openai_key", "default"): {"token": KEY}})
-    model_server.reply(429, error_body("insufficient_quota", "You exceeded your current quota"))
-    model_server.reply(200, completion("local answer"))
-    assert chain.complete([Message("user", "x")], [], {}).text == "local answer"
-    cloud, local = model_server.requests
-    assert cloud["body"]["model"] == "gpt-x" and local["body"]["model"] == "llama3"
-    assert "authorization" not in local["headers"]  # the local model has no key
-    fallback = [d for k, d in chain_env.events if k == "provider_error"]
-    assert [(d["model"], d["error_class"], d["action"]) for d in fallback] == [
-        ("cloud", "Unavailable", "fallback")
-    ]
 
 
 def test_nothing_secret_in_errors_or_events(model_server, chain_env):

@@ -86,7 +86,7 @@ def test_never_5xx_never_queues_unsigned(server, source, headers, body, wrong_se
         f"{server.url}/webhooks/{source}", data=body, headers=headers, timeout=10
     )
     assert response.status_code < 500, response.text
-    assert response.status_code == 401
+    assert response.status_code in (401, 429)  # 429: this sender's rejections are throttled
     assert server.depth() == {}
 
 

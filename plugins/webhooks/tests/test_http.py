@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from llamaherd_webhooks.ingest import REJECTED_BODY_KEPT
+
 
 def test_signed_pull_request_routes_to_the_matching_agent_only(server):
     response = server.send("github", server.pull_request(), delivery="d-1")
@@ -131,7 +133,7 @@ def test_unverified_dead_letters_keep_only_a_prefix_of_the_body(server):
     big = {"padding": "x" * 100_000}
     assert server.send("github", big, secret="forged").status_code == 401
     [dead] = server.receipts(dead_letters=True)
-    assert len(dead["body"]) == 4096
+    assert len(dead["body"]) == REJECTED_BODY_KEPT
 
 
 def test_deliveries_are_listed_and_replayed_with_the_control_token(server):

@@ -60,6 +60,9 @@ class FileWatchTrigger:
         self._threads: list[threading.Thread] = []
 
     def start(self, ctx: TriggerContext) -> None:
+        # A live reload that changed the agents using `watch` calls stop(), then start() again
+        # (this type has no `reconfigure`): start afresh.
+        self._stop.clear()
         # ctx.agents: the agents whose config sets `watch` (this type's schema key).
         for agent in ctx.agents:
             thread = threading.Thread(

@@ -209,12 +209,31 @@ def add_command(
         if target.exists() and not force:
             raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
         recorded = source if fetched.subdir or not skill.where else f"{source}#{skill.where}"
+        if fetched.cloned:
+            _warn_risky(skill.path / "config.toml", recorded, name)
         config = _added_config(app, project, fetched, skill, recorded)
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(skill.path, target, ignore=shutil.ignore_patterns(".git"))
     (target / "config.toml").write_text(config, encoding="utf-8")
     click.echo(f"added agents/{name} from {recorded}")
+
+
+def _warn_risky(path: Path, source: str, name: str) -> None:
+    """Say what a fetched config.toml lets the agent do before it is installed."""
+    from llamaherd import skill_sources
+    from llamaherd.project import read_toml
+
+    if not path.is_file():
+        return
+    try:
+        risky = skill_sources.risky_settings(read_toml(path))
+    except LlamaherdError:
+        return  # fitting it reports the problem
+    for item in risky:
+        click.echo(f"warning: agents/{name}/config.toml from {source} sets {item}", err=True)
+    if risky:
+        click.echo(f"warning: review agents/{name}/config.toml before running the agent", err=True)
 
 
 def _added_config(app: AppContext, project: Any, fetched: Any, skill: Any, source: str) -> str:

@@ -47,8 +47,9 @@ def register(cli: click.Group) -> None:
     )
     @click.option(
         "--payload",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="JSON file: the trigger's payload (webhook fields, call context, ...).",
+        type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+        help="JSON file: the trigger's payload (webhook fields, call context, ...); - reads "
+        "standard input.",
     )
     @pass_app
     def prompt(app: AppContext, agent: str, kind: str, payload: Path | None) -> None:

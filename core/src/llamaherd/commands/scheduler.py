@@ -16,9 +16,11 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import LlamaherdError
+from llamaherd.statedir import open_private, private_dir
+from llamaherd.types import CommandFailed, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
+DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
 
 
 def _store(app: AppContext) -> Any:
@@ -42,16 +44,22 @@ def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
-    """The local project's store, or the control API of ``environment``'s scheduler."""
+    """The control API of ``environment``'s scheduler; else of this project's running
+    scheduler (its rows are ready: no project to load, no store to open); else the store."""
+    from llamaherd.client import ControlClient
     from llamaherd.readers import ControlReader, StoreReader
 
-    if not environment:
+    if environment:
+        with ControlClient.for_environment(environment) as client:
+            yield ControlReader(client)
+        return
+    state_dir = app.state_dir
+    local = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
+    if local is None:
         yield StoreReader(_store(app), app.project, app.registry)
         return
-    from llamaherd.client import ControlClient
-
-    with ControlClient.for_environment(environment) as client:
-        yield ControlReader(client)
+    with local:
+        yield ControlReader(local)
 
 
 def _console() -> Any:
@@ -61,10 +69,11 @@ def _console() -> Any:
 
 
 def _load_payload(path: Path | None) -> dict[str, Any]:
+    """The JSON object in file ``path`` (``-``: standard input); {} without one."""
     if path is None:
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
     except OSError as exc:
         raise LlamaherdError(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:
@@ -72,6 +81,41 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise LlamaherdError(f"{path}: expected a JSON object")
     return data
+
+
+# ---------------------------------------------------------------------- shell completion
+def _completion_project(ctx: click.Context) -> Any:
+    """The project a command line being completed names (``al -p DIR``), else the one found
+    from the current directory. No AppContext exists yet while completing."""
+    from llamaherd.project import load_project
+
+    return load_project(ctx.find_root().params.get("project_dir"))
+
+
+def complete_agent(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[str]:
+    """Agent names for shell completion (nothing when no project is found: never an error)."""
+    try:
+        names = list(_completion_project(ctx).agents)
+    except Exception:  # completion must never print a traceback into the shell
+        return []
+    return [name for name in names if name.startswith(incomplete)]
+
+
+def complete_run_or_agent(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Agent names, then the ids of the latest runs, for shell completion."""
+    names = complete_agent(ctx, param, incomplete)
+    try:
+        from llamaherd.store import Store
+
+        project = _completion_project(ctx)
+        store = Store.open(project.database_url, str(project.root))
+        try:
+            ids = [run.id for run in store.runs(limit=100)]
+        finally:
+            store.close()
+    except Exception:  # as above
+        return names
+    return names + [run_id for run_id in ids if run_id.startswith(incomplete)]
 
 
 # ---------------------------------------------------------------------- start / stop
@@ -93,7 +137,10 @@ def _load_payload(path: Path | None) -> dict[str, Any]:
     "-e", "--expose", is_flag=True, help="Listen on all interfaces (0.0.0.0), not [gateway] bind."
 )
 @click.option(
-    "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: there is no TUI."
+    "-H",
+    "--headless",
+    is_flag=True,
+    help="Plain log lines, no live view (the default when not in a terminal).",
 )
 @click.option(
     "-w",
@@ -113,73 +160,99 @@ def start_command(
     headless: bool,
     web_ui: bool,
 ) -> None:
-    """Run the scheduler: triggers, dispatcher and the HTTP server."""
+    """Run the scheduler: triggers, dispatcher and the HTTP server. In a terminal, a live view
+    (agents, active runs, recent results, queue depth) below the log lines; it applies edits
+    of agents/ and config.toml as they are saved."""
     from llamaherd.plugins import get_manager
 
     project = app.project
     overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
-    for key, value in overrides.items():
-        if value is not None:
-            project.config.setdefault("gateway", {})[key] = value
     if web_ui and "dashboard" not in get_manager().info:
         click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
     if detach:
         _detach(project, overrides, grace)
         return
+    from llamaherd import schedlog
     from llamaherd.scheduler import Scheduler
 
-    _configure_logging(project.name if project.name != project.root.name else None)
-    scheduler = Scheduler(project, grace=grace)
+    # The child of `al start --detach` logs to the file only: its stderr is that file already.
+    schedlog.configure(project, to_stderr=os.environ.get(DETACHED_ENV) != "1")
+    scheduler = Scheduler(project, grace=grace, gateway=overrides)
     click.echo(f"scheduler {scheduler.host} starting for {project.root}", err=True)
-    sys.exit(scheduler.run())
+    from llamaherd.termview import TerminalView, wants_view
+
+    if not wants_view(headless):
+        _exit_now(scheduler.run())
+    with TerminalView(scheduler):
+        code = scheduler.run()
+    _exit_now(code)
 
 
-def _configure_logging(project_name: str | None = None) -> None:
-    """Log lines on stderr, prefixed with ``[projectName]`` when the project sets one."""
+def _exit_now(code: int) -> None:
+    """Exit once the scheduler has stopped cleanly (its state is in the database, its threads
+    are done): exit handlers run (a plugin's flush), but not the interpreter's teardown of
+    every module, which would take most of an idle stop's time."""
+    import atexit
     import logging
 
-    prefix = f"[{project_name}] ".replace("%", "%%") if project_name else ""
-    logging.basicConfig(
-        level=os.environ.get("AL_LOG_LEVEL", "INFO").upper(),
-        format=f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
+    """Start the scheduler in the background, its output appended to ``.al/scheduler.log``;
+    return once it is up. When it is not, the error is what it wrote to the log."""
+    from llamaherd import schedlog
     from llamaherd.scheduler import scheduler_info
 
-    project.state_dir.mkdir(parents=True, exist_ok=True)
-    args = [
-        sys.executable,
-        "-m",
-        "llamaherd",
-        "--project",
-        str(project.root),
-        "start",
-        "--grace",
-        str(grace),
-    ]
+    private_dir(project.state_dir)
+    args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
+    args += ["--grace", str(grace)]
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
-    with open(project.state_dir / "scheduler.log", "ab") as log:
+    path = project.state_dir / schedlog.LOG_FILE
+    with open_private(path) as log:
+        offset = os.fstat(log.fileno()).st_size
         child = subprocess.Popen(
-            args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, DETACHED_ENV: "1"},
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         info = scheduler_info(project.state_dir)
         if info and info["pid"] == child.pid:
-            (project.state_dir / "scheduler.pid").write_text(str(child.pid))
+            with open_private(project.state_dir / "scheduler.pid", "wb") as fh:
+                fh.write(str(child.pid).encode())
             click.echo(
                 f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)"
             )
             return
         if child.poll() is not None:
-            raise LlamaherdError(f"scheduler exited with {child.returncode}; see .al/scheduler.log")
+            raise CommandFailed(
+                f"the scheduler exited with {child.returncode}: {_start_error(path, offset)}"
+            )
         time.sleep(0.05)
-    raise LlamaherdError("scheduler did not come up within 30 s; see .al/scheduler.log")
+    raise CommandFailed("the scheduler did not come up within 30 s; see .al/scheduler.log")
+
+
+def _start_error(path: Path, offset: int) -> str:
+    """Why a detached scheduler exited: its ``error:`` line, else the last lines it wrote."""
+    from llamaherd.logview import clean
+
+    with path.open("rb") as log:
+        log.seek(offset)
+        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
+    errors = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
+    said = errors or lines[-5:] or ["it wrote nothing (see .al/scheduler.log)"]
+    return clean("\n".join(said))
 
 
 @click.command("stop")
@@ -193,19 +266,42 @@ def stop_command(app: AppContext) -> None:
     if client is None:
         raise LlamaherdError("no scheduler is running for this project")
     client.post("/control/stop")
+    store = _store(app)
+    said = None
     while pid_alive(client.pid):
-        time.sleep(0.05)
+        active = sorted(r.id for r in store.runs(states=("running",), limit=500))
+        waiting_for = (
+            f"waiting for {len(active)} active run(s) to end: {', '.join(active)} "
+            "(past the scheduler's grace period they are requeued)"
+            if active
+            else f"waiting for scheduler {client.pid} to exit"
+        )
+        if waiting_for != said:
+            click.echo(waiting_for, err=True)
+            said = waiting_for
+        time.sleep(0.1)
     click.echo(f"scheduler {client.pid} stopped")
 
 
 # ---------------------------------------------------------------------- run
 @click.command("run")
-@click.argument("agent")
+@click.argument("agent", shell_complete=complete_agent)
 @click.argument("prompt", required=False)
 @click.option(
-    "--payload", type=click.Path(dir_okay=False, path_type=Path), help="JSON payload file."
+    "--payload",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="JSON payload file (- reads standard input).",
 )
-@click.option("--no-follow", is_flag=True, help="Queue the run on the scheduler and return.")
+@click.option(
+    "--no-follow",
+    is_flag=True,
+    help="Queue the run on the scheduler, print its run id once it starts and return.",
+)
+@click.option(
+    "--detach",
+    is_flag=True,
+    help="Ctrl-C stops following but leaves the run (or its queued trigger) to the scheduler.",
+)
 @click.option("--wake", is_flag=True, help="Set a hibernating or off agent idle first.")
 @click.option(
     "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
@@ -217,6 +313,7 @@ def run_command(
     prompt: str | None,
     payload: Path | None,
     no_follow: bool,
+    detach: bool,
     wake: bool,
     headless: bool,
 ) -> None:
@@ -224,7 +321,9 @@ def run_command(
     else in the foreground. PROMPT, when given, is the task: it goes into the run's prompt. A
     hibernating or switched-off agent refuses it unless --wake.
 
-    Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout).
+    Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout). A run
+    that has to wait says why (the agent's scale, paused); Ctrl-C then withdraws it, or kills
+    the run once it started, unless --detach.
     """
     from llamaherd.agents import queue_manual
     from llamaherd.client import ControlClient
@@ -246,13 +345,53 @@ def run_command(
                 project, agent, lambda engine: queue_manual(engine, agent, data, wake=wake)[0]
             )
         )
-    if no_follow:
-        click.echo(f"queued run of {agent} (work item {item}); follow it with `al logs {agent} -f`")
-        return
     from llamaherd.readers import StoreReader
 
-    store = _store(app)
-    sys.exit(follow(StoreReader(store), _wait_for_item(store, agent, item)))
+    reader = StoreReader(_store(app), project, app.registry)
+    try:
+        hint = " (Ctrl-C leaves it queued)" if detach else " (Ctrl-C withdraws it)"
+        why = None if no_follow else (lambda: _why_queued(reader, agent) + hint)
+        run_id = _wait_for_item(reader.store, agent, item, 5.0 if no_follow else None, why)
+        if run_id is None:  # --no-follow, still queued
+            click.echo(f"queued (work item {item}): {_why_queued(reader, agent)}", err=True)
+            return
+        if no_follow:
+            click.echo(run_id)
+            click.echo(f"follow it with `al logs {run_id} -f`", err=True)
+            return
+        sys.exit(follow(reader, run_id))
+    except KeyboardInterrupt:
+        sys.exit(_interrupted(reader.store, client, item, detach))
+
+
+def _why_queued(reader: Any, agent: str) -> str:
+    """Why a queued run of ``agent`` has not started: paused, its scale, the project's cap."""
+    rows = reader.agents()
+    row = next(r for r in rows if r["agent"] == agent)
+    if row["state"] == "paused":
+        return f"runs of {agent} are paused (`al resume {agent}`)"
+    if row["active"] >= row["scale"]:
+        return f"{agent} is at its scale ({row['active']}/{row['scale']} runs active)"
+    cap = reader.project.config.get("scale")
+    active = sum(r["active"] for r in rows)
+    if isinstance(cap, int) and active >= cap:
+        return f"the project is at its scale cap ({active}/{cap} runs active)"
+    return "waiting for the scheduler to start it"
+
+
+def _interrupted(store: Any, client: Any, item: int, detach: bool) -> int:
+    """Ctrl-C during ``al run``: withdraw the queued item or kill its run, unless ``detach``."""
+    if detach:
+        click.echo(f"\nleft to the scheduler (work item {item}); `al runs` shows it", err=True)
+        return 130
+    if store.withdraw(item):
+        click.echo("\ninterrupted: the queued run was withdrawn", err=True)
+        return 130
+    run_id = _run_of_item(store, item)
+    if run_id is not None and client is not None:
+        client.post("/control/kill", {"target": run_id})
+        click.echo(f"\ninterrupted: run {run_id} killed", err=True)
+    return 130
 
 
 def _live_hosts(app: AppContext) -> list[str]:
@@ -280,11 +419,31 @@ def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any],
     return result.queued
 
 
-def _wait_for_item(store: Any, agent: str, item: int) -> str:
+def _run_of_item(store: Any, item: int, agent: str | None = None) -> str | None:
+    return next((r.id for r in store.runs(agent=agent, limit=200) if r.item_id == item), None)
+
+
+def _wait_for_item(
+    store: Any,
+    agent: str,
+    item: int,
+    give_up: float | None = None,
+    why: Callable[[], str] | None = None,
+) -> str | None:
+    """The id of the run work item ``item`` became, once it starts; None after ``give_up``
+    seconds. When it has to wait a second, ``why()`` is said once on stderr."""
+    started = time.monotonic()
+    said = why is None
     while True:
-        for run in store.runs(agent=agent, limit=200):
-            if run.item_id == item:
-                return run.id
+        run_id = _run_of_item(store, item, agent)
+        if run_id is not None:
+            return run_id
+        waited = time.monotonic() - started
+        if give_up is not None and waited >= give_up:
+            return None
+        if not said and waited >= 1.0:
+            click.echo(f"queued: {why()}", err=True)  # type: ignore[misc]
+            said = True
         time.sleep(0.05)
 
 
@@ -350,25 +509,41 @@ def run_foreground(
         engine.close()
 
 
-def follow(reader: Any, run_id: str, *, poll: float = 0.1) -> int:
-    """Print a run's events as they arrive until it has ended; return its exit code.
+def follow(
+    reader: Any,
+    run_id: str,
+    *,
+    poll: float = 0.1,
+    after: int = 0,
+    full: bool = False,
+    keep: Callable[[float | None, str], bool] | None = None,
+    as_json: bool = False,
+) -> int:
+    """Print a run's events after event id ``after`` as they arrive (those that ``keep``) until
+    the run has ended; return its exit code.
 
     ``reader`` is a ``llamaherd.readers.Reader``: the local store or a remote control API.
     """
-    from llamaherd.logview import format_event
-
     console = _console()
-    after = 0
     while True:
         run = reader.run(run_id)
-        for event in reader.events(run_id, after):
-            after = event["id"]
-            console.print(format_event(event))
+        events = reader.events(run_id, after)
+        after = events[-1]["id"] if events else after
+        events = [e for e in events if keep is None or keep(e["at"], _searchable(e))]
+        if as_json:
+            for event in events:
+                click.echo(json.dumps(event))
+        else:
+            _print_events(events, run_id, full)
         if run is None or run["state"] in FINAL:
-            if run is not None and run["return_value"] is not None:
-                console.print(f"[bold green]return value:[/] {json.dumps(run['return_value'])}")
-            state, code = (run["state"], run["exit_code"]) if run else ("gone", None)
-            console.print(f"[bold]run {run_id} {state}[/] (exit {'?' if code is None else code})")
+            code = run["exit_code"] if run else None
+            if not as_json:
+                if run is not None and run["return_value"] is not None:
+                    console.print(f"[bold green]return value:[/] {json.dumps(run['return_value'])}")
+                state = run["state"] if run else "gone"
+                console.print(
+                    f"[bold]run {run_id} {state}[/] (exit {'?' if code is None else code})"
+                )
             return code if code is not None else 1
         time.sleep(poll)
 
@@ -377,13 +552,19 @@ def follow(reader: Any, run_id: str, *, poll: float = 0.1) -> int:
 @click.command("stat")
 @click.argument("agent", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--watch", is_flag=True, help="Redraw every second.")
+@click.option(
+    "--watch", is_flag=True, help="Live view (active runs, recent results), redrawn every second."
+)
 @env_option
 @pass_app
 def stat_command(
     app: AppContext, agent: str | None, as_json: bool, watch: bool, environment: str | None
 ) -> None:
-    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire."""
+    """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire;
+    with --watch, the live view `al start` shows in a terminal (active runs with their
+    status, recent results, queue depth)."""
+    from llamaherd.termview import stat_view
+
     with _reader(app, environment) as reader:
         if agent:
             reader.check_agent(agent)
@@ -397,93 +578,34 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(_stat_view(stat()))
+            _console().print(stat_view(stat()))
             return
-        from rich.live import Live
-
-        with Live(_stat_view(stat()), console=_console(), refresh_per_second=4) as live:
-            try:
-                while True:
-                    time.sleep(1)
-                    live.update(_stat_view(stat()))
-            except KeyboardInterrupt:
-                pass
+        _watch(reader, agent)
 
 
-def _stat_view(stat: dict[str, Any]) -> Any:
-    """The scheduler line above the agents' table; no next fires when none will happen."""
-    from rich.console import Group
+def _watch(reader: Any, agent: str | None) -> None:
+    """``al stat --watch``: the view ``al start`` shows, redrawn every second (in a terminal;
+    else printed anew every second) until Ctrl-C."""
+    from rich.live import Live
 
-    scheduler, rows = stat["scheduler"], stat["agents"]
-    if not scheduler["running"]:
-        rows = [{**row, "next_fire": None} for row in rows]
-    return Group(scheduler_line(scheduler), _stat_table(rows))
+    from llamaherd.termview import REFRESH_SECONDS, render, snapshot
 
-
-def scheduler_line(scheduler: dict[str, Any]) -> str:
-    """One line (rich markup) on the scheduler: up since when, version, config current."""
-    from llamaherd.status import ago
-
-    if not scheduler["running"]:
-        return (
-            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
-        )
-    where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
-    line = (
-        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
-        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
-        f"{scheduler['url']})"
-    )
-    if scheduler["config_current"] is False:
-        line += "; [yellow]config changed on disk since it loaded it[/]"
-    elif scheduler["config_current"]:
-        line += "; config current"
-    return line
-
-
-STATE_STYLES = {
-    "active": "green",
-    "running": "green",
-    "waiting": "cyan",
-    "error": "red",
-    "idle": "dim",
-    "off": "red",
-    "hibernate": "blue",
-    "suspended": "yellow",
-    "paused": "yellow",
-    "done": "green",
-    "timeout": "red",
-    "killed": "red",
-}
-
-
-def _stat_table(rows: list[dict[str, Any]]) -> Any:
-    from rich.table import Table
-
-    from llamaherd.status import ago, until
-
-    table = Table(box=None, header_style="bold")
-    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
-        table.add_column(column)
-    for row in rows:
-        last = "-"
-        if row["last_result"]:
-            last = f"[{STATE_STYLES.get(row['last_result'], 'white')}]{row['last_result']}[/] {ago(row['last_finished_at'])}"
-        waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
-        table.add_row(
-            row["agent"],
-            f"[{STATE_STYLES.get(row['state'], 'white')}]{row['state']}[/]",
-            f"{row['active']}/{row['scale']}{waiting}",
-            str(row["queued"]),
-            last,
-            until(row["next_fire"]),
-            ", ".join(row["hosts"]) or "-",
-        )
-    return table
+    console = _console()
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(render(snapshot(reader, agent)))
+                time.sleep(REFRESH_SECONDS)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                live.update(render(snapshot(reader, agent)), refresh=True)
+                time.sleep(REFRESH_SECONDS)
+    except KeyboardInterrupt:
+        pass
 
 
 @click.command("runs")
-@click.argument("agent", required=False)
+@click.argument("agent", required=False, shell_complete=complete_agent)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @env_option
@@ -503,24 +625,32 @@ def runs_command(
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:
+    """Runs as a table: run ids whole whatever the width (a script or a person copies them),
+    the reason folded instead; what a run wrote (its reason) without terminal escapes."""
     from rich.table import Table
+    from rich.text import Text
 
+    from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.termview import STATE_STYLES
 
     table = Table(box=None, header_style="bold")
-    for column in ("RUN", "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION", "REASON"):
-        table.add_column(column)
+    widest = max((len(run["id"]) for run in rows), default=3)
+    table.add_column("RUN", no_wrap=True, min_width=widest)
+    for column in ("AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("REASON", overflow="fold")
     for run in rows:
         started, finished = run["started_at"], run["finished_at"]
         table.add_row(
             run["id"],
             run["agent"],
-            f"[{STATE_STYLES.get(run['state'], 'white')}]{run['state']}[/]",
+            Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
             "-" if run["exit_code"] is None else str(run["exit_code"]),
             run["trigger_kind"],
             ago(started),
             f"{finished - started:.1f}s" if finished and started else "-",
-            run["reason"] or "",
+            Text(clean(run["reason"] or "")),
         )
     return table
 
@@ -539,13 +669,44 @@ def _resolve_run(reader: Any, target: str) -> str:
 
 
 @click.command("logs")
-@click.argument("target", required=False)
-@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing until the run ends.")
+@click.argument("target", required=False, shell_complete=complete_run_or_agent)
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing as entries arrive.")
 @click.option(
-    "--json", "-r", "--raw", "as_json", is_flag=True, help="Print raw events as JSON lines."
+    "--json",
+    "-r",
+    "--raw",
+    "as_json",
+    is_flag=True,
+    help="Print the entries as JSON lines, complete (a run's raw events).",
 )
 @click.option(
-    "-n", "--lines", type=click.IntRange(min=1), help="Only the last N entries (default: all)."
+    "-n",
+    "--lines",
+    type=click.IntRange(min=1),
+    help="Only the last N entries (default: all of a run's, the scheduler's last 50).",
+)
+@click.option(
+    "-s",
+    "--since",
+    "--after",
+    "since",
+    metavar="WHEN",
+    help="Only entries from WHEN on: a duration back from now (30m, 2h, 7d) or an ISO date "
+    "or time (2026-01-15, 2026-01-15T08:00).",
+)
+@click.option("--before", metavar="WHEN", help="Only entries before WHEN (as --since).")
+@click.option(
+    "-g",
+    "--grep",
+    "pattern",
+    metavar="REGEX",
+    help="Only entries matching REGEX (a run's events are searched as their JSON).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Show long tool output whole (by default its first and last lines, saying how many "
+    "were cut).",
 )
 @env_option
 @pass_app
@@ -555,44 +716,112 @@ def logs_command(
     follow_: bool,
     as_json: bool,
     lines: int | None,
+    since: str | None,
+    before: str | None,
+    pattern: str | None,
+    full: bool,
     environment: str | None,
 ) -> None:
-    """Print a run's log (TARGET is a run id, a unique prefix, or an agent for its latest run);
-    without TARGET, the log of the scheduler started with `al start --detach`."""
-    from llamaherd.logview import format_event
-
+    """Print a run's log as a conversation: the assistant's text, each tool call with its
+    command and output (TARGET is a run id, a unique prefix, or an agent for its latest run).
+    Without TARGET, the scheduler's log (.al/scheduler.log): run starts and ends, webhook
+    receipts, warnings."""
+    keep = _entry_filter(since, before, pattern)
     if target is None:
-        _scheduler_log(app, lines)
+        _scheduler_log(app, keep, lines or 50, as_json, follow_)
         return
     with _reader(app, environment) as reader:
         run_id = _resolve_run(reader, target)
-        if follow_:
-            follow(reader, run_id)
-            return
-        console = _console()
-        for event in reader.events(run_id)[-lines if lines else 0 :]:
-            if as_json:
+        events = [e for e in reader.events(run_id) if keep(e["at"], _searchable(e))]
+        shown = events[-lines:] if lines else events
+        if as_json:
+            for event in shown:
                 click.echo(json.dumps(event))
-            else:
-                console.print(format_event(event))
+        else:
+            _print_events(shown, run_id, full)
+        if follow_:
+            after = events[-1]["id"] if events else 0
+            follow(reader, run_id, after=after, full=full, keep=keep, as_json=as_json)
 
 
-def _scheduler_log(app: AppContext, lines: int | None) -> None:
-    """The tail of ``.al/scheduler.log`` (``al logs`` without a run, as Action Llama has it)."""
-    path = app.project.state_dir / "scheduler.log"
+def _searchable(event: dict[str, Any]) -> str:
+    return json.dumps(event, ensure_ascii=False)
+
+
+def _entry_filter(
+    since: str | None, before: str | None, pattern: str | None
+) -> Callable[[float | None, str], bool]:
+    """``keep(at, text)``: whether a log entry written at ``at`` passes --since, --before and
+    --grep (an entry of unknown time passes the time bounds)."""
+    import re
+
+    from llamaherd.durations import parse_since
+
+    low = parse_since(since, "--since") if since else None
+    high = parse_since(before, "--before") if before else None
     try:
-        text = path.read_text(errors="replace")
+        regex = re.compile(pattern) if pattern else None
+    except re.error as exc:
+        raise click.BadParameter(f"not a regular expression: {exc}", param_hint="--grep") from None
+
+    def keep(at: float | None, text: str) -> bool:
+        if at is not None and ((low is not None and at < low) or (high is not None and at >= high)):
+            return False
+        return regex is None or regex.search(text) is not None
+
+    return keep
+
+
+def _print_events(events: list[dict[str, Any]], run_id: str, full: bool) -> None:
+    from llamaherd.logview import format_event, worth_showing
+
+    console = _console()
+    for event in filter(worth_showing, events):
+        console.print(format_event(event, full=full, run_id=run_id))
+
+
+def _scheduler_log(
+    app: AppContext,
+    keep: Callable[[float | None, str], bool],
+    lines: int,
+    as_json: bool,
+    tail: bool,
+) -> None:
+    """The scheduler's log, ``.al/scheduler.log`` (``al logs`` without a run, as Action Llama
+    has it): the last ``lines`` entries that ``keep``; with ``tail``, then new ones as they are
+    written until Ctrl-C."""
+    from llamaherd import schedlog
+
+    path = app.project.state_dir / schedlog.LOG_FILE
+    try:
+        handle = path.open(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        raise LlamaherdError(
-            "no scheduler log (.al/scheduler.log is written by `al start --detach`); "
+        raise CommandFailed(
+            f"no scheduler log yet ({path} is written by `al start`); "
             "name a run or an agent: `al logs AGENT`"
         ) from None
-    click.echo("\n".join(text.splitlines()[-(lines or 50) :]))
+    with handle:
+        found = [e for e in schedlog.entries(handle.read().splitlines()) if keep(e.at, e.text)]
+        _echo_entries(found[-lines:], as_json)
+        while tail:
+            try:
+                time.sleep(0.2)
+            except KeyboardInterrupt:
+                return
+            more = handle.read().splitlines()
+            _echo_entries([e for e in schedlog.entries(more) if keep(e.at, e.text)], as_json)
+
+
+def _echo_entries(entries: list[Any], as_json: bool) -> None:
+    from llamaherd.logview import clean
+
+    for entry in entries:
+        click.echo(entry.json_line() if as_json else clean(entry.view()))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
 @click.command("kill")
-@click.argument("target")
+@click.argument("target", shell_complete=complete_run_or_agent)
 @pass_app
 def kill_command(app: AppContext, target: str) -> None:
     """Kill a run (id or prefix), or every live run of an agent."""
@@ -609,7 +838,7 @@ def _pause_command(paused: bool) -> click.Command:
     verb = "pause" if paused else "resume"
 
     @click.command(verb)
-    @click.argument("agent", required=False)
+    @click.argument("agent", required=False, shell_complete=complete_agent)
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
         if agent:
@@ -627,9 +856,16 @@ def _pause_command(paused: bool) -> click.Command:
 
 # ---------------------------------------------------------------------- stats
 @click.command("stats")
-@click.argument("agent", required=False)
-@click.option("-s", "--since", default="14d", show_default=True, help="Window: e.g. 1h, 7d.")
-@click.option("--json", "as_json", is_flag=True)
+@click.argument("agent", required=False, shell_complete=complete_agent)
+@click.option(
+    "-s",
+    "--since",
+    default="7d",
+    show_default=True,
+    metavar="WHEN",
+    help="Window: a duration back from now (24h, 7d, 30d) or an ISO date or time.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option(
     "-n", "recent", type=click.IntRange(min=0), default=0, help="Also list the N latest runs."
 )
@@ -645,14 +881,15 @@ def stats_command(
     calls: bool,
     environment: str | None,
 ) -> None:
-    """Run history: counts, durations, exit codes, tokens, the agent-call graph."""
-    from llamaherd.durations import parse_duration
+    """Run history per agent: runs, success rate, p50/p95 duration, tokens, cost; and the
+    agent-call graph."""
+    from llamaherd.durations import parse_since
 
-    window = parse_duration(since, "--since")
+    start = parse_since(since, "--since")
     with _reader(app, environment) as reader:
         if agent:
             reader.check_agent(agent)
-        data = reader.stats(agent, time.time() - window)
+        data = reader.stats(agent, start)
         if calls:
             data = {"calls": data["calls"]}
         elif recent:
@@ -660,9 +897,67 @@ def stats_command(
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
+    _print_stats(data, since)
+
+
+def _print_stats(data: dict[str, Any], since: str) -> None:
+    from rich.table import Table
+
     console = _console()
-    for key, value in data.items():
-        console.print(f"[bold]{key}[/]: {json.dumps(value, default=str)}")
+    if "agents" in data:
+        console.print(f"[bold]runs since {since}[/]")
+        console.print(_agents_stats_table(data) if data["runs"] else "  none")
+    table = Table(box=None, header_style="bold", title_justify="left")
+    for column in ("CALLER", "", "TARGET", "CALLS"):
+        table.add_column(column, justify="right" if column == "CALLS" else "left")
+    for call in data["calls"]:
+        table.add_row(call["caller"], "→", call["target"], str(call["count"]))
+    console.print("\n[bold]agent calls[/]")
+    console.print(table if data["calls"] else "  none")
+    if data.get("recent"):
+        console.print("\n[bold]latest runs[/]")
+        console.print(_runs_table(data["recent"]))
+
+
+def _agents_stats_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", show_footer=len(data["agents"]) > 1)
+    columns = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
+    total = _stats_cells("all agents", data)
+    for i, column in enumerate(columns):
+        table.add_column(column, footer=total[i], justify="left" if i == 0 else "right")
+    for name, row in data["agents"].items():
+        table.add_row(*_stats_cells(name, row))
+    return table
+
+
+def _stats_cells(name: str, row: dict[str, Any]) -> list[str]:
+    """A stats row: success rate over finished runs, durations, tokens, cost (unpriced calls
+    marked, so a partial sum never passes for the whole)."""
+    states = row["states"]
+    finished = sum(states.get(state, 0) for state in FINAL)
+    rate = f"{100 * states.get('done', 0) / finished:.0f}%" if finished else "-"
+    cost = row["cost"]
+    cost_text = f"${cost['usd']:.4f}" if cost["usd"] or not cost["unpriced_calls"] else "?"
+    if cost["unpriced_calls"] and cost["usd"]:
+        cost_text += f" (+{cost['unpriced_calls']} unpriced calls)"
+    return [
+        name,
+        str(row["runs"]),
+        rate,
+        _seconds(row["durations"]["p50"]),
+        _seconds(row["durations"]["p95"]),
+        f"{row['tokens']['input']:,}",
+        f"{row['tokens']['output']:,}",
+        cost_text,
+    ]
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m"
 
 
 def register(cli: click.Group) -> None:

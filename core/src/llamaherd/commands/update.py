@@ -3,7 +3,6 @@ Dockerfile from it, showing the diff. ``config.toml`` is the user's and is never
 
 from __future__ import annotations
 
-import difflib
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,6 +27,8 @@ class Change:
     new: str
 
     def diff(self, agent: str) -> list[str]:
+        import difflib  # late: `al --help` loads this module
+
         return list(
             difflib.unified_diff(
                 (self.old or "").splitlines(keepends=True),

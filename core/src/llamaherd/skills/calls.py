@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.skills.base import CoreSkill, obj, refuse
+from llamaherd.skills.base import MAX_CALL_CONTEXT, CoreSkill, capped, obj, refuse
 from llamaherd.types import Tool, TriggerEvent
 
 PREAMBLE = """\
@@ -31,7 +31,7 @@ def call_chain(ctx: Any) -> list[str]:
 
 def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     target = str(args.get("agent", ""))
-    context = str(args.get("context", ""))
+    context = capped("the call context", str(args.get("context", "")), MAX_CALL_CONTEXT)
     agents = ctx.project.agents
     if target not in agents:
         return refuse(f"no agent {target!r} (agents: {', '.join(sorted(agents))})")

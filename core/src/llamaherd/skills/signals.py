@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from llamaherd.skills.base import CoreSkill, obj
+from llamaherd.skills.base import MAX_RETURN, MAX_STATUS, CoreSkill, capped, obj
 from llamaherd.types import Tool
 
 PREAMBLE = """\
@@ -15,7 +16,7 @@ Signals (also shell commands `al-status`, `al-return`, `al-rerun`):
 
 
 def set_status(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-    text = ctx.redact(str(args.get("text", ""))).strip()
+    text = ctx.redact(capped("status text", str(args.get("text", "")), MAX_STATUS)).strip()
     if not text:
         raise ValueError("set_status needs a non-empty text")
     ctx.store.set_status(ctx.run_id, text)
@@ -26,6 +27,7 @@ def set_status(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
 def return_value(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if "value" not in args:
         raise ValueError("return_value needs a value")
+    capped("the return value (as JSON)", json.dumps(args["value"], default=str), MAX_RETURN)
     ctx.store.set_return(ctx.run_id, ctx.redact_obj(args["value"]))
     return {"ok": True}
 
@@ -44,13 +46,14 @@ SKILL = CoreSkill(
     tools=[
         Tool(
             "set_status",
-            "Publish a one-line progress update.",
+            f"Publish a one-line progress update (at most {MAX_STATUS:,} characters).",
             obj({"text": {"type": "string"}}, ("text",)),
             set_status,
         ),
         Tool(
             "return_value",
-            "Set this run's result (text or any JSON value).",
+            f"Set this run's result (text or any JSON value; at most {MAX_RETURN:,} characters "
+            "as JSON).",
             obj({"value": {"description": "The result: a string or JSON value."}}, ("value",)),
             return_value,
         ),

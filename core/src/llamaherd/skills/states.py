@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.skills.base import CoreSkill, obj, refuse
+from llamaherd.skills.base import MAX_REASON, CoreSkill, capped, obj, refuse
 from llamaherd.types import Tool
 
 PREAMBLE = """\
@@ -44,7 +44,8 @@ def _check(ctx: Any, args: dict[str, Any]) -> tuple[str, str] | dict[str, Any]:
             f"(selfStates in {ctx.project.relative(ctx.agent.config_file)}: {may})",
             forbidden=True,
         )
-    return state, ctx.redact(str(args.get("reason") or "no reason given")).strip()
+    reason = capped("the reason", str(args.get("reason") or "no reason given"), MAX_REASON)
+    return state, ctx.redact(reason).strip()
 
 
 def apply_state(ctx: Any, state: str, reason: str) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llamaherd.store.connection import Connection, guarded
+from llamaherd.store.connection import Connection, grouped, guarded
 from llamaherd.store.schema import dumps
 
 AGENT_STATES = ("idle", "hibernate", "suspended", "error", "off")
@@ -41,6 +41,7 @@ class Agents(Connection):
         return dict(self._exec(self._sql.agent_states).fetchall())
 
     @guarded
+    @grouped
     def set_agent_state(self, agent: str, state: str, cause: str) -> None:
         """Store the agent's state and record a ``state`` agent event with the cause."""
         if state not in AGENT_STATES:
@@ -52,6 +53,7 @@ class Agents(Connection):
             self._exec(self._sql.agent_event, (agent, now, "state", dumps(data)))
 
     @guarded
+    @grouped
     def add_agent_event(self, agent: str, type: str, data: dict[str, Any] | None = None) -> None:
         with self._write():
             self._exec(self._sql.agent_event, (agent, self._clock(), type, dumps(data or {})))

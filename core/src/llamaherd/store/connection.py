@@ -4,6 +4,14 @@ Every other module of the store builds on ``Connection``: it runs one statement 
 connection (``_exec``), groups statements into one write transaction (``_write``, and
 ``atomic()`` for callers), and turns a database failure into one ``StoreError`` line naming the
 database and what to do (``guarded`` on each public method).
+
+Group commit (SQLite). The hot writes (``grouped``: enqueue, claim, run transitions and events,
+agent events, trigger ticks) and ``write(fn)`` are not run by the calling thread: they go to the
+store's one writer thread, which takes every write waiting at that moment into one
+``BEGIN IMMEDIATE`` ... ``COMMIT`` (each in its own savepoint, so one that fails spoils no
+other) and answers each caller only after that commit. Concurrent HTTP workers thus never queue
+on a Python lock one commit at a time: N deliveries cost one transaction. PostgreSQL has its own
+concurrency: there every call is its own transaction on the caller's connection.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -61,6 +70,20 @@ def guarded(method: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
+def grouped(method: Callable[P, T]) -> Callable[P, T]:
+    """Run a write method in the writer thread's next group commit (SQLite), unless this thread
+    is already inside a write transaction (then it joins that one, as ``_write`` does)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        store = args[0]
+        if store._joins():  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+        return store._group.submit(method, args, kwargs)  # type: ignore[attr-defined]
+
+    return wrapper
+
+
 def explain(where: str, timeout: float, exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     low = text.lower()
@@ -92,8 +115,9 @@ def display_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
-    """A peewee database for ``url``, its display name and its busy timeout."""
+def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Database, str, float]:
+    """A peewee database for ``url``, its display name and its busy timeout. A SQLite file is
+    created 0600 here unless ``create`` is false (a check that must not leave one behind)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     timeout = float(query.pop("timeout", BUSY_TIMEOUT))
@@ -103,7 +127,8 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
             raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
         path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if create:
+                _create_private(path)
         except OSError as exc:
             raise StoreError(explain(str(path), timeout, exc)) from exc
         db = pw.SqliteDatabase(
@@ -127,6 +152,13 @@ def connect(url: str, root: str | None) -> tuple[pw.Database, str, float]:
     return db, display_url(url), timeout
 
 
+def _create_private(path: Path) -> None:
+    """The database file created 0600 in a 0700 directory before SQLite opens it: it holds
+    transcripts, and SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+
+
 _SQLITE_WRITERS: dict[str, threading.RLock] = {}
 _SQLITE_WRITERS_GUARD = threading.Lock()
 
@@ -135,6 +167,122 @@ def _sqlite_writer(path: str) -> threading.RLock:
     """The process-wide write mutex of one SQLite file (re-entrant: transactions nest)."""
     with _SQLITE_WRITERS_GUARD:
         return _SQLITE_WRITERS.setdefault(os.path.realpath(path), threading.RLock())
+
+
+class _Job:
+    """One caller's write, waiting for the commit that holds it."""
+
+    __slots__ = ("fn", "args", "kwargs", "done", "result", "error")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """The writer thread of one SQLite store: every write waiting when it wakes goes into one
+    transaction, each caller is answered after that transaction's commit."""
+
+    MAX_BATCH = 256  # writes per transaction: bounds how long a reader of the WAL waits
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._start = threading.Lock()
+        self.ident: int | None = None
+
+    def submit(self, fn: Callable[..., T], args: tuple, kwargs: dict[str, Any]) -> T:
+        job = _Job(fn, args, kwargs)
+        if self._thread is None:
+            self._ensure_thread()
+        self._jobs.put(job)
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _ensure_thread(self) -> None:
+        with self._start:
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="store-writer", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def stop(self) -> None:
+        """End the writer thread after the writes already submitted (a later write starts a
+        new one)."""
+        with self._start:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread.is_alive():
+            self._jobs.put(None)
+            thread.join()
+
+    def _loop(self) -> None:
+        self.ident = threading.get_ident()
+        try:
+            while True:
+                first = self._jobs.get()
+                if first is None:
+                    return
+                batch = [first]
+                while len(batch) < self.MAX_BATCH:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        self._jobs.put(None)  # stop after this batch
+                        break
+                    batch.append(job)
+                self._commit(batch)
+        finally:
+            self.ident = None
+            with contextlib.suppress(Exception):
+                self._conn._db.close()
+
+    def _commit(self, batch: list[_Job]) -> None:
+        conn = self._conn
+        try:
+            with conn._writer:
+                db = conn._db.connection()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._run_all(db, batch)
+                    db.execute("COMMIT")
+                except BaseException:
+                    try:
+                        if db.in_transaction:
+                            db.rollback()
+                    except sqlite3.Error:
+                        conn._db.close()  # never join a transaction that could not be rolled back
+                    raise
+        except BaseException as exc:  # the transaction failed: every write in it failed
+            for job in batch:
+                if job.error is None:
+                    job.error = exc
+        for job in batch:
+            job.done.set()
+
+    @staticmethod
+    def _run_all(db: sqlite3.Connection, batch: list[_Job]) -> None:
+        """Each write in a savepoint when several share the transaction: all or nothing each."""
+        alone = len(batch) == 1
+        for job in batch:
+            if not alone:
+                db.execute("SAVEPOINT w")
+            try:
+                job.result = job.fn(*job.args, **job.kwargs)
+            except BaseException as exc:
+                job.error = exc
+                if not alone:
+                    db.execute("ROLLBACK TO w")
+            if not alone:
+                db.execute("RELEASE w")
+        if alone and batch[0].error is not None:
+            raise batch[0].error
 
 
 # ---------------------------------------------------------------------------------- SQL text
@@ -188,6 +336,8 @@ class Connection:
         self._clock = clock
         self._pg = isinstance(db, pw.PostgresqlDatabase)
         self._writer = contextlib.nullcontext() if self._pg else _sqlite_writer(where)
+        self._group = GroupCommit(self)
+        self._tx = threading.local()  # .depth: this thread's open ``_write`` blocks (SQLite)
         # Statements built from column names at run time, written once each.
         self._built: dict[tuple[Any, ...], str] = {}
 
@@ -203,8 +353,34 @@ class Connection:
 
     @guarded
     def close(self) -> None:
-        """Close this thread's connection (other threads' close when they end)."""
+        """Stop the writer thread (after its pending writes) and close this thread's connection
+        (other threads' close when they end)."""
+        self._group.stop()
         self._db.close()
+
+    @guarded
+    def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in one write transaction (all or nothing), shared with concurrent
+        writes on SQLite (group commit); returns its result once committed. ``fn`` runs in the
+        store's writer thread there: it uses the store (and a plugin's ``tables``), nothing
+        bound to the calling thread."""
+        if self._joins():
+            with self._write():
+                return fn(*args)
+        return self._group.submit(self._in_write, (fn, args), {})
+
+    def _in_write(self, fn: Callable[..., T], args: tuple) -> T:
+        with self._write():
+            return fn(*args)
+
+    def _joins(self) -> bool:
+        """Whether a write runs on this thread now: PostgreSQL (no writer thread), the writer
+        thread itself, or a thread inside its own write transaction (``atomic``)."""
+        return (
+            self._pg
+            or self._group.ident == threading.get_ident()
+            or getattr(self._tx, "depth", 0) > 0
+        )
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -254,8 +430,10 @@ class Connection:
             if conn.in_transaction:
                 yield
                 return
-            conn.execute("BEGIN IMMEDIATE")
+            tx = self._tx
+            tx.depth = getattr(tx, "depth", 0) + 1
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 yield
                 conn.execute("COMMIT")
             except BaseException:
@@ -265,6 +443,8 @@ class Connection:
                 except sqlite3.Error:
                     self._db.close()  # never join a transaction that could not be rolled back
                 raise
+            finally:
+                tx.depth -= 1
 
     def _drop_broken_connection(self) -> None:
         """After a failure, close this thread's connection if it is dead (a restarted

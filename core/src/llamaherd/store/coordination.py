@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llamaherd.store.connection import Connection, columns, guarded
+from llamaherd.store.connection import Connection, columns, grouped, guarded
 
 _CALL_COLUMNS = ("id", "caller_run", "target", "context", "depth", "state", "return_value",
                  "error", "run_id", "created_at", "finished_at")  # fmt: skip
@@ -159,6 +159,7 @@ class Coordination(Connection):
 
     # ------------------------------------------------------------ trigger ticks
     @guarded
+    @grouped
     def claim_tick(self, key: str, tick: float) -> bool:
         """True exactly once per (key, tick), across processes and hosts (a trigger's
         ``emit_once``; keys are ``<trigger type>:<its key>``)."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, guarded
+from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 # Work item states: queued -> claimed -> done, or queued -> dropped (queue full).
 ITEM_STATES = ("queued", "claimed", "done", "dropped")
+# Drops of one agent's items less than this many seconds apart are one burst: logged once.
+DROP_BURST_GAP = 10.0
 # claim(): with up to this many agents having room, each queue head is found by an index seek.
 _SEEK_AGENTS = 16
 # Which queued items the claiming host (the one parameter) may take: a resume item is left to
@@ -70,6 +73,7 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
             f"WHERE id = ? OR (run_id = ? AND state = 'queued'){lock})"
         ),
         "item_state": q("UPDATE work_items SET state = ? WHERE id = ?"),
+        "any_queued": q("SELECT 1 FROM work_items WHERE state = 'queued' LIMIT 1"),
         "dedupe": q("SELECT 1 FROM work_items WHERE dedupe_key = ?"),
         "coalesce": q(f"SELECT 1 {queued} AND kind = ? LIMIT 1"),
         # Counted on the queued-items index alone; resume items (never counted against the
@@ -87,10 +91,32 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
     }
 
 
+# (database, agent) -> [last drop (monotonic clock), drops in its burst]
+_bursts: dict[tuple[str, str], list[float]] = {}
+
+
+def _log_drops(where: str, agent: str, limit: int, count: int) -> None:
+    """One warning per burst of drops (a flood into a full queue would otherwise log a line per
+    delivery); each drop is still an agent event. The next burst's line counts the last one."""
+    now = time.monotonic()
+    burst = _bursts.get((where, agent))
+    if burst is not None and now - burst[0] < DROP_BURST_GAP:
+        burst[0], burst[1] = now, burst[1] + count
+        return
+    before = f" ({int(burst[1])} dropped in its previous burst)" if burst else ""
+    _bursts[where, agent] = [now, count]
+    log.warning(
+        "queue of agent %s is full (%d items): dropping its oldest items while it stays full, "
+        "each recorded as a `dropped` agent event%s",
+        agent, limit, before,
+    )  # fmt: skip
+
+
 class Queue(Runs):
     """Work items of every agent; claiming one creates (or resumes) its run."""
 
     @guarded
+    @grouped
     def enqueue(
         self,
         agent: str,
@@ -150,12 +176,10 @@ class Queue(Runs):
                 self._exec(self._sql.drop_call, (reason, now, call_id))
             data = {"item_id": item_id, "kind": kind, "created_at": created_at, "limit": limit}
             self._exec(self._sql.agent_event, (agent, now, "dropped", dumps(data)))
-            log.warning(
-                "queue of agent %s is full (%d items): dropped its oldest item %d (%s)",
-                agent, limit, item_id, kind,
-            )  # fmt: skip
+        _log_drops(self._where, agent, limit, len(victims))
 
     @guarded
+    @grouped
     def claim(
         self,
         scales: dict[str, int],
@@ -204,6 +228,7 @@ class Queue(Runs):
         return None
 
     @guarded
+    @grouped
     def claim_resume(self, run_id: str, host: str) -> tuple[WorkItemRow, RunRow] | None:
         """Claim the queued ``resume`` item of waiting run ``run_id`` now, whatever its agent's
         scale (a suspended run holds its slot): the run goes back to ``running`` on ``host``.
@@ -307,6 +332,11 @@ class Queue(Runs):
         return item
 
     @guarded
+    def has_queued(self) -> bool:
+        """Whether any item is queued (resume items included), by one index probe."""
+        return self._exec(self._sql.any_queued).fetchone() is not None
+
+    @guarded
     def queue_depth(self, agent: str | None = None) -> dict[str, int]:
         """Queued items per agent (agents with none are absent unless asked for by name)."""
         if agent is not None:
@@ -339,6 +369,17 @@ class Queue(Runs):
             return m.WorkItem.delete().where(where).execute()
 
     @guarded
+    @grouped
+    def withdraw(self, item_id: int) -> bool:
+        """Delete work item ``item_id`` if it is still queued (``al run`` interrupted before its
+        run started); False when it was claimed already or is gone."""
+        m = self._m
+        where = (m.WorkItem.id == item_id) & (m.WorkItem.state == "queued")
+        with self._write():
+            return m.WorkItem.delete().where(where).execute() == 1
+
+    @guarded
+    @grouped
     def resume_waiting(self, run_id: str, payload: dict[str, Any]) -> bool:
         """Enqueue a ``resume`` item for a waiting run once (False if already resumed or the
         run is not waiting). The dispatcher's claim then moves the run back to running."""

@@ -19,7 +19,15 @@ from typing import Any
 
 import peewee as pw
 
-from llamaherd.store.connection import Connection, StoreError, assignments, columns, guarded, marks
+from llamaherd.store.connection import (
+    Connection,
+    StoreError,
+    assignments,
+    columns,
+    grouped,
+    guarded,
+    marks,
+)
 from llamaherd.store.schema import JSONText, dumps
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")
@@ -197,6 +205,7 @@ class Runs(Connection):
 
     # ------------------------------------------------------------ runs
     @guarded
+    @grouped
     def create_run(self, agent: str, trigger_kind: str, **fields: Any) -> RunRow:
         """A run in ``running`` not from the queue (foreground ``al run``). ``fields`` are run
         columns (host, trigger, call_id, ...); ``trigger`` defaults to the kind with an empty
@@ -252,6 +261,31 @@ class Runs(Connection):
         return self._run_rows(self._statement(key, build), [*params, limit])
 
     @guarded
+    def last_finished(
+        self, agents: list[str]
+    ) -> dict[str, tuple[str, str, int | None, float, float | None]]:
+        """Each agent's latest run in a final state, in one query (an index seek per agent):
+        agent -> (run id, state, exit code, finished at, started at); agents without one are
+        absent."""
+        if not agents:
+            return {}
+        final = ", ".join(f"'{state}'" for state in FINAL_STATES)
+
+        def build() -> str:
+            values = ", ".join("(?)" for _ in agents)
+            return (
+                f"WITH a(agent) AS (VALUES {values}) "
+                "SELECT r.agent, r.id, r.state, r.exit_code, r.finished_at, r.started_at "
+                "FROM a JOIN runs r "
+                "ON r.id = (SELECT x.id FROM runs x WHERE x.agent = a.agent "
+                f"AND x.state IN ({final}) ORDER BY x.created_at DESC, x.id DESC LIMIT 1)"
+            )
+
+        sql = self._statement(("last_finished", len(agents)), build)
+        return {row[0]: tuple(row[1:]) for row in self._exec(sql, agents).fetchall()}
+
+    @guarded
+    @grouped
     def transition(
         self, run_id: str, state: str, reason: str | None = None, exit_code: int | None = None
     ) -> RunRow:
@@ -317,6 +351,7 @@ class Runs(Connection):
         self._exec(sql.settle_call, (*settle, now, run.call_id, run.id))
 
     @guarded
+    @grouped
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set plain columns: sandbox, deadline, host, status, rerun_requested, tokens..."""
         unknown = set(fields) - _PLAIN_RUN_COLUMNS
@@ -333,6 +368,7 @@ class Runs(Connection):
         self.update_run(run_id, transcript=transcript)
 
     @guarded
+    @grouped
     def set_status(self, run_id: str, text: str) -> None:
         """Record a status message (kept as history) and make it the run's current status."""
         with self._write():
@@ -340,6 +376,7 @@ class Runs(Connection):
             self._update_run(run_id, {"status": text})
 
     @guarded
+    @grouped
     def set_return(self, run_id: str, value: Any) -> None:
         """Set the run's return value (its caller gets it when the run ends done)."""
         with self._write():
@@ -347,6 +384,7 @@ class Runs(Connection):
             self._exec(self._sql.event, (run_id, self._clock(), "return", dumps({"value": value})))
 
     @guarded
+    @grouped
     def add_event(self, run_id: str, type: str, data: dict[str, Any] | None = None) -> None:
         """Append a run event (also used for structured log lines: model_call, tool_call...)."""
         with self._write():
@@ -377,6 +415,7 @@ class Runs(Connection):
 
     # ------------------------------------------------------------ waits
     @guarded
+    @grouped
     def set_waiting(self, run_id: str, wait_filter: dict[str, Any], deadline: float) -> None:
         """Transition running -> waiting with the filter and deadline stored (and the previous
         resume's ``trigger["resume_payload"]`` dropped: it is spent)."""
@@ -428,19 +467,39 @@ class Runs(Connection):
             query = query.where(m.Run.created_at >= since)
             calls = calls.where(m.Call.created_at >= since)
         rows = list(query.namedtuples())
+        costs = self._costs(agent, since)
         per_agent = {
-            name: _summary([r for r in rows if r.agent == name])
+            name: _summary([r for r in rows if r.agent == name], costs.get(name, []))
             for name in sorted({r.agent for r in rows})
         }
         return {
-            **_summary(rows),
+            **_summary(rows, [c for agent_costs in costs.values() for c in agent_costs]),
             "since": since,
             "agents": per_agent,
             "calls": [{"caller": c, "target": t, "count": n} for c, t, n in calls.tuples()],
         }
 
+    def _costs(self, agent: str | None, since: float | None) -> dict[str, list[float | None]]:
+        """The cost of every model call of the runs ``stats`` counts, per agent (None where
+        the price was unknown), from the runs' ``model_call`` events."""
+        m = self._m
+        query = (
+            m.RunEvent.select(m.Run.agent, m.RunEvent.data)
+            .join(m.Run, on=(m.RunEvent.run_id == m.Run.id))
+            .where(m.RunEvent.type == "model_call")
+        )
+        if agent is not None:
+            query = query.where(m.Run.agent == agent)
+        if since is not None:
+            query = query.where(m.Run.created_at >= since)
+        costs: dict[str, list[float | None]] = {}
+        for name, data in query.tuples():
+            cost = data.get("cost_usd") if isinstance(data, dict) else None
+            costs.setdefault(name, []).append(cost if isinstance(cost, int | float) else None)
+        return costs
 
-def _summary(rows: list[Any]) -> dict[str, Any]:
+
+def _summary(rows: list[Any], costs: list[float | None]) -> dict[str, Any]:
     durations = sorted(
         r.finished_at - r.started_at for r in rows if r.finished_at and r.started_at is not None
     )
@@ -457,5 +516,10 @@ def _summary(rows: list[Any]) -> dict[str, Any]:
         "tokens": {
             "input": sum(r.input_tokens for r in rows),
             "output": sum(r.output_tokens for r in rows),
+        },
+        # USD of the model calls whose price was known; how many calls had none.
+        "cost": {
+            "usd": round(sum(c for c in costs if c is not None), 6),
+            "unpriced_calls": sum(1 for c in costs if c is None),
         },
     }

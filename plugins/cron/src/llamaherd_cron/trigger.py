@@ -7,8 +7,10 @@ and hosts (the tick's claim and the queued run are one transaction).
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,9 +29,11 @@ from llamaherd.api import (
 
 log = logging.getLogger("llamaherd.cron")
 
-# Longest real-time sleep between checks: bounds fire latency and lets a fake clock (tests) be
-# noticed promptly.
+# Longest real-time sleep under a fake clock (tests: it may jump at any moment), and how soon a
+# tick whose emit failed (the database was unavailable) is tried again.
 POLL_SECONDS = 0.5
+# Longest sleep on the wall clock: a clock stepped back or forward is noticed within it.
+MAX_SLEEP = 30.0
 SCHEDULED_TEXT = (
     "You are running on a schedule. Check for new work and act on anything you find; "
     "if there is nothing to do, say so and stop."
@@ -178,10 +182,6 @@ def describe_plan(agent: Agent, now: float) -> list[TriggerInfo]:
     return [TriggerInfo(kind, summary, details, plan.following(now))]
 
 
-# The config keys a plan depends on (``next_fire`` remembers answers per their values).
-PLAN_KEYS = ("schedule", "every", "timezone")
-
-
 class CronTrigger:
     """TriggerType ``cron``: one thread that fires each agent's due ticks."""
 
@@ -194,10 +194,13 @@ class CronTrigger:
     def __init__(self) -> None:
         self._plans: dict[str, Plan] = {}
         self._cursor: dict[str, float] = {}  # last tick handled per agent
+        self._next: dict[str, float] = {}  # when each agent is next due (``next_fire``)
+        self._heap: list[tuple[float, str]] = []  # (due, agent); stale entries are skipped
         self._stop = threading.Event()
+        self._changed = threading.Event()  # the plans changed: the loop recomputes its sleep
         self._thread: threading.Thread | None = None
         self._ctx: TriggerContext | None = None
-        self._next_fires: dict[tuple[str, ...], tuple[float, float]] = {}  # key -> (asked, tick)
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ validation and display
     def validate(self, agent: Agent) -> list[ConfigError]:
@@ -216,22 +219,13 @@ class CronTrigger:
         return Plan.from_config(*_config(agent))
 
     def next_fire(self, agent: Agent, now: float) -> float | None:
-        """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None.
-
-        Remembered per agent and schedule until that tick passes: the dashboard asks for
-        every agent's on each render, and parsing 200 cron expressions each time is most of
-        its work. Between the ``now`` it was computed for and the tick itself, the answer
-        cannot change (ticks follow from the expression alone)."""
-        key = (agent.name, *(repr(agent.config.get(k)) for k in PLAN_KEYS))
-        known = self._next_fires.get(key)
-        if known is not None and known[0] <= now < known[1]:
-            return known[1]
+        """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None. While
+        the trigger runs, the time it already computed for its timer."""
+        due = self._next.get(agent.name)
+        if due is not None and due > now:
+            return due
         plan = self.plan(agent)
-        if plan is None:
-            return None
-        when = plan.following(now)
-        self._next_fires[key] = (now, when)
-        return when
+        return plan.following(now) if plan else None
 
     def describe(self, agent: Agent) -> str | None:
         """``schedule */5 * * * * (Europe/Berlin)`` or ``every 2m``, for ``al stat``."""
@@ -253,26 +247,57 @@ class CronTrigger:
         self._ctx = ctx
         self._stop.clear()
         now = ctx.clock()
+        with self._lock:
+            for plan in self._plan_all(ctx):
+                self._plans[plan.agent] = plan
+                self._cursor[plan.agent] = self._initial_cursor(ctx, plan, now)
+                self._schedule(plan.agent, plan.following(self._cursor[plan.agent]))
+        self._thread = threading.Thread(target=self._loop, args=(ctx,), name="al-cron", daemon=True)
+        self._thread.start()
+
+    def reconfigure(self, ctx: TriggerContext) -> None:
+        """After a live reload: plan ``ctx.agents`` afresh. An unchanged plan keeps its place;
+        a new or changed one fires from its next tick on (no catch-up for the old schedule);
+        a removed agent fires no more."""
+        now = ctx.clock()
+        with self._lock:
+            plans, cursor = {}, {}
+            for plan in self._plan_all(ctx):
+                plans[plan.agent] = plan
+                if self._plans.get(plan.agent) == plan:
+                    cursor[plan.agent] = self._cursor[plan.agent]
+                else:
+                    last = ctx.last_tick(plan.agent)
+                    cursor[plan.agent] = max(plan.latest(now - 1e-3), last or -math.inf)
+            self._plans, self._cursor = plans, cursor
+            self._next.clear()
+            self._heap.clear()
+            for agent, plan in plans.items():
+                self._schedule(agent, plan.following(cursor[agent]))
+
+    def _plan_all(self, ctx: TriggerContext) -> list[Plan]:
+        """The plans of ``ctx.agents`` with a schedule; an invalid one is logged, left out."""
+        plans = []
         for agent in ctx.agents:
             try:
                 plan = self.plan(agent)
             except ConfigError as exc:
                 log.error("cron: agent %s is not scheduled: %s", agent.name, exc)
                 continue
-            if plan is None:
-                continue
-            self._plans[plan.agent] = plan
-            self._cursor[plan.agent] = self._initial_cursor(ctx, plan, now)
-        self._thread = threading.Thread(target=self._loop, args=(ctx,), name="al-cron", daemon=True)
-        self._thread.start()
+            if plan is not None:
+                plans.append(plan)
+        return plans
 
     def stop(self) -> None:
         self._stop.set()
+        self._changed.set()  # wake the loop now
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
         self._plans.clear()
         self._cursor.clear()
+        self._next.clear()
+        self._heap.clear()
 
     def _initial_cursor(self, ctx: TriggerContext, plan: Plan, now: float) -> float:
         """Ticks at or before the cursor never fire. With catch-up after downtime, the cursor is
@@ -286,30 +311,49 @@ class CronTrigger:
         return float(last) if plan.catch_up else max(float(last), before_now)
 
     # ------------------------------------------------------------ firing
+    def _schedule(self, agent: str, due: float) -> None:
+        """Wake for ``agent`` at ``due`` (replacing its earlier entry)."""
+        self._next[agent] = due
+        heapq.heappush(self._heap, (due, agent))
+        self._changed.set()
+
     def _loop(self, ctx: TriggerContext) -> None:
+        """Sleep until the earliest due tick, fire what is due, compute those agents' next
+        ticks: nothing runs between ticks, whatever the number of agents."""
+        fake_clock = bool(os.environ.get("AL_FAKE_CLOCK_FILE"))
         while not self._stop.is_set():
             now = ctx.clock()
-            wait = POLL_SECONDS
-            for plan in list(self._plans.values()):
-                self._fire_due(ctx, plan, now)
-                wait = min(wait, plan.following(now) - now)
-            self._stop.wait(max(wait, 0.01))
+            with self._lock:  # a reconfigure swaps the plans between passes only
+                while self._heap and self._heap[0][0] <= now:
+                    due, agent = heapq.heappop(self._heap)
+                    plan = self._plans.get(agent)
+                    if plan is None or self._next.get(agent) != due:
+                        continue  # stale: the agent was rescheduled or removed
+                    retry = not self._fire_due(ctx, plan, now)
+                    self._schedule(agent, now + POLL_SECONDS if retry else plan.following(now))
+                self._changed.clear()
+                wait = (self._heap[0][0] - now) if self._heap else MAX_SLEEP
+            wait = min(wait, POLL_SECONDS if fake_clock else MAX_SLEEP)
+            self._changed.wait(max(wait, 0.01))
 
-    def _fire_due(self, ctx: TriggerContext, plan: Plan, now: float) -> None:
+    def _fire_due(self, ctx: TriggerContext, plan: Plan, now: float) -> bool:
+        """Fire the latest tick at or before ``now`` unless handled; False when it must be
+        tried again (the database failed)."""
         due = plan.latest(now)
         if due <= self._cursor[plan.agent]:
-            return
+            return True
         event = self._event(plan, due, now)
         try:
             fired = ctx.emit_once(plan.agent, due, event, coalesce=True)
-        except Exception:  # the database may be briefly unavailable: retry on the next pass
+        except Exception:  # the database may be briefly unavailable: retry soon
             log.exception("cron: cannot fire tick %s for agent %s", due, plan.agent)
-            return
+            return False
         # Handled whether this host fired it or another host claimed it first.
         self._cursor[plan.agent] = due
         if fired is not None:
             late = " (catch-up)" if event.payload["catchUp"] else ""
             log.info("cron: %s fires for tick %s%s", plan.agent, event.payload["time"], late)
+        return True
 
     def _event(self, plan: Plan, tick: float, now: float) -> TriggerEvent:
         when = datetime.fromtimestamp(tick, plan.tz).isoformat()

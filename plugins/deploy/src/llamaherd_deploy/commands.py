@@ -260,12 +260,10 @@ def _service(app: AppContext):  # -> service.Service, imported lazily
 
 
 def _grace(command):
-    from llamaherd_deploy.service import DEFAULT_GRACE
-
     return click.option(
         "--grace",
         type=float,
-        default=DEFAULT_GRACE,
+        default=environments.DEFAULT_GRACE,
         show_default=True,
         help="Seconds active runs get to finish when the scheduler stops.",
     )(command)

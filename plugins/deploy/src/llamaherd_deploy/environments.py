@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import ConfigError, LlamaherdError, read_toml
+from llamaherd.api import ConfigError, LlamaherdError
 
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 MAX_NAME = 50
@@ -27,6 +27,8 @@ DEFAULT_PORT = 22
 ROOT_BASE = "/opt/action-llama"  # the peer's default; other users deploy under their home
 USER_BASE = "~/action-llama"
 DEFAULT_PYTHON = "python3"
+# Seconds active runs get to finish when the scheduler service stops (``al service``).
+DEFAULT_GRACE = 300.0
 
 
 def environments_dir() -> Path:
@@ -109,6 +111,8 @@ def load(name: str) -> Environment:
             f"no environment {name!r} (known: {known}); create it with "
             f"`al env add {name} --host HOST`"
         )
+    from llamaherd.api import read_toml  # late: the project module is heavy for `al --help`
+
     return parse(name, read_toml(path), str(path))
 
 

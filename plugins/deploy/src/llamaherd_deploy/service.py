@@ -25,7 +25,6 @@ from typing import Any
 from llamaherd.api import AppContext, ControlClient, LlamaherdError, pid_alive, scheduler_info
 from llamaherd_deploy.helper import service_mode
 
-DEFAULT_GRACE = 300.0
 START_TIMEOUT = 120.0
 STOP_MARGIN = 60.0  # beyond the grace period, for the scheduler to write its last state
 

@@ -20,7 +20,6 @@ import hashlib
 import io
 import os
 import re
-import tarfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -294,6 +293,8 @@ def remove_stale(client: Any, repository: str, keep: str) -> None:
 
 def _image_file(client: Any, image: str, path: str) -> str:
     """A text file of an image, read from a created (never started) container."""
+    import tarfile  # late, as docker: `al --help` loads this module
+
     from docker.errors import NotFound
 
     container = client.api.create_container(image, command=["/bin/sh"])["Id"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
 
 
 @click.group("webhooks")
@@ -168,11 +169,13 @@ def test(
     try:
         response = requests.post(url, data=body, headers=headers, timeout=30)
     except requests.RequestException as exc:
-        raise LlamaherdError(
+        raise CommandFailed(
             f"no scheduler answered at {url} ({type(exc).__name__}); start it with `al start`"
         ) from None
     click.echo(f"HTTP {response.status_code}")
     click.echo(response.text)
+    if response.status_code >= 400:  # refused: a script must see it failed
+        sys.exit(1)
 
 
 def _signing_key(config: Any, key_env: str | None) -> str | None:

@@ -7,12 +7,16 @@ Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llamaherd.api import WebhookReply
 from llamaherd_webhooks.matching import filters_of, matching_agents
 from llamaherd_webhooks.receipts import Receipts
+from llamaherd_webhooks.throttle import RejectThrottle
 from llamaherd_webhooks.trigger import make_event
 
 log = logging.getLogger("llamaherd.webhooks")
@@ -20,9 +24,12 @@ log = logging.getLogger("llamaherd.webhooks")
 DEFAULT_MAX_BODY = 1024 * 1024
 # Header names that may carry secrets: never stored in receipts.
 SECRET_HEADER_WORDS = ("signature", "authorization", "cookie", "token", "secret", "api-key")
-# Bytes of an unverified body kept in its dead letter: enough to debug a sender, too little to
-# let anonymous requests fill the database.
-UNVERIFIED_BODY_KEPT = 4096
+# What a rejected request leaves in its dead letter: enough to debug a sender, too little to let
+# anonymous requests fill the database. Headers: these, plus the source's event and delivery
+# headers, each value cut to REJECTED_VALUE_KEPT characters.
+REJECTED_BODY_KEPT = 1024
+REJECTED_HEADERS = ("content-type", "content-length", "user-agent")
+REJECTED_VALUE_KEPT = 200
 
 
 @dataclass
@@ -51,6 +58,17 @@ def safe_headers(headers: dict[str, str]) -> dict[str, str]:
     return {
         k: v for k, v in headers.items() if not any(w in k.lower() for w in SECRET_HEADER_WORDS)
     }
+
+
+def rejected_headers(config: SourceConfig, headers: dict[str, str]) -> dict[str, str]:
+    """The few headers a dead letter keeps (``REJECTED_HEADERS`` and the source's own event and
+    delivery headers), values cut short."""
+    source = config.source
+    names = {*REJECTED_HEADERS, *(
+        str(getattr(source, attr, "")).lower() for attr in ("event_header", "delivery_header")
+    )}  # fmt: skip
+    kept = {k: v[:REJECTED_VALUE_KEPT] for k, v in headers.items() if k.lower() in names}
+    return safe_headers(kept)
 
 
 def resolve_source(project: Any, registry: Any, name: str) -> SourceConfig | Outcome:
@@ -89,13 +107,45 @@ def sources_of_type(project: Any, registry: Any, kind: str) -> list[SourceConfig
     return [config for config in found if isinstance(config, SourceConfig)]
 
 
+class SecretCache:
+    """Signing secrets by file, read again only when the file changed: a delivery costs one
+    ``stat`` instead of reading the credential's files (rotating a secret with ``al creds``
+    replaces the file, so the next delivery sees the new one)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Path, tuple[tuple[int, ...], str]] = {}
+        self.lock = threading.Lock()
+
+    def read(self, path: Path) -> str | None:
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        stamp = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+        with self.lock:
+            cached = self.entries.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("cannot read the webhook secret %s: %s", path, exc)
+            return None
+        with self.lock:
+            self.entries[path] = (stamp, value)
+        return value
+
+
+SECRETS = SecretCache()
+
+
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
     """The source's signing secret (or public key) from its credential (``CredentialStore``),
     if stored: the field ``secret_field`` names, ``secret`` by default."""
     if not config.source.credential_type:
         return []
-    values = credentials.read(config.source.credential_type, config.instance)
-    secret = (values or {}).get(getattr(config.source, "secret_field", "secret"))
+    directory = credentials.path(config.source.credential_type, config.instance)
+    secret = SECRETS.read(directory / getattr(config.source, "secret_field", "secret"))
     return [secret] if secret else []
 
 
@@ -110,11 +160,15 @@ def answer(config: SourceConfig, fields: dict[str, Any], outcome: Outcome) -> Ou
 
 
 class Ingest:
-    """Takes deliveries for one engine."""
+    """Takes deliveries for one engine. ``throttle`` (the server's ``RejectThrottle``) bounds
+    the rejected deliveries recorded per source and ``client`` address; without one (``al
+    webhooks replay``) every rejection is recorded."""
 
-    def __init__(self, engine: Any):
+    def __init__(self, engine: Any, throttle: RejectThrottle | None = None, client: str = ""):
         self.engine = engine
         self.receipts = Receipts(engine.store)
+        self.throttle = throttle
+        self.client = client
 
     def source(self, name: str) -> SourceConfig | Outcome:
         return resolve_source(self.engine.project, self.engine.registry, name)
@@ -173,13 +227,12 @@ class Ingest:
                 config, headers, b"", 413, f"body larger than {config.max_body} bytes"
             )
         if not config.allow_unsigned and not self._verified(config, headers, body):
-            return self._reject(
-                config, headers, body[:UNVERIFIED_BODY_KEPT], 401, "missing or bad signature"
-            )
+            return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
             fields = config.source.parse(headers, body)
         except ValueError as exc:
-            return self._reject(config, headers, body, 400, str(exc))
+            # A verified sender's malformed delivery is not throttled: it holds the secret.
+            return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
         delivery = str(fields.get("delivery"))
         if fields.get("ignore"):
             status = int(fields.get("status", 200))
@@ -187,8 +240,12 @@ class Ingest:
                 config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
             )
             outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+            log.info(
+                "webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event")
+            )
         elif self.receipts.seen(config.name, delivery):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
         else:
             outcome = self._route(config, delivery, headers, body, fields)
         return answer(config, fields, outcome)
@@ -255,6 +312,21 @@ class Ingest:
         agents = matching_agents(
             self.engine.project.agents, config.name, fields, filters_of(config.source)
         )
+        # One write transaction for the whole fan-out and its receipt: N matched agents are N
+        # items in one commit, and the 202 goes out after it.
+        return self.engine.store.write(
+            self._fan_out, config, delivery, headers, body, fields, agents
+        )
+
+    def _fan_out(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+        agents: list[str],
+    ) -> Outcome:
         queued, refused, resumed = [], {}, []
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -269,6 +341,11 @@ class Ingest:
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         self._record(config, delivery, headers, body, 202, result, agents)
+        log.info(
+            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
+            config.name, delivery, fields.get("event") or "-", result,
+            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
+        )  # fmt: skip
         return Outcome(
             202,
             {
@@ -282,12 +359,35 @@ class Ingest:
         )
 
     def _reject(
-        self, config: SourceConfig, headers: dict[str, str], body: bytes, status: int, why: str
+        self,
+        config: SourceConfig,
+        headers: dict[str, str],
+        body: bytes,
+        status: int,
+        why: str,
+        anonymous: bool = True,
     ) -> Outcome:
-        log.warning("webhook %s: rejected with %d: %s", config.name, status, why)
-        # Unverified requests are kept without their claimed delivery id, so a forged id can
+        """Answer ``status``; keep a cut of the request as a dead letter, unless an
+        ``anonymous`` (unverified) sender has had its share of them (then 429, nothing kept or
+        logged)."""
+        throttled = anonymous and self.throttle is not None
+        if throttled and not self.throttle.allow(config.name, self.client):
+            return Outcome(429, {"error": f"{why}; too many rejected deliveries, retry later"})
+        unrecorded = self.throttle.take_suppressed(config.name) if self.throttle else 0
+        log.warning(
+            "webhook %s: rejected with %d: %s%s",
+            config.name,
+            status,
+            why,
+            f" ({unrecorded} more rejected before this were not recorded)" if unrecorded else "",
+        )
+        kept = body[:REJECTED_BODY_KEPT]
+        result = why if kept == body else f"{why} (body cut to {len(kept)} of {len(body)} bytes)"
+        # Rejected requests are kept without their claimed delivery id, so a forged id can
         # never make the genuine delivery look like a duplicate.
-        self._record(config, None, headers, body, status, why, [])
+        self.receipts.record(
+            config.name, None, rejected_headers(config, headers), kept, status, result, []
+        )
         return Outcome(status, {"error": why})
 
     def _record(

@@ -5,12 +5,17 @@ Every request to ``/webhooks/<source>`` leaves one receipt: its source, delivery
 it and the agents it matched. A receipt answered with status >= 400 is a dead letter. A repeated
 delivery id of one source is recognised by the unique ``(source, delivery_id)`` index.
 
+Dead letters are bounded, since anyone can make one: each source keeps its newest
+``MAX_DEAD_LETTERS``, none older than ``DEAD_LETTER_DAYS`` (trimmed every ``TRIM_EVERY``
+dead letters recorded), and ``Ingest`` stores only a cut of a rejected request.
+
 The table is ``deliveries``, the name it had when core kept it: a database that has it is
 adopted with its rows.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +24,10 @@ import peewee as pw
 from llamaherd.api import JSONText, Store, Tables, TableSet
 
 NAME = "webhooks"
+MAX_DEAD_LETTERS = 1000  # per source
+DEAD_LETTER_DAYS = 3
+TRIM_EVERY = 50  # dead letters recorded (in this process) between two trims
+_dead_letters_recorded = itertools.count(1)
 
 
 def define(db: pw.Database) -> Sequence[type[pw.Model]]:
@@ -61,6 +70,12 @@ _RECORD = (
     'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched) '
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
+# A source's dead letters beyond its newest MAX_DEAD_LETTERS, or older than the cutoff.
+_TRIM = (
+    'DELETE FROM deliveries WHERE source = ? AND status >= 400 AND ("at" < ? OR id <= '
+    "(SELECT id FROM deliveries WHERE source = ? AND status >= 400 "
+    "ORDER BY id DESC LIMIT 1 OFFSET ?))"
+)
 
 
 class Receipts:
@@ -93,8 +108,22 @@ class Receipts:
             Delivery.body.db_value(bytes(body)), status, result,
             Delivery.matched.db_value(list(matched)),
         )  # fmt: skip
+        recorded = self.store.write(self._inserted, Delivery, params)
+        if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
+            self.trim(source)
+        return recorded
+
+    def _inserted(self, Delivery: Any, params: tuple[Any, ...]) -> bool:
+        return self._run(Delivery, _RECORD, params).rowcount == 1
+
+    def trim(self, source: str) -> int:
+        """Drop ``source``'s dead letters beyond the newest ``MAX_DEAD_LETTERS`` and those
+        older than ``DEAD_LETTER_DAYS``; how many went."""
+        Delivery = self._model()
+        cutoff = self.store.clock() - DEAD_LETTER_DAYS * 86400
         with self.store.atomic():
-            return self._run(Delivery, _RECORD, params).rowcount == 1
+            params = (source, cutoff, source, MAX_DEAD_LETTERS)
+            return self._run(Delivery, _TRIM, params).rowcount
 
     def seen(self, source: str, delivery_id: str) -> bool:
         """Whether ``source`` already delivered ``delivery_id``."""

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from llamaherd.api import require_read, require_token
 from llamaherd_webhooks.ingest import Ingest, Outcome
 from llamaherd_webhooks.receipts import Receipts
+from llamaherd_webhooks.throttle import RejectThrottle
 
 log = logging.getLogger("llamaherd.webhooks")
 
@@ -78,7 +79,8 @@ async def challenge(request: Request) -> Response:
 
 
 async def _receive(request: Request) -> Outcome:
-    ingest = Ingest(request.app.state.engine)
+    client = request.client.host if request.client else ""
+    ingest = Ingest(request.app.state.engine, request.app.state.webhook_rejects, client)
     candidates = ingest.candidates(request.path_params["name"])
     if isinstance(candidates, Outcome):
         return candidates
@@ -125,7 +127,10 @@ async def replay(request: Request) -> Response:
 
 
 def add_routes(app: Any) -> None:
-    """Mount the webhook routes on the scheduler's Starlette app."""
+    """Mount the webhook routes on the scheduler's Starlette app. Their bodies are bounded
+    by each source's ``maxBodyBytes`` (``read_limited``), not the server's default limit."""
+    app.state.body_limits["/webhooks/"] = None
+    app.state.webhook_rejects = RejectThrottle()
     app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
     app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))

@@ -1,0 +1,238 @@
+"""The terminal view of a scheduler (``al start`` in a terminal, ``al stat --watch``): the
+scheduler line, the agents, the active runs with their status text, the latest results and the
+queue depth, redrawn with ``rich``.
+
+A ``snapshot`` is plain JSON-able data read through a ``llamaherd.readers.Reader`` (this
+project's store, or a remote control API); ``render`` draws one. ``TerminalView`` runs the view
+below a scheduler's log lines while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from llamaherd.status import FINAL, ago, until
+
+RECENT = 8  # finished runs the view lists
+REFRESH_SECONDS = 1.0
+LIVE_STATES = ("running", "waiting")
+STATE_STYLES = {
+    "active": "green",
+    "running": "green",
+    "waiting": "cyan",
+    "error": "red",
+    "idle": "dim",
+    "off": "red",
+    "hibernate": "blue",
+    "suspended": "yellow",
+    "paused": "yellow",
+    "done": "green",
+    "timeout": "red",
+    "killed": "red",
+}
+
+
+def styled(state: str | None) -> str:
+    """``state`` in its colour (rich markup)."""
+    return f"[{STATE_STYLES.get(state or '', 'white')}]{escape(state or '-')}[/]"
+
+
+# ---------------------------------------------------------------------- data
+def snapshot(reader: Any, agent: str | None = None) -> dict[str, Any]:
+    """What the view shows, of every agent or of ``agent``: ``stat`` (scheduler and agent
+    rows) plus the live runs (``active``) and the latest finished ones (``recent``)."""
+    found = reader.stat()
+    rows = [row for row in found["agents"] if agent in (None, row["agent"])]
+    active = []
+    for row in rows:
+        live = row["active"] + row["waiting"]
+        if live:
+            runs = reader.runs(row["agent"], live + RECENT)
+            active += [run for run in runs if run["state"] in LIVE_STATES]
+    recent = [run for run in reader.runs(agent, 4 * RECENT) if run["state"] in FINAL][:RECENT]
+    return {"scheduler": found["scheduler"], "agents": rows, "active": active, "recent": recent}
+
+
+# ---------------------------------------------------------------------- drawing
+def scheduler_line(scheduler: dict[str, Any]) -> str:
+    """One line (rich markup) on the scheduler: up since when, version, config current (else
+    the problems that refused the config on disk, one line each)."""
+    if not scheduler["running"]:
+        return (
+            "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
+        )
+    where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
+    line = (
+        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
+        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
+        f"{scheduler['url']})"
+    )
+    if scheduler.get("config_errors"):
+        problems = "".join(f"\n  {escape(p)}" for p in scheduler["config_errors"])
+        line += f"; [red]config change refused[/] (the last good config runs):{problems}"
+    elif scheduler["config_current"] is False:
+        line += "; [yellow]config changed on disk since it loaded it[/]"
+    elif scheduler["config_current"]:
+        line += "; config current"
+    return line
+
+
+def stat_view(stat: dict[str, Any]) -> RenderableType:
+    """``al stat``: the scheduler line above the agents' table; no next fires when no
+    scheduler will fire them."""
+    return Group(scheduler_line(stat["scheduler"]), agents_table(stat))
+
+
+def agents_table(stat: dict[str, Any]) -> Table:
+    running = stat["scheduler"]["running"]
+    table = Table(box=None, header_style="bold")
+    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
+        table.add_column(column)
+    for row in stat["agents"]:
+        last = "-"
+        if row["last_result"]:
+            last = f"{styled(row['last_result'])} {ago(row['last_finished_at'])}"
+        waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
+        table.add_row(
+            escape(row["agent"]),
+            styled(row["state"]),
+            f"{row['active']}/{row['scale']}{waiting}",
+            str(row["queued"]),
+            last,
+            until(row["next_fire"]) if running else "-",
+            escape(", ".join(row["hosts"]) or "-"),
+        )
+    return table
+
+
+def active_table(runs: list[dict[str, Any]], now: float) -> Table:
+    table = Table(box=None, header_style="bold", title_justify="left")
+    for column in ("RUN", "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"):
+        table.add_column(column)
+    for run in runs:
+        table.add_row(
+            run["id"],
+            escape(run["agent"]),
+            styled(run["state"]),
+            _duration(run["started_at"], now),
+            escape(run["trigger_kind"]),
+            Text(run["status"] or "-", style="cyan" if run["status"] else "dim"),
+        )
+    return table
+
+
+def recent_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("RUN", "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"):
+        table.add_column(column)
+    for run in runs:
+        code = run["exit_code"]
+        table.add_row(
+            run["id"],
+            escape(run["agent"]),
+            styled(run["state"]),
+            "-" if code is None else str(code),
+            ago(run["finished_at"]),
+            _duration(run["started_at"], run["finished_at"]),
+            Text(run["reason"] or ""),
+        )
+    return table
+
+
+def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
+    """The whole view of a ``snapshot``."""
+    now = time.time() if now is None else now
+    depth = sum(row["queued"] for row in view["agents"])
+    parts: list[RenderableType] = [
+        scheduler_line(view["scheduler"]),
+        "",
+        agents_table(view),
+        "",
+        Text.from_markup(f"[bold]Active runs[/] ({len(view['active'])})"),
+    ]
+    parts.append(active_table(view["active"], now) if view["active"] else Text("  none", "dim"))
+    parts += ["", Text.from_markup("[bold]Recent results[/]")]
+    parts.append(recent_table(view["recent"]) if view["recent"] else Text("  none yet", "dim"))
+    parts += ["", Text.from_markup(f"[bold]Queue depth[/]: {depth} item(s) waiting")]
+    return Group(*parts)
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return "-"
+    seconds = max(0, int(end - start))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+# ---------------------------------------------------------------------- live
+def wants_view(headless: bool) -> bool:
+    """The live view only in a terminal (stdout and stderr), and not with ``--headless``."""
+    return not headless and sys.stdout.isatty() and sys.stderr.isatty()
+
+
+class TerminalView:
+    """While a scheduler runs (``with TerminalView(scheduler): scheduler.run()``): its log
+    lines scroll above the view, which redraws every second until the scheduler stops."""
+
+    def __init__(self, engine: Any, console: Console | None = None):
+        from rich.live import Live
+
+        self.engine = engine
+        self.console = console or Console(highlight=False)
+        self.live = Live(
+            console=self.console,
+            auto_refresh=False,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        )
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="al-view", daemon=True)
+        self._streams: list[tuple[logging.StreamHandler[Any], Any]] = []
+
+    def __enter__(self) -> TerminalView:
+        self.live.start()
+        # Log handlers hold the real stderr: point them at the live display's proxy, so each
+        # line is printed above the view instead of through it.
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (
+                sys.__stderr__,
+                sys.__stdout__,
+            ):
+                self._streams.append((handler, handler.setStream(sys.stderr)))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join(5)
+        for handler, stream in self._streams:
+            handler.setStream(stream)
+        self.live.stop()
+
+    def _loop(self) -> None:
+        while not self._done.is_set():
+            try:
+                self.live.update(render(self._snapshot()), refresh=True)
+            except Exception as exc:  # a database blip: the scheduler logs it; keep drawing
+                self.live.update(Text(f"view: {exc}", "red"), refresh=True)
+            self._done.wait(REFRESH_SECONDS)
+
+    def _snapshot(self) -> dict[str, Any]:
+        from llamaherd.readers import StoreReader
+        from llamaherd.status import serving_status
+
+        engine = self.engine
+        view = snapshot(StoreReader(engine.store, engine.project, engine.registry))
+        view["scheduler"] = serving_status(engine)  # up before scheduler.json is
+        return view

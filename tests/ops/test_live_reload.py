@@ -1,0 +1,169 @@
+"""Live reload: a running `al start` applies edits of agents/ and config.toml without a restart,
+and refuses an invalid one (the last good config keeps running, the error in the log and in
+`al stat`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from llamaherd.testing import wait_until
+
+RELOAD_WITHIN = 10.0  # generous for a loaded CI machine; the acceptance figure is checked apart
+
+
+@pytest.fixture
+def herd(cron_project):
+    cron_project.add_scripted_agent("first", 'every = "1h"\n')
+    return cron_project
+
+
+def stat(project) -> dict:
+    result = project.al("stat", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def runs_of(project, agent: str, kind: str | None = None) -> list:
+    return [
+        r
+        for r in project.store().runs(agent=agent, limit=100)
+        if kind is None or r.trigger_kind == kind
+    ]
+
+
+def reloaded(running, agents: set[str]) -> bool:
+    names = {row["agent"] for row in running.get("/control/stat").json()["agents"]}
+    return names == agents
+
+
+def test_a_new_agent_runs_and_its_schedule_fires_within_5s(herd, scheduler):
+    running = scheduler(herd)
+    written = time.monotonic()
+    herd.add_scripted_agent("second", 'every = "2s"\n')
+    fired = wait_until(lambda: runs_of(herd, "second", "scheduled"), 15, what="a scheduled run")
+    assert time.monotonic() - written < 5.0 + 2.0  # fire within 5 s (+ slack for -n 4)
+    assert fired[0].trigger_kind == "scheduled"
+    result = herd.al("run", "second", "hello")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "config reloaded: added second" in running.read_log()
+    status = stat(herd)["scheduler"]
+    assert status["config_current"] is True and status["config_errors"] == []
+    assert status["reloaded_at"] > status["since"]
+
+
+def test_a_broken_edit_is_refused_and_the_last_good_config_keeps_running(herd, scheduler):
+    running = scheduler(herd)
+    good = (herd.root / "agents/first/config.toml").read_text()
+    herd.write("agents/first/config.toml", good.replace('"1h"', '"banana"'))
+    wait_until(lambda: stat(herd)["scheduler"]["config_errors"], RELOAD_WITHIN, what="refusal")
+    status = stat(herd)["scheduler"]
+    assert status["config_current"] is False
+    assert any("agents/first/config.toml" in e and "every" in e for e in status["config_errors"])
+    text = herd.al("stat").stdout
+    assert "config change refused" in text and "banana" in text
+    assert "config change refused: agents/first/config.toml" in running.read_log()
+    served = running.get("/control/stat").json()["scheduler"]
+    assert served["config_errors"] == status["config_errors"]
+    page = running.get("/")
+    if page.status_code != 404:  # the dashboard plugin is installed
+        assert "Config change refused" in page.text and "banana" in page.text
+    # The last good version still runs, on the control API (the on-disk config is invalid, so
+    # `al run` itself would refuse to start it).
+    assert running.post("/control/run", {"agent": "first"}).status_code == 202
+    wait_until(lambda: runs_of(herd, "first", "manual"), 30, what="a manual run")
+
+    herd.write("agents/first/config.toml", good)
+    wait_until(lambda: stat(herd)["scheduler"]["config_current"], RELOAD_WITHIN, what="fixed")
+    assert stat(herd)["scheduler"]["config_errors"] == []
+
+
+def test_a_broken_project_config_refuses_the_whole_change(herd, scheduler):
+    running = scheduler(herd)
+    config = (herd.root / "config.toml").read_text()
+    herd.add_scripted_agent("second")
+    wait_until(lambda: reloaded(running, {"first", "second"}), RELOAD_WITHIN, what="reload")
+    shutil.rmtree(herd.root / "agents/second")
+    herd.write("config.toml", config + "\n[gateway\n")
+
+    # `al stat` cannot read an invalid config.toml either: the control API tells.
+    def refused() -> list[str]:
+        return running.get("/control/stat").json()["scheduler"]["config_errors"]
+
+    wait_until(refused, RELOAD_WITHIN, what="refusal")
+    assert "config.toml" in refused()[0] and "invalid TOML" in refused()[0]
+    assert reloaded(running, {"first", "second"})  # the removal waits for a valid config too
+    herd.write("config.toml", config)
+    wait_until(lambda: reloaded(running, {"first"}), RELOAD_WITHIN, what="the removal")
+
+
+def test_a_removed_agent_takes_no_triggers_and_keeps_its_queue(herd, scheduler):
+    running = scheduler(herd)
+    herd.add_scripted_agent("second")
+    wait_until(lambda: reloaded(running, {"first", "second"}), RELOAD_WITHIN, what="reload")
+    assert herd.al("pause", "second").returncode == 0
+    assert running.post("/control/run", {"agent": "second"}).status_code == 202
+    shutil.rmtree(herd.root / "agents/second")
+    wait_until(lambda: reloaded(running, {"first"}), RELOAD_WITHIN, what="the removal")
+    refused = running.post("/control/run", {"agent": "second"})
+    assert refused.status_code >= 400 and "second" in refused.text
+    assert herd.store().queue_depth().get("second") == 1
+    assert "removed (queue kept) second" in running.read_log()
+
+
+def test_a_changed_schedule_applies_to_the_next_tick(herd, scheduler):
+    scheduler(herd)
+    assert not runs_of(herd, "first", "scheduled")
+    good = (herd.root / "agents/first/config.toml").read_text()
+    herd.write("agents/first/config.toml", good.replace('"1h"', '"2s"'))
+    wait_until(lambda: runs_of(herd, "first", "scheduled"), 15, what="the new schedule")
+
+
+def test_without_watchfiles_it_polls(herd, scheduler, tmp_path):
+    """The polling fallback: watchfiles cannot be imported (a stub that raises shadows it)."""
+    import os
+
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "watchfiles.py").write_text("raise ImportError('watchfiles is not installed')\n")
+    path = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
+    running = scheduler(herd, env={"PYTHONPATH": path})
+    herd.add_scripted_agent("second")
+    # At once, before the next look: `al run` of an agent the scheduler does not know yet
+    # makes it look.
+    assert herd.al("run", "second").returncode == 0
+    herd.add_scripted_agent("third")
+    wait_until(
+        lambda: reloaded(running, {"first", "second", "third"}), RELOAD_WITHIN, what="reload"
+    )
+    assert "live reload polls the config every 1s (watchfiles is not installed)" in (
+        running.read_log()
+    )
+
+
+def test_webhook_sources_and_filters_apply_to_the_next_delivery(herd, scheduler):
+    from llamaherd.plugins import registry
+
+    if "webhooks" not in registry().trigger_types:
+        pytest.skip("needs the llamaherd-webhooks plugin")
+    config = (herd.root / "config.toml").read_text()
+    running = scheduler(herd)
+
+    def deliver(source: str, event: str) -> list[str]:
+        body = json.dumps({"event": event, "n": time.monotonic_ns()})
+        answer = running.http.post(f"{running.url}/webhooks/{source}", data=body, timeout=10)
+        assert answer.status_code == 202, answer.text
+        return answer.json()["agents"]
+
+    herd.write(
+        "config.toml", config + '\n[webhooks.open]\ntype = "generic"\nallowUnsigned = true\n'
+    )
+    herd.add_scripted_agent("hooked", '[[webhooks]]\nsource = "open"\nevents = ["ping"]\n')
+    wait_until(lambda: reloaded(running, {"first", "hooked"}), RELOAD_WITHIN, what="reload")
+    assert deliver("open", "ping") == ["hooked"]
+    herd.add_scripted_agent("hooked", '[[webhooks]]\nsource = "open"\nevents = ["push"]\n')
+    wait_until(lambda: deliver("open", "ping") == [], RELOAD_WITHIN, what="the new filter")
+    assert deliver("open", "push") == ["hooked"]
