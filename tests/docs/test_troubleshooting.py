@@ -31,7 +31,7 @@ ERRORS = {
 }
 MIN_PIECE = 8
 # Test helpers, not messages a user sees.
-SKIP = {"testing.py"}
+SKIP = {"testing.py", "testing_fakes.py"}
 
 
 def sources() -> list[Path]:

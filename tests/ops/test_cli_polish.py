@@ -15,16 +15,23 @@ import sys
 from llamaherd.testing import wait_until
 
 HELLO = '[[turns]]\ntext = "hello"\n'
+SLEEPER = """
+[[turns]]
+tool_calls = [{name = "bash", arguments = {command = "sleep 4"}}]
+[[turns]]
+text = "rested"
+"""
 
 
 def _al_process(project, *args: str, stderr_path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "llamaherd", "--project", str(project.root), *args],
-        stdout=subprocess.PIPE,
-        stderr=open(stderr_path, "w"),  # noqa: SIM115 - the child owns it
-        text=True,
-        env={**os.environ, **project.env},
-    )
+    """``al ARGS`` in the background, its stderr to ``stderr_path``, its stdout next to it."""
+    with open(stderr_path, "w") as err, open(f"{stderr_path}.out", "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "llamaherd", "--project", str(project.root), *args],
+            stdout=out,
+            stderr=err,
+            env={**os.environ, **project.env, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def test_no_follow_prints_the_run_id_for_al_logs(project, scheduler):
@@ -60,12 +67,31 @@ def test_a_queued_run_says_why_and_ctrl_c_withdraws_it_unless_detach(project, sc
     project.wait_run(lambda runs: [r for r in runs if r.agent == "worker" and r.state == "done"])
 
 
+def test_a_foreground_run_of_a_paused_agent_says_so_and_ctrl_c_withdraws_it(project, tmp_path):
+    project.add_scripted_agent("worker", script=HELLO)
+    project.al("pause", "worker", check=True)
+    err = tmp_path / "run.err"
+    process = _al_process(project, "run", "worker", stderr_path=err)
+    wait_until(lambda: "queued: runs of worker are paused" in err.read_text(), what="the reason")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(30) == 130 and "withdrawn" in err.read_text()
+    assert project.store().queue_depth("worker")["worker"] == 0
+
+
+def test_ctrl_c_kills_a_started_run_it_follows(project, scheduler, tmp_path):
+    project.add_scripted_agent("sleeper", script=SLEEPER)
+    scheduler(project)
+    process = _al_process(project, "run", "sleeper", stderr_path=tmp_path / "run.err")
+    running = project.wait_run(lambda runs: [r for r in runs if r.state == "running"])[0]
+    wait_until(lambda: "started" in (tmp_path / "run.err.out").read_text(), what="following")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(30) == 130
+    assert f"run {running.id} killed" in (tmp_path / "run.err").read_text()
+    project.wait_run(lambda runs: [r for r in runs if r.id == running.id and r.state == "killed"])
+
+
 def test_stop_says_what_it_waits_for(project, scheduler):
-    project.add_scripted_agent(
-        "sleeper",
-        script='[[turns]]\ntool_calls = [{name = "bash", arguments = {command = "sleep 4"}}]\n'
-        '[[turns]]\ntext = "rested"\n',
-    )
+    project.add_scripted_agent("sleeper", script=SLEEPER)
     scheduler(project)
     run_id = project.al("run", "sleeper", "--no-follow", check=True).stdout.strip()
     project.wait_run(lambda runs: [r for r in runs if r.id == run_id and r.state == "running"])

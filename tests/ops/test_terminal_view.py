@@ -176,3 +176,22 @@ def test_headless_in_a_terminal_prints_plain_log_lines(herd, terminal):
     wait_until(lambda: "listening on" in start.read(), 30, what="a log line")
     time.sleep(1.5)  # a view would have drawn by now (it redraws every second)
     assert "Active runs" not in start.read()
+
+
+def test_stat_watch_into_a_pipe_prints_the_view_again_and_again(herd):
+    command = [sys.executable, "-m", "llamaherd", "--project", str(herd.root), "stat", "--watch"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, env={**os.environ, **herd.env}, text=True
+    )
+    try:
+        seen = []
+        while len(seen) < 2:
+            line = proc.stdout.readline()
+            assert line, "stat --watch ended"
+            if line.startswith("Queue depth"):
+                seen.append(line)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+    assert seen == ["Queue depth: 0 item(s) waiting\n"] * 2

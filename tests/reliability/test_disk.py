@@ -254,3 +254,55 @@ def test_disk_full_in_the_middle_of_a_run_does_not_leave_it_running(tmp_path, sc
 def wait_for(predicate, timeout: float):
     # The store may fail while the disk is full.
     return wait_until(predicate, timeout, interval=0.1, ignore=(Exception,))
+
+
+# The run's side effect (a line appended outside its sandbox), then a wait for the test's "go",
+# then output big enough that recording it needs new database pages.
+SIDE_EFFECT = """
+[[turns]]
+tool_calls = [{name = "bash", arguments = {command = '''
+echo once >> %(effects)s; while [ ! -e %(go)s ]; do sleep 0.05; done; head -c 30000 /dev/zero | tr '\\\\0' y
+'''}}]
+
+[[turns]]
+text = "done"
+"""
+
+
+def queued_items(project: OfflineProject) -> int:
+    store = project.store()
+    try:
+        sql = "SELECT count(*) FROM work_items WHERE state = 'queued'"
+        return store._db.execute_sql(sql).fetchone()[0]
+    finally:
+        store.close()
+
+
+def test_disk_full_during_a_run_keeps_the_run_and_records_it_later(tmp_path, scheduler):
+    """A run that cannot record its progress (the disk filled while a tool ran) is not a run
+    whose scheduler died: it waits, records once space is back and ends done, and its side
+    effect happens once (not again in an "interrupted" rerun)."""
+    effects, go = tmp_path / "effects", tmp_path / "go"
+    with tiny_filesystem(tmp_path / "tiny", "4m") as tiny:
+        project = project_on(tmp_path, tiny / "work-queue.db", webhooks=False)
+        project.add_scripted_agent("effect", "", SIDE_EFFECT % {"effects": effects, "go": go})
+        sched = scheduler(project)
+        assert project.al("run", "effect", "--no-follow").returncode == 0
+        wait_until(effects.exists, 30, what="the side effect")
+        fill(tiny)
+        go.touch()  # the tool call ends; its output cannot be recorded now
+        failed = ("could not record", "crashed")  # (the second: as it was before the fix)
+        wait_until(lambda: any(w in sched.read_log() for w in failed), 30, what="a failed write")
+        (tiny / "filler").unlink()
+        # Until it ended, and nothing is queued for it any more (no rerun pending).
+        project.wait_run(
+            lambda runs: (
+                all(r.state not in ("running", "waiting") for r in runs)
+                and not queued_items(project)
+            ),
+            60,
+        )
+        assert sched.stop() == 0, sched.read_log()[-2000:]
+        runs = project.wait_run(lambda runs: [r for r in runs if r.agent == "effect"])
+        assert [(r.state, r.reason) for r in runs] == [("done", None)], sched.read_log()[-3000:]
+        assert effects.read_text() == "once\n"

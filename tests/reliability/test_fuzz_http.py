@@ -129,7 +129,7 @@ def test_generic_source_never_5xx_never_queues_unsigned(target, headers, body, w
         )
     before = target.depth()
     response = target.request("POST", "/webhooks/generic", data=body, headers=headers)
-    assert response.status_code == 401, response.text
+    assert response.status_code in (401, 429), response.text  # 429: rejections throttled
     assert target.depth() == before
 
 

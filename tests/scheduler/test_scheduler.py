@@ -143,7 +143,9 @@ def test_locks_contend_report_holder_and_release_on_kill(project, scheduler, tmp
     sched = scheduler(project)
     store = project.store()
     sched.post("/control/run", {"agent": "locker"})
-    first = wait_until(lambda: [p for p in tmp_path.glob("lock-*")], timeout=60)[0]
+    # The shell creates the file before rlock answers: wait for the answer before the second
+    # run starts, or the second may take the lock first.
+    first = wait_until(lambda: [p for p in tmp_path.glob("lock-*") if p.read_text()], timeout=60)[0]
     holder = first.name.removeprefix("lock-")
     sched.post("/control/run", {"agent": "locker"})
     second = wait_until(

@@ -16,6 +16,7 @@ tool_calls = [{{name = "bash", arguments = {{command = '''
 big() {{ head -c {BIG} /dev/zero | tr '\\0' x; }}
 for i in 1 2 3 4 5; do big | al-status; big | al-return; big | al-subagent helper; done 2>&1 \\
   | sort | uniq -c
+rlock "res://$(head -c 100000 /dev/zero | tr '\\0' x)" 2>&1 | cut -c1-200  # an argv's limit
 '''}}}}]
 
 [[turns]]
@@ -51,6 +52,7 @@ def test_oversized_status_return_and_call_context_are_refused_with_the_limit(tmp
         f"the return value (as JSON) is {BIG + 2:,} characters; the limit is 64,000",  # quoted
         f"the call context is {BIG:,} characters; the limit is 64,000",
     )
+    assert "the lock uri is 100,006 characters; the limit is 2,000" in outputs[0]
     lines = outputs[0].splitlines()
     for refusal in refusals:
         assert any(line.split()[0] == "5" and refusal in line for line in lines), outputs[0]

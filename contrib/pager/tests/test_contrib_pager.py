@@ -1,5 +1,5 @@
-"""llamaherd-pager through the `al` command, found as an installed distribution (its tox env,
-`tox -e plugin-pager`, installs it with pip as a user would)."""
+"""llamaherd-pager through the `al` command, installed with pip as a user would (its tox env,
+`tox -e plugin-pager`, installs it)."""
 
 from __future__ import annotations
 
@@ -7,27 +7,15 @@ import json
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import OfflineProject, source_distribution
+from llamaherd.testing import OfflineProject
 
 DIST = Path(__file__).resolve().parents[1]
 AL = [sys.executable, "-c", "from llamaherd.cli import main; main()"]
 GOOD_TOKEN = "u+goodKeyForTests123"
-
-
-@pytest.fixture
-def installed(tmp_path) -> dict[str, str]:
-    """The env under which ``al`` finds the distribution: installed already (its own tox env),
-    else this checkout's source as if installed (nothing is installed into a shared env)."""
-    try:
-        metadata.version("llamaherd-pager")
-        return {}
-    except metadata.PackageNotFoundError:
-        return source_distribution(tmp_path / "site", DIST)
 
 
 def users_me(request):
@@ -38,11 +26,10 @@ def users_me(request):
 
 
 @pytest.fixture
-def env(tmp_path, fake_service, installed) -> dict[str, str]:
+def env(tmp_path, fake_service) -> dict[str, str]:
     service = fake_service({("GET", "/users/me"): users_me})
     return {
         **os.environ,
-        **installed,
         "AL_LOAD_PLUGINS": "pager",
         "AL_CREDENTIALS_DIR": str(tmp_path),
         "AL_PAGERDUTY_API_URL": service.url,
@@ -55,7 +42,7 @@ def al(env: dict[str, str], *args: str, expect: int = 0) -> subprocess.Completed
     return result
 
 
-def test_shows_in_al_plugins_and_creds_types(installed, env):
+def test_shows_in_al_plugins_and_creds_types(env):
     listed = json.loads(al(env, "plugins", "--json").stdout)
     pager = next(info for info in listed if info["name"] == "pager")
     assert pager["distribution"] == "llamaherd-pager"
@@ -67,7 +54,7 @@ def test_shows_in_al_plugins_and_creds_types(installed, env):
     assert types["pager_token"]["fields"][0]["secret"] is True
 
 
-def test_add_and_test_against_the_pagerduty_api(installed, env):
+def test_add_and_test_against_the_pagerduty_api(env):
     added = al(
         {**env, "TOKEN_VAR": GOOD_TOKEN}, "creds", "add", "pager_token", "--from-env", "TOKEN_VAR"
     )

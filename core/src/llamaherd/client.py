@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from llamaherd.auth import control_token
 from llamaherd.local import scheduler_info
-from llamaherd.types import ControlChannel, LlamaherdError
+from llamaherd.types import CommandFailed, ControlChannel, LlamaherdError
 
 TIMEOUT = 30.0
 MAX_RESPONSE = 64 * 1024 * 1024  # a response larger than this is not a control answer
@@ -103,7 +103,7 @@ class ControlClient:
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
                 if attempt == 2 or isinstance(exc, TimeoutError):
-                    raise LlamaherdError(
+                    raise CommandFailed(
                         f"scheduler at {self.url} did not answer: {type(exc).__name__}"
                     ) from None
         try:
@@ -112,7 +112,9 @@ class ControlClient:
             answer = {"error": data[:200].decode(errors="replace")}
         if status >= 400:
             error = answer.get("error") if isinstance(answer, dict) else None
-            raise LlamaherdError(error or f"scheduler answered HTTP {status}")
+            # 4xx: the request was wrong (a usage error); 5xx: the scheduler failed.
+            failed = CommandFailed if status >= 500 else LlamaherdError
+            raise failed(error or f"scheduler answered HTTP {status}")
         return answer
 
     def get(self, path: str) -> dict[str, Any]:

@@ -144,8 +144,9 @@ def register_routes(app: Starlette) -> None:
     built-in plugins too).
 
     :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
-        ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard mutating
-        routes with ``llamaherd.api.require_token``.
+        ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard routes
+        that change or show anything with ``llamaherd.api.require_token``; set
+        ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB.
     """
 
 

@@ -40,12 +40,14 @@ DEFAULT_BODY_LIMIT = MIB
 
 @dataclass
 class Limits:
-    """One server's bounds, shared by its connections (``idle``: oldest first)."""
+    """One server's bounds, shared by its connections (``idle``: oldest first; ``closing``:
+    closed by us, ``connection_lost`` still to come)."""
 
     max_connections: int = 1000
     header_timeout: float = 10.0
     max_header_bytes: int = MAX_HEADER_BYTES
     idle: dict[GuardedProtocol, None] = field(default_factory=dict)
+    closing: set[GuardedProtocol] = field(default_factory=set)  # closed, not yet lost
 
     @classmethod
     def of(cls, gateway: Mapping[str, Any]) -> Limits:
@@ -98,15 +100,16 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._become_idle()
         self._arm_deadline()
-        if len(self.connections) > self.limits.max_connections:
+        # Connections being closed still count until their ``connection_lost``: not again.
+        if len(self.connections) - len(self.limits.closing) > self.limits.max_connections:
             oldest = next(iter(self.limits.idle))
             if oldest is self:
                 log.warning("connection cap reached with every connection busy: refusing one")
-            oldest.transport.close()
-            oldest._become_busy()
+            oldest._drop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._become_busy()
+        self.limits.closing.discard(self)
         super().connection_lost(exc)
 
     def _become_idle(self) -> None:
@@ -116,6 +119,12 @@ class GuardedProtocol(HttpToolsProtocol):
     def _become_busy(self) -> None:
         self.limits.idle.pop(self, None)
         self._disarm_deadline()
+
+    def _drop(self) -> None:
+        self._become_busy()
+        if not self.transport.is_closing():
+            self.limits.closing.add(self)
+            self.transport.close()
 
     # --------------------------------------------------------------- header deadline
     def _arm_deadline(self) -> None:
@@ -134,8 +143,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, reason: str, message: str) -> None:
         self.transport.write(raw_response(status, reason, message))
-        self.transport.close()
-        self._become_busy()
+        self._drop()
 
     # --------------------------------------------------------------- header size
     # Two counts: the parsed request line and headers (exact, known once they are complete),
@@ -182,8 +190,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._become_idle()  # kept alive: uvicorn's keep-alive timeout closes it later
+        if self.timeout_keep_alive_task is not None:  # kept alive, no pipelined request next
+            self._become_idle()  # uvicorn's keep-alive timeout closes it later
 
 
 Send = Callable[[dict[str, Any]], Any]

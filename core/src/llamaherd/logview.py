@@ -92,7 +92,7 @@ def _meaningful(data: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v
         for k, v in data.items()
-        if k not in META_KEYS and v is not None and v not in ("", False)
+        if k not in META_KEYS and v is not None and v is not False and v != ""
     }
 
 
@@ -117,9 +117,7 @@ def cut_lines(output: str, full: bool) -> tuple[list[str], int]:
     return lines[:HEAD] + lines[-TAIL:], len(lines) - HEAD - TAIL
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
+def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 

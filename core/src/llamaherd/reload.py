@@ -33,6 +33,10 @@ RESTART_SETTINGS = {
     "database": lambda project: project.database_url,
     "[gateway] bind": lambda project: project.gateway["bind"],
     "[gateway] port": lambda project: project.gateway["port"],
+    # The server's limits and the names its Host check accepts are fixed when it starts.
+    "[gateway] url": lambda project: project.gateway.get("url"),
+    "[gateway] maxConnections": lambda project: project.gateway["maxConnections"],
+    "[gateway] headerTimeout": lambda project: project.gateway["headerTimeout"],
 }
 
 
@@ -57,7 +61,6 @@ class ConfigWatcher:
         self.root = root
         self.on_change = on_change
         self.stop = stop
-        self.mode = "watchfiles"
         self._thread = threading.Thread(target=self._run, name="al-reload", daemon=True)
 
     def start(self) -> ConfigWatcher:
@@ -70,7 +73,6 @@ class ConfigWatcher:
         except Exception as exc:  # no watchfiles, no inotify instances left, a gone directory
             if self.stop.is_set():
                 return
-            self.mode = "polling"
             log.info("live reload polls the config every %gs (%s)", POLL_SECONDS, exc)
         while not self.stop.wait(POLL_SECONDS):
             self._changed()
@@ -137,9 +139,13 @@ def apply_overrides(project: Project, overrides: dict[str, Any]) -> None:
         project.config.setdefault("gateway", {})[key] = value
 
 
-def restart_only_changes(old: Project, new: Project) -> list[str]:
-    """The settings that changed but apply only at the next start."""
-    return [name for name, value in RESTART_SETTINGS.items() if value(old) != value(new)]
+def keep_restart_settings(old: Project, new: Project) -> list[str]:
+    """The settings that changed but apply only at the next start; ``new`` keeps the running
+    values of them, so the running project says what runs."""
+    changed = [name for name, value in RESTART_SETTINGS.items() if value(old) != value(new)]
+    new.config["database"] = old.setting("database")
+    apply_overrides(new, {"bind": old.gateway["bind"], "port": old.gateway["port"]})
+    return changed
 
 
 def changed_agents(old: Project, new: Project) -> tuple[list[str], list[str], list[str]]:

@@ -248,6 +248,7 @@ class Runner:
             loop_mode=loop_mode(agent, trigger),
         )
         live = _Live(ctx)
+        ctx.stopped = live.cancel  # its store writes are retried until it is stopped
         with self._lock:
             self._live[row.id] = live
         try:
@@ -262,12 +263,12 @@ class Runner:
         live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
         left = _time_left(row, agent)
         # One write before any sandbox command: handle for re-attach, token hash, deadline.
-        self.store.update_run(
-            row.id,
-            sandbox=sandbox.handle(),
-            token_hash=token_hash(prepared.token),
-            deadline=self.engine.clock() + left,
-        )
+        started = {
+            "sandbox": sandbox.handle(),
+            "token_hash": token_hash(prepared.token),
+            "deadline": self.engine.clock() + left,
+        }
+        live.ctx.record(lambda: self.store.update_run(row.id, **started))
         outcome = self._drive(row, live, prepared, resumed, left)
         if outcome.state == "waiting":
             self._park(row, live, outcome)
@@ -522,7 +523,7 @@ class Runner:
                 ctx.log("hook_error", {"phase": "post", "error": str(exc)})
         state, reason = _final_state(outcome)
         if live.stopped is None:
-            self._transition(row.id, state, reason)
+            ctx.record(lambda: self._transition(row.id, state, reason))
         final = self.store.get_run(row.id)
         result = RunResult(
             final.state,

@@ -75,6 +75,7 @@ def configure(project: Any, *, to_stderr: bool) -> Path:
     path = project.state_dir / LOG_FILE
     project.state_dir.mkdir(parents=True, exist_ok=True)
     os.close(os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)  # one an older version created world-readable
     name = project.name if project.name != project.root.name else None
     handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
     if to_stderr:

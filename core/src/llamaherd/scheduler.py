@@ -32,7 +32,7 @@ from llamaherd.reload import (
     apply_overrides,
     candidate,
     changed_agents,
-    restart_only_changes,
+    keep_restart_settings,
 )
 from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
@@ -187,7 +187,7 @@ class Scheduler(Engine):
         self._start_triggers()
         self._install_signals()
         self._write_info()  # last: its presence tells clients the scheduler is fully up
-        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
+        ConfigWatcher(self.project.root, self.reload, self.stopping).start()
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
         self._log_webhook_urls()
         try:
@@ -300,7 +300,7 @@ class Scheduler(Engine):
         not is refused (logged, and in ``al stat``) and its last good version keeps running."""
         with self._reloading:
             digest = config_digest(self.project.root)
-            if digest == self._seen_digest:
+            if digest == self._seen_digest or self.stopping.is_set():
                 return
             self._seen_digest = digest
             found = candidate(self.project, self.registry, self.gateway_overrides)
@@ -318,7 +318,7 @@ class Scheduler(Engine):
     def _apply(self, project: Any, kept: set[str]) -> None:
         old = self.project
         added, removed, changed = changed_agents(old, project)
-        for setting in restart_only_changes(old, project):
+        for setting in keep_restart_settings(old, project):
             log.warning("config.toml: %s changed: it applies at the next `al start`", setting)
         before = [host.configs() for _, host in self.triggers]
         self.project = project
@@ -385,10 +385,11 @@ class Scheduler(Engine):
             if thread.is_alive():
                 self._cut_off(run_id)
                 thread.join(5)
-        try:
-            (self.project.state_dir / "scheduler.json").unlink()
-        except FileNotFoundError:
-            pass
+        with self._reloading:  # a reload under way would write scheduler.json again
+            try:
+                (self.project.state_dir / "scheduler.json").unlink()
+            except FileNotFoundError:
+                pass
         self._leave()
         self.close()
         self.lock.release()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import posixpath
 import re
 import secrets
@@ -25,11 +26,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
+from llamaherd.store.connection import StoreError
 from llamaherd.types import (
     Aborted,
     AuthError,
@@ -49,7 +51,12 @@ if TYPE_CHECKING:
     from llamaherd.redact import Redactor
     from llamaherd.store import Store
 
+log = logging.getLogger("llamaherd.session")
+
 MAX_OUTPUT = 30_000
+# A run whose record cannot be written (a full disk) waits and writes it again, from the first
+# delay doubling up to the last, for as long as it is not stopped.
+RECORD_RETRY = (0.25, 5.0)
 DEFAULT_BASH_TIMEOUT = 300.0
 AUTH_FAILURE_LIMIT = 3
 # Tool output that means a credential was refused (counted toward the auth-failure limit).
@@ -70,6 +77,7 @@ COUNTERS = (
     "cost_usd",
     "unpriced_turns",
 )
+T = TypeVar("T")
 HUMAN = "human"  # wait-filter type of a run parked until a human answers (ask, respond)
 INTERRUPTED = (
     "not run: a human interrupted this turn with a message (next); call it again if you "
@@ -103,6 +111,8 @@ class ActiveRun:
     state_change: str | None = None
     # Done when the tool call (or hook command) running now ends: the `state` shell command.
     after_call: list[Callable[[], None]] = field(default_factory=list)
+    # Set when the run is being stopped (the runner's); None: a store write is not retried.
+    stopped: threading.Event | None = None
 
     @property
     def project(self) -> Project:
@@ -141,8 +151,30 @@ class ActiveRun:
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
         """A structured run event, redacted; then offered to ``run_event`` plugins."""
         data = self.redact_obj(data or {})
-        self.store.add_event(self.run_id, type, data)
+        self.record(lambda: self.store.add_event(self.run_id, type, data))
         publish(self, type, data)
+
+    def record(self, write: Callable[[], T]) -> T:
+        """``write()`` to the store; when the store cannot take it (a full disk, a lock held
+        too long), wait and write it again for as long as the run is not stopped: a run that
+        could not record its progress has not died, and must not be rerun as if it had."""
+        delay, longest = RECORD_RETRY
+        failing = False
+        while True:
+            try:
+                result = write()
+            except StoreError as exc:
+                if self.stopped is None or self.stopped.is_set():
+                    raise
+                if not failing:
+                    log.warning("run %s: could not record (%s); retrying", self.run_id, exc)
+                failing = True
+                self.stopped.wait(delay)
+                delay = min(delay * 2, longest)
+                continue
+            if failing:
+                log.warning("run %s: recording again", self.run_id)
+            return result
 
     def settle_after_call(self) -> None:
         """Run what was deferred to the end of the tool call or hook command that just ended."""
@@ -417,12 +449,11 @@ class Session:
         self.messages.append(Message("user", self.ctx.redact_for_model(text)).to_dict())
 
     def checkpoint(self) -> None:
-        self.ctx.store.checkpoint(self.ctx.run_id, self.stored_transcript())
-        self.ctx.store.update_run(
-            self.ctx.run_id,
-            input_tokens=self.meta["input_tokens"],
-            output_tokens=self.meta["output_tokens"],
-        )
+        store, run_id = self.ctx.store, self.ctx.run_id
+        transcript = self.stored_transcript()
+        self.ctx.record(lambda: store.checkpoint(run_id, transcript))
+        tokens = {key: self.meta[key] for key in ("input_tokens", "output_tokens")}
+        self.ctx.record(lambda: store.update_run(run_id, **tokens))
 
     # -------------------------------------------------------------- loop
 

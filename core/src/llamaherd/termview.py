@@ -24,6 +24,9 @@ from llamaherd.status import FINAL, ago, until
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
+# A large project's snapshot takes a while (one query per agent): redraw less often then, so
+# the view never costs the scheduler more than a tenth of a core.
+BUSY_FACTOR = 10
 LIVE_STATES = ("running", "waiting")
 STATE_STYLES = {
     "active": "green",
@@ -71,11 +74,9 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
             "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
         )
     where = "" if scheduler["where"] == "this machine" else f" on {scheduler['where']}"
-    line = (
-        f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} "
-        f"(pid {scheduler['pid']}, {scheduler['host']}, llamaherd {scheduler['version']}, "
-        f"{scheduler['url']})"
-    )
+    about = [f"pid {scheduler['pid']}", scheduler["host"], f"llamaherd {scheduler['version']}"]
+    about += [scheduler["url"]] if scheduler["url"] else []  # not yet while it starts
+    line = f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} ({', '.join(about)})"
     if scheduler.get("config_errors"):
         problems = "".join(f"\n  {escape(p)}" for p in scheduler["config_errors"])
         line += f"; [red]config change refused[/] (the last good config runs):{problems}"
@@ -146,6 +147,11 @@ def recent_table(runs: list[dict[str, Any]]) -> Table:
             Text(run["reason"] or ""),
         )
     return table
+
+
+def redraw_after(took: float) -> float:
+    """Seconds until the next redraw, after a snapshot that took ``took`` seconds."""
+    return max(REFRESH_SECONDS, BUSY_FACTOR * took)
 
 
 def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
@@ -222,11 +228,12 @@ class TerminalView:
 
     def _loop(self) -> None:
         while not self._done.is_set():
+            start = time.monotonic()
             try:
                 self.live.update(render(self._snapshot()), refresh=True)
             except Exception as exc:  # a database blip: the scheduler logs it; keep drawing
                 self.live.update(Text(f"view: {exc}", "red"), refresh=True)
-            self._done.wait(REFRESH_SECONDS)
+            self._done.wait(redraw_after(time.monotonic() - start))
 
     def _snapshot(self) -> dict[str, Any]:
         from llamaherd.readers import StoreReader

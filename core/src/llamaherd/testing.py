@@ -327,9 +327,11 @@ class OfflineProject(TmpProject):
     ):
         super().__init__(root)
         self.fakes = not scripted_plugins_installed() if fakes is None else fakes
-        provider = "fake" if self.fakes else "scripted"
+        # What its agents run on (a test may name them in what it expects).
+        self.provider = "fake" if self.fakes else "scripted"
+        self.runtime = "local" if self.fakes else "host-user"
         # Top-level settings must come before the first [table].
-        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG.format(provider=provider))
+        self.config(textwrap.dedent(settings) + OFFLINE_CONFIG.format(provider=self.provider))
         self.env = dict(env or {})
         if self.fakes:
             self.env["AL_PLUGINS"] = with_fakes(self.env)["AL_PLUGINS"]
@@ -352,9 +354,9 @@ class OfflineProject(TmpProject):
         config = textwrap.dedent(config)
         user = run_as or getpass.getuser()
         offline = (
-            'runtime = { type = "local" }\n'
+            f'runtime = {{ type = "{self.runtime}" }}\n'
             if self.fakes
-            else f'runtime = {{ type = "host-user", run_as = "{user}" }}\n'
+            else f'runtime = {{ type = "{self.runtime}", run_as = "{user}" }}\n'
         )
         if not re.search(r"^models\s*=", config, re.MULTILINE):
             offline = 'models = ["scripted"]\n' + offline

@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,20 @@ def docker(
     return result
 
 
+def installed(distribution: str) -> bool:
+    try:
+        metadata.version(distribution)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
+
+
 @pytest.fixture
 def image(tmp_path: Path):
+    # The project's image holds every first-party plugin: packed from the `tests` env.
+    missing = [d for d in ("llamaherd", *(f"llamaherd-{p}" for p in PLUGINS)) if not installed(d)]
+    if missing:
+        pytest.skip(f"the image packs {', '.join(missing)}, not installed here")
     if shutil.which("docker") is None or docker("image", "inspect", BASE, check=False).returncode:
         pytest.skip(f"needs a Docker daemon with the image {BASE}")
     context = tmp_path / "context"

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from llamaherd.api import SandboxError
+from llamaherd.testing import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -167,10 +168,7 @@ def test_a_self_limiting_fork_bomb_leaves_the_sandbox_usable(start: Any) -> None
     box = start()
     result = box.exec("bomb() { bomb | bomb & }; bomb", timeout=5)
     assert "Cannot fork" in result.output
-    deadline = time.monotonic() + 5
-    while sh(box, "echo survived") != (0, "survived\n") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert sh(box, "echo survived") == (0, "survived\n")
+    wait_until(lambda: sh(box, "echo survived") == (0, "survived\n"), 5, 0.2, what="a usable box")
 
 
 def test_put_and_get_files(start: Any) -> None:
@@ -190,12 +188,12 @@ def test_put_and_get_files(start: Any) -> None:
 def test_pause_freezes_and_resume_continues(start: Any) -> None:
     box = start()
     sh(box, "(while :; do date +%s%N >> ticks; sleep 0.05; done) >/dev/null 2>&1 &")
-    time.sleep(0.3)
+    wait_until(lambda: len(box.get_file("ticks").split()) >= 3, ignore=(OSError,), what="ticks")
     box.pause()
     assert box.alive()  # a paused sandbox is still there to resume
     with pytest.raises(SandboxError, match="paused"):
         box.exec("true")
-    time.sleep(0.5)
+    time.sleep(0.5)  # the scenario: paused for a while (the gap asserted below)
     box.resume()
     ticks = [int(t) for t in box.get_file("ticks").split()]
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]

@@ -57,11 +57,6 @@ def data(result: Any) -> Any:
 
 @pytest.fixture
 def offline(offline_project):
-    from llamaherd.plugins import registry
-
-    found = registry()
-    if "scripted" not in found.providers or "host-user" not in found.runtimes:
-        pytest.skip("running an agent needs llamaherd-scripted and llamaherd-host-user")
     offline_project.add_scripted_agent("greeter", script=SCRIPT)
     return offline_project
 

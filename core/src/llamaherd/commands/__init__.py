@@ -3,6 +3,7 @@
 COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.project",
     "llamaherd.commands.scheduler",
+    "llamaherd.commands.history",
     "llamaherd.commands.creds",
     "llamaherd.commands.prompt",
     "llamaherd.commands.state",

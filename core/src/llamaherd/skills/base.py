@@ -32,6 +32,7 @@ MAX_STATUS = 2_000
 MAX_RETURN = 64_000  # the value as JSON
 MAX_CALL_CONTEXT = 64_000
 MAX_REASON = 2_000
+MAX_LOCK_URI = 2_000
 
 
 def capped(what: str, text: str, limit: int) -> str:

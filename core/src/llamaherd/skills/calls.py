@@ -49,26 +49,10 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if refused:
         return refuse(f"call to {target!r} refused: {refused}")
     context = ctx.redact(context)
-    stored_id = ctx.store.create_call(ctx.run_id, target, context, depth)
-    call_id = ctx.store.call_ids(ctx.run_id).index(stored_id) + 1
-    payload = {
-        "call_id": call_id,
-        "caller_agent": ctx.agent.name,
-        "caller_run": ctx.run_id,
-        "context": context,
-        "depth": depth,
-    }
-    result = ctx.engine.emit(
-        TriggerEvent(
-            agent=target,
-            kind="agent",
-            payload=payload,
-            source=ctx.agent.name,
-            call_id=stored_id,
-        )
-    )
-    if result.refused:
-        return refuse(f"call to {target!r} refused: {result.refused}", call_id=call_id)
+    try:
+        call_id, result = _make_call(ctx, target, context, depth)
+    except _Refused as exc:
+        return refuse(f"call to {target!r} refused: {exc}")
     ctx.log("call", {"call_id": call_id, "agent": target, "depth": depth})
     if result.queued is None and result.resumed:
         # A run of the target waiting for exactly this call took it: no new run, no result.
@@ -79,6 +63,32 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
             "note": "delivered to a waiting run; check_call will stay pending",
         }
     return {"ok": True, "call_id": call_id}
+
+
+class _Refused(Exception):
+    """The callee's queue refused the call: the call is rolled back with it."""
+
+
+def _make_call(ctx: Any, target: str, context: str, depth: int) -> tuple[int, Any]:
+    """Record the call and queue (or hand to a waiting run) the callee's trigger in one
+    transaction: a crash in between must not leave a call pending that nothing will settle."""
+    with ctx.store.atomic():
+        stored_id = ctx.store.create_call(ctx.run_id, target, context, depth)
+        call_id = ctx.store.call_ids(ctx.run_id).index(stored_id) + 1
+        payload = {
+            "call_id": call_id,
+            "caller_agent": ctx.agent.name,
+            "caller_run": ctx.run_id,
+            "context": context,
+            "depth": depth,
+        }
+        event = TriggerEvent(
+            agent=target, kind="agent", payload=payload, source=ctx.agent.name, call_id=stored_id
+        )
+        result = ctx.engine.emit(event)
+        if result.refused:
+            raise _Refused(result.refused)
+    return call_id, result
 
 
 def check_call(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.skills.base import CoreSkill, obj, refuse
+from llamaherd.skills.base import MAX_LOCK_URI, CoreSkill, capped, obj, refuse
 from llamaherd.types import Tool
 
 PREAMBLE = """\
@@ -20,7 +20,7 @@ def ttl(ctx: Any) -> float:
 
 
 def _uri(args: dict[str, Any]) -> str:
-    uri = str(args.get("uri") or "").strip()
+    uri = capped("the lock uri", str(args.get("uri") or "").strip(), MAX_LOCK_URI)
     if not uri:
         raise ValueError("a lock needs a resource uri")
     return uri

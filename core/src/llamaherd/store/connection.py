@@ -116,8 +116,8 @@ def display_url(url: str) -> str:
 
 
 def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Database, str, float]:
-    """A peewee database for ``url``, its display name and its busy timeout. A SQLite file is
-    created 0600 here unless ``create`` is false (a check that must not leave one behind)."""
+    """A peewee database for ``url``, its display name and its busy timeout; ``create``: a
+    SQLite file that does not exist yet is created (privately), else it is left missing."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
     timeout = float(query.pop("timeout", BUSY_TIMEOUT))
@@ -127,6 +127,7 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
             raise StoreError(f"database {url}: needs a file path (the queue must be durable)")
         path = Path(name) if Path(name).is_absolute() else Path(root or ".") / name
         try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             if create:
                 _create_private(path)
         except OSError as exc:
@@ -153,9 +154,8 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
 
 
 def _create_private(path: Path) -> None:
-    """The database file created 0600 in a 0700 directory before SQLite opens it: it holds
-    transcripts, and SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """The database file created 0600 before SQLite opens it: it holds transcripts, and
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode."""
     os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
 

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import AppContext, ControlClient, LlamaherdError, pid_alive, scheduler_info
+from llamaherd.api import (
+    AppContext,
+    ControlClient,
+    LlamaherdError,
+    control_token,
+    pid_alive,
+    scheduler_info,
+)
 from llamaherd_deploy.helper import service_mode
 
 START_TIMEOUT = 120.0
@@ -279,7 +286,8 @@ class Service:
         while time.monotonic() < deadline:
             info = scheduler_info(self.state)
             if info:
-                client = ControlClient(info["url"], "", pid=info["pid"])
+                # The health call needs the token too: being local proves nothing.
+                client = ControlClient(info["url"], control_token(self.state), pid=info["pid"])
                 try:
                     client.get("/control/health")
                     return info
