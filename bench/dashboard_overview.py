@@ -2,7 +2,7 @@
 
 A real scheduler process (``al start``) serves a temporary project of 200 agents (cron
 ``schedule``, ``every`` and manual ones) whose store holds a day of history: 10 finished runs
-per agent, each with a model call, so every row has a last result, a sparkline, a success rate
+per agent, each with a model call and five tool calls, so every row has a last result, a sparkline, a success rate
 and a cost. The scheduler is paused (nothing runs while measuring). The page is fetched with the
 control token over keep-alive HTTP on 127.0.0.1; the figure is the median and p95 of the time to
 the whole response (the server's work: one ``agent_rows``, activity and cost over 24 h, the
@@ -25,6 +25,7 @@ from llamaherd.store import Store
 from llamaherd.testing import OfflineProject, SchedulerProcess
 
 RUNS_PER_AGENT = 10
+TOOL_CALLS = 5  # events of each run beside its model call
 BUDGET_MS = 300.0
 BUDGET_BYTES = 100_000
 
@@ -47,6 +48,8 @@ def history(project: OfflineProject, agents: list[str]) -> None:
                     {"model": "scripted", "input_tokens": 900, "output_tokens": 40,
                      "cost_usd": 0.0021, "ok": True},
                 )  # fmt: skip
+                for step in range(TOOL_CALLS):
+                    store.add_event(run.id, "tool_call", {"tool": "bash", "output": f"step {step}"})
                 store.transition(run.id, "error" if (n + k) % 7 == 0 else "done")
         store.set_paused(None, True)
     finally:

@@ -52,3 +52,17 @@ def events(store: Any, run_id: str, type: str) -> list[dict[str, Any]]:
 def tool_results(run: Any) -> list[str]:
     """The contents of the tool messages of a run's transcript, in order."""
     return [m["content"] for m in run.transcript or [] if m.get("role") == "tool"]
+
+
+def dashboard_browser(url: str, token: str) -> requests.Session:
+    """A browser signed in to the dashboard (with the control token, as everyone must)."""
+    import re
+
+    browser = requests.Session()
+    login = browser.get(f"{url}/login", timeout=10).text
+    csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', login).group(1)
+    signed = browser.post(
+        f"{url}/login", data={"csrf": csrf, "token": token}, allow_redirects=False, timeout=10
+    )
+    assert signed.status_code == 303, signed.text
+    return browser

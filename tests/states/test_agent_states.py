@@ -22,6 +22,7 @@ import requests
 from llamaherd.testing import OfflineProject, chat_reply, wait_until
 
 from .conftest import events_of
+from .helpers import dashboard_browser
 
 MINUTE = 31_666_667 * 60  # a fake-clock minute boundary (cron ticks are at :00)
 HOOKS = '\n[webhooks.hooks]\ntype = "generic"\nallowUnsigned = true\n'
@@ -227,7 +228,7 @@ def test_dashboard_approves_a_suspended_run(tmp_path, scheduler):
     store = project.store()
     assert sched.post("/control/run", {"agent": "looper"}).status_code == 202
     run = _suspended(store, "looper", 1)
-    browser = requests.Session()  # a browser on this machine: session cookie and CSRF token
+    browser = dashboard_browser(sched.url, sched.token)  # session cookies and CSRF token
     page = browser.get(f"{sched.url}/runs/{run.id}", timeout=10).text
     assert f"/api/runs/{run.id}/approve" in page and "Deny" in page
     csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page).group(1)

@@ -11,12 +11,11 @@ import sys
 import time
 
 import pytest
-import requests
 
 from llamaherd.prompts import MODE_NOTES
 from llamaherd.testing import OfflineProject, wait_until
 
-from .helpers import events, one_run, runs_of, tool_results
+from .helpers import dashboard_browser, events, one_run, runs_of, tool_results
 
 AUTONOMOUS = (
     "You are in autonomous mode. You will not receive human input during this session. Use "
@@ -169,7 +168,7 @@ def test_the_dashboards_reply_and_say_buttons(tmp_path, scheduler):
     project.add_scripted_agent("worker", script=WORKER.format(tmp=tmp_path))
     sched = scheduler(project)
     store = project.store()
-    browser = requests.Session()  # a browser on this machine: session cookie and CSRF token
+    browser = dashboard_browser(sched.url, sched.token)  # session cookies and CSRF token
 
     def page(run_id: str) -> tuple[str, str]:
         html = browser.get(f"{sched.url}/runs/{run_id}", timeout=10).text

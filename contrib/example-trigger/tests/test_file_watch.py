@@ -12,7 +12,7 @@ from llamaherd.testing import wait_until
 # installs it for real): import it from its source tree.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from llamaherd_example_trigger import FileWatchTrigger  # noqa: E402
+from llamaherd_example_trigger import FileWatchTrigger, describe_triggers  # noqa: E402
 
 
 def test_emits_when_a_watched_file_changes(tmp_project, started_trigger, tmp_path, monkeypatch):
@@ -40,6 +40,20 @@ def test_emits_when_a_watched_file_changes(tmp_project, started_trigger, tmp_pat
     )
     assert str(watched) in event.prompt
     assert started.engine.store.queue_depth().get("triage", 0) >= 1  # queued durably
+
+
+def test_describes_the_watched_files_for_the_dashboard(tmp_project, tmp_path):
+    tmp_project.config("")
+    tmp_project.add_agent("triage", 'watch = { paths = ["/var/log/a", "/var/log/b"] }\n')
+    tmp_project.add_agent("bystander", "")
+    agents = tmp_project.load().agents
+    (info,) = describe_triggers(agents["triage"], 0.0)
+    assert (info.kind, info.summary, info.details) == (
+        "file_watch",
+        "/var/log/a, /var/log/b",
+        {"interval": "5s"},
+    )
+    assert describe_triggers(agents["bystander"], 0.0) == []
 
 
 def test_a_live_reload_restarts_it_with_the_new_agents(

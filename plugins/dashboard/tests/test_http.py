@@ -270,3 +270,21 @@ def test_login_sets_http_only_cookies_and_writes_need_csrf(remote: Any) -> None:
         assert client.post("/logout", data={"csrf": csrf}).headers["location"] == "/login"
         client.cookies.delete("al_auth")
         assert client.get("/").status_code == 303
+
+
+def test_live_stream_sends_the_page_and_the_log_then_ends_with_the_run(local: Any) -> None:
+    run_id = local.queue_run("slow")
+    local.wait_for(lambda: local.state(run_id) == "done")
+    with browser(local) as client:
+        params = {"path": f"/runs/{run_id}", "after": "0"}
+        body = client.get("/api/live", params=params).text  # a final run: the stream ends
+        assert client.get("/api/live", params={"path": "/nowhere"}).status_code == 404
+    blocks = [b for b in body.split("\n\n") if b.strip()]
+    kinds = [b.split("\n", 1)[0] for b in blocks]
+    assert kinds[-2:] == ["event: page", "event: end"] and "event: log" in kinds
+    logs = [json.loads(b.split("data: ", 1)[1]) for b in blocks if b.startswith("event: log")]
+    assert [entry["id"] for entry in logs] == sorted(entry["id"] for entry in logs)
+    assert any("line 6" in entry["html"] for entry in logs)
+    assert any('class="entry turn"' in entry["html"] for entry in logs)
+    page = "\n".join(line[6:] for line in blocks[-2].split("\n")[1:])
+    assert 'id="run-state"' in page and "done" in page

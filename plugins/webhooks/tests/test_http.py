@@ -159,3 +159,7 @@ def test_deliveries_are_listed_and_replayed_with_the_control_token(server):
     assert server.receipts()[0]["delivery_id"] == replayed.json()["delivery"]
     missing = server.http.post(f"{server.url}/control/deliveries/99999/replay", headers=bearer)
     assert missing.status_code == 404
+    forged = f"{server.url}/control/deliveries/{rejected['id']}/replay"
+    refused = server.http.post(forged, headers=bearer)  # never verified: never run on a click
+    assert refused.status_code == 409 and "only accepted deliveries" in refused.json()["error"]
+    assert server.depth() == {"reviewer": 2}

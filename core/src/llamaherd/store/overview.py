@@ -5,7 +5,6 @@ that changes whenever something an overview shows may have changed.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
@@ -26,6 +25,8 @@ _SEARCHED = ("id", "agent", "status", "reason")
 
 
 class Overview(Queue):
+    """What an operator's overview reads (``llamaherd-dashboard``), beside ``Store.stats``."""
+
     @guarded
     def find_runs(
         self,
@@ -69,11 +70,11 @@ class Overview(Queue):
     def activity(self, since: float, width: float, buckets: int) -> dict[str, dict[str, Any]]:
         """Per agent, runs created since ``since``: {runs, finished, done, per_bucket} where
         ``per_bucket`` counts them in ``buckets`` windows of ``width`` seconds from ``since``."""
-        Run = self._m.Run
-        query = Run.select(Run.agent, Run.state, Run.created_at).where(Run.created_at >= since)
+        sql = self._statement(
+            ("activity",), lambda: "SELECT agent, state, created_at FROM runs WHERE created_at >= ?"
+        )
         found: dict[str, dict[str, Any]] = {}
-        rows = list(query.tuples())
-        for agent, state, created in rows:
+        for agent, state, created in self._exec(sql, (since,)).fetchall():
             row = found.setdefault(
                 agent, {"runs": 0, "finished": 0, "done": 0, "per_bucket": [0] * buckets}
             )
@@ -85,25 +86,39 @@ class Overview(Queue):
 
     @guarded
     def costs(self, since: float, agent: str | None = None) -> dict[str, dict[str, float]]:
-        """USD spent since ``since`` (the ``cost_usd`` of ``model_call`` events whose price was
-        known): {"agents": {agent: usd}, "runs": {run_id: usd}}."""
-        Run, Event = self._m.Run, self._m.RunEvent
-        query = (
-            Event.select(Event.run_id, Run.agent, Event.data)
-            .join(Run, on=(Event.run_id == Run.id))
-            .where((Event.type == "model_call") & (Event.at >= since))
+        """USD spent by the runs created since ``since`` (the ``cost_usd`` of their
+        ``model_call`` events whose price was known): {"agents": {agent: usd}, "runs":
+        {run_id: usd}}. The window selects runs, whose events are then found by their
+        ``(run_id, id)`` index: never a scan of every event kept."""
+        # The window's runs, then their events by IN: planners seek each run's events by the
+        # (run_id, id) index, and the database sums the costs.
+        window = "SELECT {} FROM runs WHERE created_at >= ?" + (" AND agent = ?" if agent else "")
+        params = (since,) if agent is None else (since, agent)
+        owners_sql = self._statement(
+            ("cost_runs", agent is None), lambda: window.format("id, agent")
         )
-        if agent is not None:
-            query = query.where(Run.agent == agent)
+        events_sql = self._statement(
+            ("cost_events", agent is None),
+            lambda: (
+                f"SELECT run_id, SUM({self._cost_field()}) FROM run_events "
+                f"WHERE type = 'model_call' AND run_id IN ({window.format('id')}) GROUP BY run_id"
+            ),
+        )
+        owners = dict(self._exec(owners_sql, params).fetchall())
         agents: dict[str, float] = defaultdict(float)
-        runs: dict[str, float] = defaultdict(float)
-        rows = list(query.tuples())
-        for run_id, name, data in rows:
-            cost = (data if isinstance(data, dict) else json.loads(data or "{}")).get("cost_usd")
-            if isinstance(cost, int | float):
-                agents[name] += cost
-                runs[run_id] += cost
+        runs: dict[str, float] = {}
+        for run_id, cost in self._exec(events_sql, params).fetchall():
+            if cost is not None and run_id in owners:  # None: no call's price was known
+                agents[owners[run_id]] += cost
+                runs[run_id] = float(cost)
         return {"agents": dict(agents), "runs": dict(runs)}
+
+    def _cost_field(self) -> str:
+        """SQL for a ``model_call`` event's ``cost_usd`` (NULL when unknown): summed by the
+        database, so no event's JSON is decoded in Python."""
+        if self._pg:
+            return "CAST(CAST(data AS JSON) ->> 'cost_usd' AS DOUBLE PRECISION)"
+        return "json_extract(data, '$.cost_usd')"
 
     @guarded
     def queued_items(self, agent: str, limit: int = 100) -> list[WorkItemRow]:

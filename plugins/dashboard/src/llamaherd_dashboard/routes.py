@@ -411,7 +411,7 @@ async def api_live(request: Request) -> Response:
     for pattern, builder in PAGES:
         match = pattern.fullmatch(target.path)
         if match:
-            params = {k: v for k, v in match.groupdict().items()}
+            params = match.groupdict()
             query = dict(parse_qsl(target.query))
             after = request.query_params.get("after")
             stream = _live(request, builder, params, query, None if after is None else _int(after))

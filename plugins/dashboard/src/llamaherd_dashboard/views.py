@@ -5,6 +5,8 @@ Blocking (database reads): call these from a thread. The same dicts feed the pag
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +21,10 @@ from llamaherd.api import (
     serving_status,
 )
 from llamaherd.api import event_summary as summary
+
+HEADER_SECONDS = 5.0
+# The last scheduler status of each engine, with when it was taken (see ``header``).
+_headers: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 RUN_LIMIT = 25
 AGENT_EVENT_LIMIT = 20
@@ -54,8 +60,14 @@ def badge(row: dict[str, Any]) -> str:
 
 def header(engine: Any) -> dict[str, Any]:
     """The scheduler line every page starts with: up/paused/stopped, since, version, config
-    current or changed on disk, the hosts sharing the database."""
-    status = serving_status(engine)
+    current or changed on disk, the hosts sharing the database. All but the pause is taken at
+    most every ``HEADER_SECONDS`` (whether the config is current means hashing every agent's
+    files: too much for each render of a live page); the pause is read each time."""
+    now = time.monotonic()
+    taken = _headers.get(engine)
+    if taken is None or now - taken[0] > HEADER_SECONDS:
+        taken = _headers[engine] = (now, serving_status(engine))
+    status = {**taken[1], "paused": engine.store.paused()[0]}
     if not status["running"]:
         status["label"] = "stopped"
     else:

@@ -251,16 +251,18 @@ class Ingest:
         return answer(config, fields, outcome)
 
     def replay(self, receipt_id: int) -> Outcome:
-        """Route a recorded delivery again, as a new delivery (``replay-<id>-<random>``): for
+        """Route an accepted delivery again, as a new delivery (``replay-<id>-<random>``): for
         the operator (the dashboard's Replay, with the control token), so the signature (never
-        stored) is not checked. It leaves a receipt of its own."""
+        stored) is not checked again. A rejected one (a dead letter: unverified, malformed, its
+        body cut) is refused. It leaves a receipt of its own."""
         import uuid
 
         receipt = self.receipts.get(receipt_id)
         if receipt is None:
             return Outcome(404, {"error": f"no delivery {receipt_id}"})
-        if not receipt["body"]:
-            return Outcome(409, {"error": f"delivery {receipt_id} kept no body to replay"})
+        if receipt["status"] >= 400:  # unverified, malformed or cut: never run on a click
+            why = f"delivery {receipt_id} was rejected ({receipt['status']}: {receipt['result']})"
+            return Outcome(409, {"error": f"{why}: only accepted deliveries are replayed"})
         config = self.source(receipt["source"])
         if isinstance(config, Outcome):
             return config
