@@ -425,8 +425,9 @@ class StartedTrigger:
                 return super().clock()
 
             def emit(self, event: Any, *, coalesce: bool = False) -> Any:
-                fired.append((event, coalesce))
-                return super().emit(event, coalesce=coalesce)
+                result = super().emit(event, coalesce=coalesce)
+                fired.append((event, coalesce))  # after: a test that sees it sees it queued
+                return result
 
             def emit_once(
                 self, key: str, tick: float, event: Any, *, coalesce: bool = False
