@@ -4,6 +4,7 @@ prints plain log lines."""
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import re
@@ -195,3 +196,19 @@ def test_stat_watch_into_a_pipe_prints_the_view_again_and_again(herd):
         proc.wait(10)
         proc.stdout.close()
     assert seen == ["Queue depth: 0 item(s) waiting\n"] * 2
+
+
+def test_what_an_agent_wrote_reaches_the_terminal_without_escapes():
+    from llamaherd.termview import render
+
+    hostile = "ok\x1b]0;pwned\x07\x1b[2J done"
+    run = {"id": "r1", "agent": "a", "state": "running", "started_at": 1.0, "finished_at": None}
+    run |= {"trigger_kind": "manual", "status": hostile, "exit_code": None, "reason": None}
+    ended = {**run, "id": "r2", "state": "error", "finished_at": 2.0, "reason": hostile}
+    scheduler = {"running": False, "config_current": None}
+    view = {"scheduler": scheduler, "agents": [], "active": [run], "recent": [ended]}
+    console = Console(file=io.StringIO(), width=200, force_terminal=True)
+    console.print(render(view, now=3.0))
+    out = console.file.getvalue()
+    assert out.count("ok done") == 2  # the status and the reason, their escapes gone
+    assert "\x1b]" not in out and "\x1b[2J" not in out and "\x07" not in out

@@ -38,7 +38,7 @@ What is here, by topic:
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
   ``Engine``, ``Store``, ``RunRow``, the request checks (``authorized``, ``token_matches``,
-  ``bearer_token``, ``known_host``, ``is_local``, ``require_token``, ``require_read``,
+  ``bearer_token``, ``known_host``, ``is_local``, ``require_token``,
   ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
         is_local,
         json_body,
         known_host,
-        require_read,
         require_token,
         token_matches,
     )
@@ -180,7 +179,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.auth": (
         "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
-        "require_read", "require_token", "token_matches",
+        "require_token", "token_matches",
     ),
     "llamaherd.cli": ("AppContext", "pass_app"),
     "llamaherd.client": ("ControlClient",),

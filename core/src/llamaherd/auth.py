@@ -75,9 +75,9 @@ def bearer_token(request: Request) -> str:
 
 
 def authorized(request: Request) -> bool:
-    """True when the request carries the control token (Bearer header or ``al_token`` cookie:
-    the dashboard's check; ``/control/*`` takes the header only, ``require_token``)."""
-    return token_matches(request, bearer_token(request) or request.cookies.get("al_token", ""))
+    """True when the request carries the control token as ``Authorization: Bearer`` (never a
+    cookie: a browser sends those cross-site)."""
+    return token_matches(request, bearer_token(request))
 
 
 def host_name(request: Request) -> str:
@@ -114,11 +114,6 @@ def require_token(handler: Handler) -> Handler:
 
     wrapper.__name__ = handler.__name__
     return wrapper
-
-
-# Reads show run events and payloads, so they are guarded exactly as writes are; the name stays
-# for plugins that mark their read routes with it.
-require_read = require_token
 
 
 async def json_body(request: Request) -> dict[str, Any]:

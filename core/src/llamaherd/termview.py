@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from llamaherd.logview import clean
 from llamaherd.status import FINAL, ago, until
 
 RECENT = 8  # finished runs the view lists
@@ -126,7 +127,7 @@ def active_table(runs: list[dict[str, Any]], now: float) -> Table:
             styled(run["state"]),
             _duration(run["started_at"], now),
             escape(run["trigger_kind"]),
-            Text(run["status"] or "-", style="cyan" if run["status"] else "dim"),
+            Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
         )
     return table
 
@@ -144,7 +145,7 @@ def recent_table(runs: list[dict[str, Any]]) -> Table:
             "-" if code is None else str(code),
             ago(run["finished_at"]),
             _duration(run["started_at"], run["finished_at"]),
-            Text(run["reason"] or ""),
+            Text(clean(run["reason"] or "")),
         )
     return table
 

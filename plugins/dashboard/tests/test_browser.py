@@ -1,11 +1,14 @@
 """The dashboard in real headless Chromium (Debian's ``chromium``) driven by Playwright, against a
 real scheduler process with 3 agents and 20 runs (and more). Each page is checked live (no reload) and
-photographed into ``docs/img/`` for ``docs/dashboard.md``.
+photographed: into the temporary directory, or with ``AL_UPDATE_SCREENSHOTS=1`` into ``docs/img/``
+for ``docs/dashboard.md`` (so a test run leaves the checkout as it was).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +29,11 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-IMAGES = Path(__file__).resolve().parents[3] / "docs" / "img"
+IMAGES = (
+    Path(__file__).resolve().parents[3] / "docs" / "img"
+    if os.environ.get("AL_UPDATE_SCREENSHOTS")
+    else Path(tempfile.gettempdir()) / "llamaherd-dashboard-screenshots"
+)
 LONG = 20_000  # ms: a whole scripted run, with room for a slow CI machine
 BACKGROUND_RUNS = 20  # finished runs of `secret` before the tests begin
 

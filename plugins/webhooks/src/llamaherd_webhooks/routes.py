@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from llamaherd.api import require_read, require_token
+from llamaherd.api import require_token
 from llamaherd_webhooks.ingest import Ingest, Outcome
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -99,7 +99,7 @@ def _count(raw: str | None, default: int, high: int) -> int:
     return min(high, int(raw)) if raw and raw.isdigit() else default
 
 
-@require_read
+@require_token
 async def deliveries(request: Request) -> Response:
     """``GET /control/deliveries?limit=&offset=&dead=1``: receipts, newest first, each with
     its body's size (never the body: it may be large, and the dashboard lists many)."""
