@@ -13,9 +13,46 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import credentials, emit, free_port, interleaved, line, make_project, scheduler, tree_cpu
+from common import (
+    credentials,
+    emit,
+    free_port,
+    interleaved,
+    line,
+    make_project,
+    scheduler,
+    tree_cpu,
+)
 
 SETTLE = 5.0  # seconds after /health answers before the idle window (start-up work ends)
+
+
+def figures(count: int, rounds: int, window: float) -> list[str]:
+    starts: dict[str, list[float]] = {}
+    stops: dict[str, list[float]] = {}
+
+    def measure(tool: str) -> float:
+        """One start, idle window and stop; returns the idle CPU share (% of one core)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            port = free_port()
+            root = make_project(Path(tmp) / "project", count, port)
+            env = credentials(Path(tmp) / "credentials")
+            with scheduler(tool, root, port, env) as running:
+                starts.setdefault(tool, []).append(running.started_in)
+                time.sleep(SETTLE)
+                before, start = tree_cpu(running.proc.pid), time.perf_counter()
+                time.sleep(window)
+                used = tree_cpu(running.proc.pid) - before
+                share = 100 * used / (time.perf_counter() - start)
+                stops.setdefault(tool, []).append(running.stop())
+            return share
+
+    idle = interleaved(rounds, measure)
+    return [
+        line(f"start → health, {count} agent(s)", starts, "ms", 1000),
+        line(f"idle CPU, {count} agent(s)", idle, "% of a core"),
+        line(f"SIGTERM → exit, idle, {count} agent(s)", stops, "ms", 1000),
+    ]
 
 
 def main() -> None:
@@ -24,34 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=20.0)
     args = parser.parse_args()
-    lines = []
-    for count in args.agents:
-        starts: dict[str, list[float]] = {}
-        stops: dict[str, list[float]] = {}
-
-        def measure(tool: str) -> float:
-            """One start, idle window and stop; returns the idle CPU share (% of one core)."""
-            with tempfile.TemporaryDirectory() as tmp:
-                port = free_port()
-                root = make_project(Path(tmp) / "project", count, port)
-                env = credentials(Path(tmp) / "credentials")
-                with scheduler(tool, root, port, env) as running:
-                    starts.setdefault(tool, []).append(running.started_in)
-                    time.sleep(SETTLE)
-                    before, start = tree_cpu(running.proc.pid), time.perf_counter()
-                    time.sleep(args.window)
-                    used = tree_cpu(running.proc.pid) - before
-                    share = 100 * used / (time.perf_counter() - start)
-                    stops.setdefault(tool, []).append(running.stop())
-                return share
-
-        idle = interleaved(args.rounds, measure)
-        lines += [
-            line(f"start → health, {count} agent(s)", starts, "ms", 1000),
-            line(f"idle CPU, {count} agent(s)", idle, "% of a core"),
-            line(f"SIGTERM → exit, idle, {count} agent(s)", stops, "ms", 1000),
-        ]
-    emit(lines)
+    emit([text for count in args.agents for text in figures(count, args.rounds, args.window)])
 
 
 if __name__ == "__main__":

@@ -17,35 +17,36 @@ from common import TOOLS, credentials, emit, free_port, interleaved, line, make_
 from common import scheduler as start
 
 
+def figures(count: int, rounds: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        roots, envs = {}, {}
+        for tool in TOOLS:  # each its own project copy and port, both up at once
+            port = free_port()
+            roots[tool] = make_project(Path(tmp) / tool, count, port)
+            envs[tool] = credentials(Path(tmp) / f"{tool}-credentials")
+            stack.enter_context(start(tool, roots[tool], port, envs[tool]))
+        for tool in TOOLS:
+            run_cli(tool, ["stat"], roots[tool], envs[tool])  # warm up
+        cpus: dict[str, list[float]] = {}
+
+        def measure(tool: str) -> float:
+            wall, cpu = run_cli(tool, ["stat"], roots[tool], envs[tool])
+            cpus.setdefault(tool, []).append(cpu)
+            return wall
+
+        walls = interleaved(rounds, measure)
+    return [
+        line(f"al stat, scheduler up, {count} agent(s), wall", walls, "ms", 1000),
+        line(f"al stat, scheduler up, {count} agent(s), CPU of the command", cpus, "ms", 1000),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agents", type=int, nargs="+", default=[1, 200])
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
-    lines = []
-    for count in args.agents:
-        with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-            roots, envs = {}, {}
-            for tool in TOOLS:  # each its own project copy and port, both up at once
-                port = free_port()
-                roots[tool] = make_project(Path(tmp) / tool, count, port)
-                envs[tool] = credentials(Path(tmp) / f"{tool}-credentials")
-                stack.enter_context(start(tool, roots[tool], port, envs[tool]))
-            for tool in TOOLS:
-                run_cli(tool, ["stat"], roots[tool], envs[tool])  # warm up
-            cpus: dict[str, list[float]] = {}
-
-            def measure(tool: str) -> float:
-                wall, cpu = run_cli(tool, ["stat"], roots[tool], envs[tool])
-                cpus.setdefault(tool, []).append(cpu)
-                return wall
-
-            walls = interleaved(args.rounds, measure)
-        lines += [
-            line(f"al stat, scheduler up, {count} agent(s), wall", walls, "ms", 1000),
-            line(f"al stat, scheduler up, {count} agent(s), CPU of the command", cpus, "ms", 1000),
-        ]
-    emit(lines)
+    emit([text for count in args.agents for text in figures(count, args.rounds)])
 
 
 if __name__ == "__main__":
