@@ -156,6 +156,9 @@ class Scheduler(Engine):
         self.lock = SchedulerLock(project.state_dir)
         try:
             super().__init__(project)
+            # A database it cannot write stops it here, in one line, before it starts anything
+            # (an orderly stop may leave the WAL file, with which SQLite opens read-only).
+            self.store.check_writable()
         except BaseException:
             self.lock.release()
             raise

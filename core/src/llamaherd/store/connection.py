@@ -169,6 +169,24 @@ def _sqlite_writer(path: str) -> threading.RLock:
         return _SQLITE_WRITERS.setdefault(os.path.realpath(path), threading.RLock())
 
 
+@contextlib.contextmanager
+def immediate(database: pw.Database) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` on this thread's SQLite connection, rolled back on
+    failure; a connection that cannot be rolled back is closed, never joined again."""
+    conn = database.connection()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        try:
+            if conn.in_transaction:
+                conn.rollback()
+        except sqlite3.Error:
+            database.close()
+        raise
+
+
 class _Job:
     """One caller's write, waiting for the commit that holds it."""
 
@@ -246,19 +264,8 @@ class GroupCommit:
     def _commit(self, batch: list[_Job]) -> None:
         conn = self._conn
         try:
-            with conn._writer:
-                db = conn._db.connection()
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    self._run_all(db, batch)
-                    db.execute("COMMIT")
-                except BaseException:
-                    try:
-                        if db.in_transaction:
-                            db.rollback()
-                    except sqlite3.Error:
-                        conn._db.close()  # never join a transaction that could not be rolled back
-                    raise
+            with conn._writer, immediate(conn._db) as db:
+                self._run_all(db, batch)
         except BaseException as exc:  # the transaction failed: every write in it failed
             for job in batch:
                 if job.error is None:
@@ -433,16 +440,8 @@ class Connection:
             tx = self._tx
             tx.depth = getattr(tx, "depth", 0) + 1
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                yield
-                conn.execute("COMMIT")
-            except BaseException:
-                try:
-                    if conn.in_transaction:
-                        conn.rollback()
-                except sqlite3.Error:
-                    self._db.close()  # never join a transaction that could not be rolled back
-                raise
+                with immediate(self._db):
+                    yield
             finally:
                 tx.depth -= 1
 

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 import peewee as pw
 
 from llamaherd.store import migrations
-from llamaherd.store.connection import DATABASE_ERRORS, PG_SCHEMA, Connection, StoreError, explain
+from llamaherd.store.connection import (
+    DATABASE_ERRORS,
+    PG_SCHEMA,
+    Connection,
+    StoreError,
+    explain,
+    guarded,
+)
 
 if TYPE_CHECKING:
     from llamaherd.types import TableSet
@@ -286,6 +293,16 @@ class Schema(Connection):
                 "(is the plugin that registers them installed?)"
             )
         raise StoreError(f"database {self._where}: the tables of {name!r} are unavailable: {found}")
+
+    @guarded
+    def check_writable(self) -> None:
+        """Raise ``StoreError`` now if the database cannot be written (a read-only file or
+        directory, locked past the busy timeout), rather than at the first real write."""
+        with self._write():  # a row rewritten unchanged: SQLite refuses only an actual write
+            sql = self._statement(
+                ("check_writable",), lambda: 'UPDATE meta SET "value" = "value" WHERE "key" = ?'
+            )
+            self._exec(sql, (STAMP,))
 
     def _schema_version(self, key: str = STAMP) -> int:
         """The stamped version; for core's own, 1 for a database from before versioning; 0

@@ -207,6 +207,13 @@ class Ingest:
             )
         return unsigned[0] if unsigned else candidates[0]
 
+    def take(
+        self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes | None
+    ) -> Outcome:
+        """``pick`` the source among ``candidates``, then ``receive`` the delivery."""
+        config = self.pick(candidates, headers, body)
+        return config if isinstance(config, Outcome) else self.receive(config, headers, body)
+
     def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
         """Process one delivery (``body`` None: it exceeded the size limit and was not read).
         Never raises: a failure is a 4xx (503 while the store is unavailable)."""

@@ -88,11 +88,8 @@ async def _receive(request: Request) -> Outcome:
         body = await read_limited(request, max(config.max_body for config in candidates))
     except ClientDisconnect:
         return Outcome(400, {"error": "the client disconnected before sending the whole body"})
-    headers = dict(request.headers)
-    config = await run_in_threadpool(ingest.pick, candidates, headers, body)
-    if isinstance(config, Outcome):
-        return config
-    return await run_in_threadpool(ingest.receive, config, headers, body)
+    # One hand-over to the thread pool per delivery: picking the source reads credentials.
+    return await run_in_threadpool(ingest.take, candidates, dict(request.headers), body)
 
 
 def _count(raw: str | None, default: int, high: int) -> int:
