@@ -266,7 +266,12 @@ def stop_command(app: AppContext) -> None:
     client = ControlClient.find(app.project)
     if client is None:
         raise CommandFailed("no scheduler is running for this project")
-    client.post("/control/stop")
+    try:
+        client.post("/control/stop")
+    except CommandFailed:
+        # The stop may have been taken and the scheduler gone before its answer reached us.
+        if not _exits_within(client.pid, 5.0):
+            raise
     store = _store(app)
     said = None
     while pid_alive(client.pid):
@@ -282,6 +287,19 @@ def stop_command(app: AppContext) -> None:
             said = waiting_for
         time.sleep(0.1)
     click.echo(f"scheduler {client.pid} stopped")
+
+
+def _exits_within(pid: int | None, seconds: float) -> bool:
+    from llamaherd.local import pid_alive
+
+    if pid is None:
+        return False  # not a process of this machine: nothing to watch
+    deadline = time.monotonic() + seconds
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 # ---------------------------------------------------------------------- run
