@@ -31,6 +31,9 @@ def _al_process(project, *args: str, stderr_path) -> subprocess.Popen:
             stdout=out,
             stderr=err,
             env={**os.environ, **project.env, "PYTHONUNBUFFERED": "1"},
+            # Ctrl-C as a terminal delivers it, even when pytest itself was started in the
+            # background of a script (which ignores SIGINT, and children inherit that).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
 
