@@ -500,6 +500,7 @@ def run_foreground(
         reader = StoreReader(engine.store, project, engine.registry)
 
         def dispatch() -> None:
+            engine.wakeup.clear()  # else a wake-up set once makes every later wait return at once
             engine.dispatch()
             engine.wakeup.wait(0.1)
 
