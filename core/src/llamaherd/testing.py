@@ -560,6 +560,9 @@ def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
     finally:
         for process in started:
             process.stop()
+            # Captured, so shown only in a failing test's report: what the scheduler did.
+            print(f"--- scheduler log of {process.project.root} (tail) ---")
+            print(process.read_log()[-6000:])
 
 
 class WebhookServer:
