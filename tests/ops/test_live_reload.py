@@ -179,3 +179,24 @@ def test_the_gateway_port_applies_at_the_next_start_only(herd, scheduler):
     )
     assert running.get("/control/health").json()["scheduler"]["url"] == running.url
     assert stat(herd)["scheduler"]["config_errors"] == []
+
+
+def test_the_watcher_rechecks_while_the_scheduler_writes_its_state(tmp_path):
+    """inotify can miss files written into a brand-new folder; the periodic recheck repairs
+    that, and must happen even while `.al/` changes all the time (heartbeats, the log)."""
+    import threading
+
+    from llamaherd.reload import RECHECK_MS, ConfigWatcher
+
+    (tmp_path / ".al").mkdir()
+    looks, stop = [], threading.Event()
+    ConfigWatcher(tmp_path, lambda: looks.append(1), stop).start()
+    try:
+
+        def busy_state_dir() -> bool:
+            (tmp_path / ".al" / "heartbeat").write_text(str(time.monotonic()))
+            return len(looks) >= 2
+
+        wait_until(busy_state_dir, 10 * RECHECK_MS / 1000, 0.1, what="two rechecks")
+    finally:
+        stop.set()

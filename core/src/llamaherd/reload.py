@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,19 +81,23 @@ class ConfigWatcher:
     def _watch(self) -> None:
         import watchfiles
 
-        def relevant(_change: Any, path: str) -> bool:
-            return is_config_path(self.root, path)
-
-        for _ in watchfiles.watch(
+        # Unfiltered: the scheduler itself writes under .al/ every second, and a change that a
+        # filter dropped would neither yield nor let the timeout yield, so the recheck that
+        # repairs a missed event would never come while the scheduler is busy.
+        looked = time.monotonic()
+        for changes in watchfiles.watch(
             self.root,
-            watch_filter=relevant,
+            watch_filter=None,
             debounce=DEBOUNCE_MS,
             stop_event=self.stop,
             raise_interrupt=False,
             rust_timeout=RECHECK_MS,
             yield_on_timeout=True,
         ):
-            self._changed()
+            due = time.monotonic() - looked >= RECHECK_MS / 1000
+            if due or any(is_config_path(self.root, path) for _, path in changes):
+                looked = time.monotonic()
+                self._changed()
 
     def _changed(self) -> None:
         try:
