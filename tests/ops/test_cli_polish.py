@@ -93,14 +93,22 @@ def test_ctrl_c_kills_a_started_run_it_follows(project, scheduler, tmp_path):
     project.wait_run(lambda runs: [r for r in runs if r.id == running.id and r.state == "killed"])
 
 
-def test_stop_says_what_it_waits_for(project, scheduler):
-    project.add_scripted_agent("sleeper", script=SLEEPER)
+def test_stop_says_what_it_waits_for(project, scheduler, tmp_path):
+    release = tmp_path / "release"
+    holder = f"until [ -e {release} ]; do sleep 0.05; done"  # runs until the test lets it end
+    script = f'[[turns]]\ntool_calls = [{{name = "bash", arguments = {{command = "{holder}"}}}}]\n'
+    project.add_scripted_agent("holder", script=script + '[[turns]]\ntext = "released"\n')
     scheduler(project)
-    run_id = project.al("run", "sleeper", "--no-follow", check=True).stdout.strip()
+    run_id = project.al("run", "holder", "--no-follow", check=True).stdout.strip()
     project.wait_run(lambda runs: [r for r in runs if r.id == run_id and r.state == "running"])
-    stopped = project.al("stop", check=True)
-    assert f"waiting for 1 active run(s) to end: {run_id}" in stopped.stderr
-    assert "stopped" in stopped.stdout
+    err = tmp_path / "stop.err"
+    stopping = _al_process(project, "stop", stderr_path=err)
+    said = f"waiting for 1 active run(s) to end: {run_id}"
+    wait_until(lambda: said in err.read_text() or stopping.poll() is not None, what="the stop")
+    assert said in err.read_text(), err.read_text()
+    release.touch()
+    assert stopping.wait(60) == 0, err.read_text()
+    assert "stopped" in (tmp_path / "stop.err.out").read_text()
 
 
 def test_start_detach_failure_shows_the_cause_and_exits_1(project):

@@ -90,8 +90,10 @@ if TYPE_CHECKING:
     from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
+    from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
+    from llamaherd.processes import pid_alive
     from llamaherd.project import Agent, Project, load_project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
@@ -102,7 +104,6 @@ if TYPE_CHECKING:
         post_json,
         scrub,
     )
-    from llamaherd.scheduler import pid_alive, scheduler_info
     from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
@@ -198,7 +199,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
     ),
-    "llamaherd.scheduler": ("pid_alive", "scheduler_info"),
+    "llamaherd.local": ("scheduler_info",),
+    "llamaherd.processes": ("pid_alive",),
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),

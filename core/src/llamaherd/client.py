@@ -96,15 +96,18 @@ class ControlClient:
             payload = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
         # One retry on a fresh connection: the server may have closed an idle keep-alive one.
+        failures: list[str] = []
         for attempt in (1, 2):
             try:
                 status, data = self._exchange(method, path, payload, headers)
                 break
             except (OSError, http.client.HTTPException) as exc:
                 self._drop()
+                self.socket_path = None  # the retry goes over TCP: the socket is a shortcut
+                failures.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 if attempt == 2 or isinstance(exc, TimeoutError):
                     raise CommandFailed(
-                        f"scheduler at {self.url} did not answer: {type(exc).__name__}"
+                        f"scheduler at {self.url} did not answer: {'; then '.join(failures)}"
                     ) from None
         try:
             answer = json.loads(data)

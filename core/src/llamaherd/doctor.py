@@ -261,7 +261,7 @@ class GatewayCheck:
     description = "The gateway port: free, or held by this project's scheduler."
 
     def check(self, project: Any, registry: Any) -> list[Finding]:
-        from llamaherd.scheduler import scheduler_info
+        from llamaherd.local import scheduler_info
 
         gateway = project.gateway
         bind, port = str(gateway["bind"]), int(gateway["port"])
@@ -416,7 +416,7 @@ class SchedulerCheck:
     description = "The project's scheduler: running, and with the config on disk."
 
     def check(self, project: Any, registry: Any) -> list[Finding]:
-        from llamaherd.scheduler import scheduler_info
+        from llamaherd.local import scheduler_info
         from llamaherd.status import scheduler_status
 
         status = scheduler_status(project, scheduler_info(project.state_dir))

@@ -128,7 +128,8 @@ def local_scheduler_status(project: Any, store: Any) -> dict[str, Any]:
     else a live one heartbeating into a shared (non-SQLite) database."""
     import time
 
-    from llamaherd.scheduler import host_stale_after, scheduler_info
+    from llamaherd.local import scheduler_info
+    from llamaherd.scheduler import host_stale_after
     from llamaherd.status import scheduler_status
 
     info = scheduler_info(project.state_dir)

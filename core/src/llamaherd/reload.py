@@ -81,6 +81,9 @@ class ConfigWatcher:
     def _watch(self) -> None:
         import watchfiles
 
+        # It logs every batch of changes at INFO: the scheduler's own writes would fill its log.
+        logging.getLogger("watchfiles").setLevel(logging.WARNING)
+
         # Unfiltered: the scheduler itself writes under .al/ every second, and a change that a
         # filter dropped would neither yield nor let the timeout yield, so the recheck that
         # repairs a missed event would never come while the scheduler is busy.

@@ -26,7 +26,8 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
-from llamaherd.local import pid_alive, scheduler_info  # here too: where callers found them
+from llamaherd.local import scheduler_info
+from llamaherd.processes import pid_alive
 from llamaherd.reload import (
     ConfigWatcher,
     apply_overrides,
@@ -179,7 +180,7 @@ class Scheduler(Engine):
 
     # ------------------------------------------------------------------ lifecycle
     def run(self) -> int:
-        from llamaherd.store import StoreError  # late: `al` imports this module for scheduler_info
+        from llamaherd.store import StoreError
 
         self.check_config()
         threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()

@@ -207,7 +207,7 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     """Start the scheduler in the background, its output appended to ``.al/scheduler.log``;
     return once it is up. When it is not, the error is what it wrote to the log."""
     from llamaherd import schedlog
-    from llamaherd.scheduler import scheduler_info
+    from llamaherd.local import scheduler_info
 
     private_dir(project.state_dir)
     args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
@@ -261,7 +261,7 @@ def _start_error(path: Path, offset: int) -> str:
 def stop_command(app: AppContext) -> None:
     """Stop the running scheduler (active runs get its grace period)."""
     from llamaherd.client import ControlClient
-    from llamaherd.scheduler import pid_alive
+    from llamaherd.processes import pid_alive
 
     client = ControlClient.find(app.project)
     if client is None:
@@ -290,7 +290,7 @@ def stop_command(app: AppContext) -> None:
 
 
 def _exits_within(pid: int | None, seconds: float) -> bool:
-    from llamaherd.local import pid_alive
+    from llamaherd.processes import pid_alive
 
     if pid is None:
         return False  # not a process of this machine: nothing to watch
