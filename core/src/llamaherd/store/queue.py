@@ -112,6 +112,9 @@ def _log_drops(where: str, agent: str, limit: int, count: int) -> None:
     )  # fmt: skip
 
 
+_PG_TRY_CLAIM = "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))"
+
+
 class Queue(Runs):
     """Work items of every agent; claiming one creates (or resumes) its run."""
 
@@ -271,11 +274,14 @@ class Queue(Runs):
     def _lock_head(self, head: tuple, scale: int, host: str) -> WorkItemRow | None:
         """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
         other writer). PostgreSQL: take the agent's claim lock, recount its running runs, and
-        lock its oldest item no other scheduler holds (SKIP LOCKED)."""
+        lock its oldest item no other scheduler holds (SKIP LOCKED). An agent another scheduler
+        is claiming for is passed over: waiting for its lock while holding another agent's (taken
+        in a different order there) would deadlock."""
         if not self._pg:
             return self._item(head)
         agent = head[1]
-        self._pg_lock(PG_CLAIM, agent)
+        if not self._value(_PG_TRY_CLAIM, (PG_CLAIM, agent)):
+            return None
         if self._value(self._sql.running_one, (agent,)) >= scale:
             return None
         row = self._exec(self._sql.take, (agent, host)).fetchone()
