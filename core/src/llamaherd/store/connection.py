@@ -496,10 +496,17 @@ class Connection:
         sql = self._statement(("upsert", meta.table_name, names), build)
         self._exec(sql, [meta.fields[name].db_value(values[name]) for name in names])
 
-    def _pg_lock(self, kind: int, key: str | None = None) -> None:
-        """Serialise with other PostgreSQL sessions until this transaction ends."""
-        if self._pg:
-            if key is None:
-                self._exec("SELECT pg_advisory_xact_lock(%s, 0)", (kind,))
-            else:
-                self._exec("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (kind, key))
+    def _pg_lock(self, kind: int, key: str | None = None, wait: bool = True) -> bool:
+        """Serialise with other PostgreSQL sessions until this transaction ends; without
+        ``wait``, only if no other session holds the lock (whether it was taken). A keyed lock
+        is per schema: projects sharing a database in their own schemas never wait on each
+        other."""
+        if not self._pg:
+            return True
+        call = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+        if key is None:
+            taken = self._value(f"SELECT {call}(%s, 0)", (kind,))
+        else:
+            keyed = f"SELECT {call}(%s, hashtext(current_schema() || '/' || %s))"
+            taken = self._value(keyed, (kind, key))
+        return wait or bool(taken)

@@ -112,9 +112,6 @@ def _log_drops(where: str, agent: str, limit: int, count: int) -> None:
     )  # fmt: skip
 
 
-_PG_TRY_CLAIM = "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))"
-
-
 class Queue(Runs):
     """Work items of every agent; claiming one creates (or resumes) its run."""
 
@@ -212,6 +209,7 @@ class Queue(Runs):
             if global_scale is not None and sum(running.values()) >= global_scale:
                 return None
             room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
+            tried = False
             for _ in range(10 if room else 0):  # a stale resume item is retired, search again
                 # Queue heads of agents with room: fewest running first, then oldest item.
                 heads = sorted(
@@ -219,7 +217,9 @@ class Queue(Runs):
                     for row in self._heads(room, host)
                 )
                 for _, _, head in heads:
-                    item = self._lock_head(head, scales[head[1]], host)
+                    # Only the first agent's lock is waited for: this transaction holds none yet.
+                    item = self._lock_head(head, scales[head[1]], host, wait=not tried)
+                    tried = True
                     if item is None:
                         continue
                     claimed = self._take(item, host)
@@ -271,16 +271,17 @@ class Queue(Runs):
         statement = self._statement(("heads", len(agents)), build)
         return self._exec(statement, [*agents, host]).fetchall()
 
-    def _lock_head(self, head: tuple, scale: int, host: str) -> WorkItemRow | None:
+    def _lock_head(self, head: tuple, scale: int, host: str, wait: bool) -> WorkItemRow | None:
         """The item to claim. SQLite: the head itself (BEGIN IMMEDIATE already excludes every
         other writer). PostgreSQL: take the agent's claim lock, recount its running runs, and
-        lock its oldest item no other scheduler holds (SKIP LOCKED). An agent another scheduler
-        is claiming for is passed over: waiting for its lock while holding another agent's (taken
-        in a different order there) would deadlock."""
+        lock its oldest item no other scheduler holds (SKIP LOCKED). Without ``wait`` (this
+        transaction holds another agent's claim lock already), an agent another scheduler is
+        claiming for is passed over: waiting there could deadlock with a scheduler that took the
+        two locks the other way round."""
         if not self._pg:
             return self._item(head)
         agent = head[1]
-        if not self._value(_PG_TRY_CLAIM, (PG_CLAIM, agent)):
+        if not self._pg_lock(PG_CLAIM, agent, wait=wait):
             return None
         if self._value(self._sql.running_one, (agent,)) >= scale:
             return None
