@@ -64,7 +64,9 @@ def main() -> None:
                 took = time.perf_counter() - start
                 queued = response.json().get("agents", [])
                 if response.status_code != 202 or len(queued) != args.agents:
-                    raise SystemExit(f"round {n}: HTTP {response.status_code}, {len(queued)} agents")
+                    raise SystemExit(
+                        f"round {n}: HTTP {response.status_code}, {len(queued)} agents"
+                    )
                 if n:
                     answers.append(took)
             server_cpu = cpu_seconds(proc.pid) - cpu_before
