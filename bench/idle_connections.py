@@ -26,7 +26,7 @@ from pathlib import Path
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from webhook_ingest import SECRET, make_project, start_scheduler  # noqa: E402
+from webhook_ingest import make_project, start_signed_scheduler  # noqa: E402
 
 
 def open_fds(pid: int) -> int:
@@ -44,13 +44,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         make_project(root)
-        env = {**os.environ, "AL_CREDENTIALS_DIR": str(Path(tmp) / "credentials")}
-        from llamaherd.credentials import CredentialStore
-
-        CredentialStore(Path(env["AL_CREDENTIALS_DIR"])).write(
-            "github_webhook_secret", "default", {"secret": SECRET}
-        )
-        proc, base = start_scheduler(root, env)
+        proc, base = start_signed_scheduler(root, Path(tmp) / "credentials")
         port = int(base.rsplit(":", 1)[1])
         idle: list[socket.socket] = []
         try:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import requests
-from webhook_ingest import AGENT, CONFIG, SECRET, cpu_seconds, delivery, start_scheduler
+from webhook_ingest import AGENT, CONFIG, cpu_seconds, delivery, start_signed_scheduler
 
 
 def make_project(root: Path, agents: int) -> None:
@@ -43,13 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         make_project(root, args.agents)
-        env = {**os.environ, "AL_CREDENTIALS_DIR": str(Path(tmp) / "credentials")}
-        from llamaherd.credentials import CredentialStore
-
-        CredentialStore(Path(env["AL_CREDENTIALS_DIR"])).write(
-            "github_webhook_secret", "default", {"secret": SECRET}
-        )
-        proc, base = start_scheduler(root, env)
+        proc, base = start_signed_scheduler(root, Path(tmp) / "credentials")
         answers: list[float] = []
         try:
             token = (root / ".al" / "control-token").read_text().strip()

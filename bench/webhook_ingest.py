@@ -83,6 +83,15 @@ def start_scheduler(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen, 
     raise SystemExit(f"scheduler did not start: {(root / 'scheduler.log').read_text()}")
 
 
+def start_signed_scheduler(root: Path, credentials: Path) -> tuple[subprocess.Popen, str]:
+    """``start_scheduler`` with the GitHub source's signing secret in a credential store of
+    its own (``credentials``)."""
+    from llamaherd.credentials import CredentialStore
+
+    CredentialStore(credentials).write("github_webhook_secret", "default", {"secret": SECRET})
+    return start_scheduler(root, {**os.environ, "AL_CREDENTIALS_DIR": str(credentials)})
+
+
 def delivery(n: int) -> tuple[bytes, dict[str, str]]:
     body = json.dumps(
         {
@@ -133,13 +142,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "project"
         make_project(root)
-        env = {**os.environ, "AL_CREDENTIALS_DIR": str(Path(tmp) / "credentials")}
-        from llamaherd.credentials import CredentialStore
-
-        CredentialStore(Path(env["AL_CREDENTIALS_DIR"])).write(
-            "github_webhook_secret", "default", {"secret": SECRET}
-        )
-        proc, base = start_scheduler(root, env)
+        proc, base = start_signed_scheduler(root, Path(tmp) / "credentials")
         try:
             token = (root / ".al" / "control-token").read_text().strip()
             requests.post(
