@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
 import secrets
 import time
+import tracemalloc
+from urllib.parse import quote
+
+import pytest
 
 from llamaherd.redact import MASK, RedactingFilter, Redactor
 
@@ -74,6 +79,47 @@ def test_many_secrets_stay_fast():
     assert out.endswith(f"amet {MASK}")
     # A plain 1000-way alternation takes ~0.4 s here; the prefix-tree regex ~0.02 s.
     assert elapsed < 0.2, elapsed
+
+
+def _peak_bytes(build):
+    tracemalloc.start()
+    try:
+        result = build()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_secret_costs_memory_linear_in_its_length_and_adding_one_reuses_the_rest():
+    # A run sets values at runtime (setenv): a character-level tree took gigabytes for a few MB.
+    big = secrets.token_urlsafe(750_000)  # 1 MB
+    redactor, peak = _peak_bytes(lambda: Redactor([big]))
+    assert peak < 30 * len(big), peak  # its dozen forms, each about its length
+    more, peak = _peak_bytes(lambda: redactor.plus(["another-secret-value"]))
+    assert peak < 100_000, peak  # nothing of the first secret is built again
+    assert more.redact(f"a {big} b another-secret-value") == f"a {MASK} b {MASK}"
+    assert redactor.redact("another-secret-value") == "another-secret-value"  # unchanged
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_encoded_forms_are_masked_wherever_they_fall(offset: int):
+    secret = "pa$$w0rd/with+odd chars"
+    redactor = Redactor([secret])
+    around = b"x" * offset + secret.encode() + b"-and what follows"
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        blob = encode(around).decode()
+        masked = redactor.redact(blob)
+        # All but the two characters at each edge, which carry the neighbours' bits too.
+        assert MASK in masked and len(blob) - len(masked) >= len(secret) * 4 // 3 - 4 - len(MASK)
+    assert redactor.redact(f"url?p={quote(secret, safe='')}&x=1") == f"url?p={MASK}&x=1"
+    assert redactor.redact(f"hex {secret.encode().hex().upper()}.") == f"hex {MASK}."
+
+
+def test_short_values_have_no_encoded_forms():
+    # Four hex digits of "abcd" (61626364) turn up in any digest: only the value itself counts.
+    redactor = Redactor(["abcd"])
+    assert redactor.redact("sha 61626364ff") == "sha 61626364ff"
+    assert redactor.redact("abcd") == MASK
 
 
 def _logger(redactor: Redactor) -> tuple[logging.Logger, io.StringIO]:

@@ -166,6 +166,8 @@ async def setenv(request: Request) -> Response:
         engine.runner.setenv(ctx.run_id, str(args["name"]), str(args.get("value", "")))
     except (ValueError, KeyError) as exc:
         return _error(400, f"setenv: {exc}")
+    except LlamaherdError as exc:  # over the run's setenv limits: the message names the limit
+        return _error(413, str(exc))
     except LookupError as exc:
         return _error(409, str(exc))
     return JSONResponse({"ok": True, "note": "applies to the agent's later bash tool calls"})

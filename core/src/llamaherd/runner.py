@@ -198,7 +198,7 @@ class Runner:
         if live.session is not None:
             live.session.setenv(name, value)
         else:
-            live.ctx.keep_secret(value)
+            live.ctx.keep_env(name, value)
             live.pending_env[name] = value
 
     def expire_wait(self, row: Any) -> None:

@@ -16,6 +16,7 @@ results, and the message becomes the next user input.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import posixpath
@@ -66,6 +67,13 @@ AUTH_PATTERN = re.compile(
     re.IGNORECASE,
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What one run may set with setenv (from the model's bash calls, hooks and scripts). Every value
+# is masked in what is stored for the rest of the run, and the model's bash calls get them all
+# as environment variables, which execve must accept: Linux refuses one NAME=value over 128 KiB
+# and an environment plus arguments over about 2 MiB ("Argument list too long").
+MAX_ENV_VALUE = 64 * 1024  # bytes in one value
+MAX_ENV_SETTINGS = 500  # distinct NAME=value pairs one run may set, counted once each
+MAX_ENV_BYTES = 256 * 1024  # bytes of those pairs together
 # Running totals in the transcript's meta entry. cost_usd sums the turns whose price was known
 # (llamaherd.pricing); unpriced_turns counts the others, so a total is never silently partial.
 COUNTERS = (
@@ -101,10 +109,14 @@ class ActiveRun:
     sandbox: Sandbox | None = None  # while the run is active
     # Over the run's credential values, model keys and run token: masked everywhere.
     redactor: Redactor | None = None
-    # Values the run set with setenv: masked in everything stored (never in what the model
-    # reads back: an ordinary value, a branch name, must stay usable).
-    env_secrets: set[str] = field(default_factory=set)
-    _stored: tuple[Any, Redactor] | None = field(default=None, repr=False, compare=False)
+    # Values the run set with setenv, in order: masked in everything stored (never in what the
+    # model reads back: an ordinary value, a branch name, must stay usable).
+    env_secrets: list[str] = field(default_factory=list)
+    # The NAME=value pairs counted against the run's setenv limits (MAX_ENV_*), and their bytes.
+    _env_pairs: set[tuple[str, str]] = field(default_factory=set, repr=False, compare=False)
+    _env_bytes: int = field(default=0, repr=False, compare=False)
+    # The stored redactor: for which base redactor and how many env_secrets it was made.
+    _stored: tuple[int, int, Redactor] | None = field(default=None, repr=False, compare=False)
     trigger: dict[str, Any] = field(default_factory=dict)
     loop_mode: str = "autonomous"  # or "interactive": a human takes part (agent `loop_mode`)
     # The agent state this run set for its agent (set_state): the session ends the run on it.
@@ -122,20 +134,47 @@ class ActiveRun:
         """The run's current RunRow."""
         return self.store.get_run(self.run_id)
 
-    def keep_secret(self, value: str) -> None:
-        """Mask ``value`` (a setenv value) in everything stored from now on."""
-        self.env_secrets.add(value)
+    def keep_env(self, name: str, value: str) -> None:
+        """Count ``NAME=value`` against the run's setenv limits and mask ``value`` in
+        everything stored from now on; a LlamaherdError naming the limit when it does not fit
+        (nothing is counted then). Setting a pair already counted costs nothing."""
+        if (name, value) in self._env_pairs:
+            return
+        size = len(name) + 1 + len(value.encode("utf-8", "surrogatepass"))
+        if size - len(name) - 1 > MAX_ENV_VALUE:
+            raise LlamaherdError(
+                f"setenv {name}: the value is {size - len(name) - 1:,} bytes; "
+                f"one value may have at most {MAX_ENV_VALUE:,} bytes"
+            )
+        if len(self._env_pairs) >= MAX_ENV_SETTINGS:
+            raise LlamaherdError(
+                f"setenv {name}: this run has already set {MAX_ENV_SETTINGS} values, "
+                "the most one run may set"
+            )
+        if self._env_bytes + size > MAX_ENV_BYTES:
+            raise LlamaherdError(
+                f"setenv {name}: this run's values would reach {self._env_bytes + size:,} bytes; "
+                f"one run may set at most {MAX_ENV_BYTES:,} bytes in all"
+            )
+        self._env_pairs.add((name, value))
+        self._env_bytes += size
+        if value not in self.env_secrets:
+            self.env_secrets.append(value)
 
     @property
     def stored_redactor(self) -> Redactor:
-        """Masks what is written to the store: credentials and setenv values."""
+        """Masks what is written to the store: credentials and setenv values. Rebuilt only
+        when the base redactor changes; a new setenv value is added to the last one."""
         from llamaherd.redact import Redactor
 
-        key = (id(self.redactor), len(self.env_secrets))  # env_secrets only grows
-        if self._stored is None or self._stored[0] != key:
-            base = self.redactor or Redactor(())
-            self._stored = (key, base.plus(self.env_secrets))
-        return self._stored[1]
+        base, count = id(self.redactor), len(self.env_secrets)  # env_secrets only grows
+        stored = self._stored
+        if stored is None or stored[0] != base:
+            stored = (base, 0, self.redactor or Redactor())
+        if stored[1] != count:
+            stored = (base, count, stored[2].plus(self.env_secrets[stored[1] :]))
+        self._stored = stored
+        return stored[2]
 
     def redact(self, text: str) -> str:
         """``text`` as it may be stored or shown: credential and setenv values masked."""
@@ -287,6 +326,8 @@ for __al_n in $__AL_SETENV; do printf '{nonce}ENV%s=%s\\n' "$__al_n" \
 "$(printf %s "${{!__al_n}}" | base64 | tr -d '\\n')"; done; exit $__al_rc; }}
 trap __al_done EXIT
 setenv() {{ if [ $# -lt 1 ]; then echo 'usage: setenv NAME VALUE' >&2; return 2; fi
+if [ "$(printf %s "${{2-}}" | wc -c)" -gt {MAX_ENV_VALUE} ]; then
+echo "setenv $1: one value may have at most {MAX_ENV_VALUE} bytes" >&2; return 1; fi
 export "$1=${{2-}}" && __AL_SETENV="$__AL_SETENV $1"; }}
 cd -- {shlex.quote(cwd)} 2>/dev/null
 {command}
@@ -356,8 +397,12 @@ class Session:
         self.meta["env"], self._env_lost = restore_env(self.meta, env or {}, self.credentials)
         for key in COUNTERS:
             self.meta.setdefault(key, 0)
-        for value in self.env.values():
-            ctx.keep_secret(value)
+        for name, value in list(self.env.items()):
+            try:
+                ctx.keep_env(name, value)
+            except LlamaherdError as exc:  # set before the limits existed: not passed on
+                log.warning("run %s: %s; dropped", ctx.run_id, exc)
+                del self.env[name]
         # The stored (redacted) form of the messages so far, and the redactor that made it.
         self._stored: list[dict[str, Any]] = []
         self._stored_with: Redactor | None = None
@@ -401,7 +446,7 @@ class Session:
         value is treated as a secret: masked in whatever is stored, never in the transcript."""
         if not ENV_NAME.match(name):
             raise LlamaherdError(f"setenv: {name!r} is not a valid variable name")
-        self.ctx.keep_secret(value)
+        self.ctx.keep_env(name, value)
         self.env[name] = value
 
     @property
@@ -514,8 +559,9 @@ class Session:
             )
             self.messages.append(assistant.to_dict())
             for tc in reply.tool_calls:  # a value it sets is masked before it is stored
-                for value in _setenv_literals(tc):
-                    self.ctx.keep_secret(value)
+                for name, value in _setenv_literals(tc):
+                    with contextlib.suppress(LlamaherdError):  # refused when the call runs
+                        self.ctx.keep_env(name, value)
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
@@ -735,9 +781,12 @@ class Session:
         output, cwd, env = parse_markers(result.output, nonce)
         if cwd:
             self.meta["cwd"] = cwd
-        for name, value in env.items():
-            self.setenv(name, value)
         output = output.rstrip("\n")
+        for name, value in env.items():
+            try:
+                self.setenv(name, value)
+            except LlamaherdError as exc:  # the rest of the call's output still counts
+                output += f"\n[{exc}: not kept for later calls]"
         if result.timed_out:
             output += f"\n[timed out after {timeout:g} s; the command was killed]"
         elif result.exit_code != 0:
@@ -819,23 +868,24 @@ def _required_text(args: dict[str, Any], key: str) -> str:
     return text
 
 
-def _setenv_literals(tc: ToolCall) -> list[str]:
-    """The values a bash call sets with ``setenv NAME VALUE`` written out in its command."""
+def _setenv_literals(tc: ToolCall) -> list[tuple[str, str]]:
+    """The ``(NAME, VALUE)`` pairs a bash call sets with ``setenv NAME VALUE`` written out in
+    its command."""
     command = tc.arguments.get("command") if tc.name == "bash" else None
     if not isinstance(command, str) or "setenv" not in command:
         return []
-    values = []
+    pairs = []
     for line in command.splitlines():
         try:
             words = shlex.split(line, comments=True)
         except ValueError:
             words = line.split()
-        values += [
-            value
+        pairs += [
+            (name, value)
             for word, name, value in zip(words, words[1:], words[2:], strict=False)
             if word == "setenv" and ENV_NAME.match(name)
         ]
-    return values
+    return pairs
 
 
 def _setenv_line(command: str) -> tuple[str, str] | None:
