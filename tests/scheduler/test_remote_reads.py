@@ -109,7 +109,7 @@ def test_env_errors_are_one_line(project, scheduler, tmp_path):
     code = RELAY.format(project=str(project.root), closed=str(tmp_path / "closed"))
     fake_distribution(site, "llamaherd-relay", "relay", "llamaherd_relay", code)
     cases = {
-        "staging": "error: --env staging: no such environment (`al env ls` lists them)",
+        "staging": "error: --env staging: no such environment (`al env list` lists them)",
         "down": "error: down: no scheduler is running there",
         "broken": "error: --env broken: a plugin failed to open the channel: RuntimeError: boom",
     }

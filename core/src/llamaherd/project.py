@@ -204,8 +204,10 @@ class Agent:
 @dataclass
 class Project:
     root: Path
+    # The merged configuration: config.toml, then .env.toml, then the environment's file.
     config: dict[str, Any] = field(default_factory=dict)
     errors: list[ConfigError] = field(default_factory=list)
+    layering: Any = None  # llamaherd.environments.Layered: where the config's layers came from
 
     @property
     def config_file(self) -> Path:
@@ -219,18 +221,23 @@ class Project:
         """A top-level setting (or its deprecated Action Llama spelling), else its default."""
         return compat.setting(self.config, key, DEFAULTS.get(key))
 
-    @cached_property
-    def env_toml(self) -> dict[str, Any]:
-        """Action Llama's ``.env.toml`` (per-machine overrides), when present: only its
-        ``projectName`` is read (``llamaherd.compat.env_toml_notes``)."""
-        path = self.root / ENV_TOML
-        return read_toml(path) if path.is_file() else {}
+    @property
+    def environment(self) -> str | None:
+        """The environment whose file is merged into the config (``llamaherd.environments``)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None else None
+
+    @property
+    def requested_environment(self) -> str | None:
+        """The environment asked for with ``-E`` (a reload asks for it again; ``$AL_ENV`` and
+        ``.env.toml`` are read afresh)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None and binding.source == "--env" else None
 
     @property
     def name(self) -> str:
-        """``projectName`` (config.toml, then .env.toml), else the directory's name."""
-        named = self.config.get("projectName") or self.env_toml.get("projectName")
-        return str(named or self.root.name)
+        """``projectName`` (from the merged config), else the directory's name."""
+        return str(self.config.get("projectName") or self.root.name)
 
     @property
     def public_url(self) -> str | None:
@@ -304,8 +311,10 @@ def find_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_project(root: Path | None = None) -> Project:
-    """Load the project at ``root`` (or found from cwd). Raises ConfigError for the root config."""
+def load_project(root: Path | None = None, environment: str | None = None) -> Project:
+    """Load the project at ``root`` (or found from cwd), its config merged with ``.env.toml``
+    and ``environment``'s file (else ``$AL_ENV``'s or the ``.env.toml`` binding's; see
+    ``llamaherd.environments``). Raises ConfigError for the root config."""
     if root is None:
         found = find_root()
         if found is None:
@@ -317,4 +326,7 @@ def load_project(root: Path | None = None) -> Project:
         root = found
     root = Path(root).resolve()
     config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
-    return Project(root=root, config=config)
+    from llamaherd.environments import layered  # late: it reads its files with read_toml
+
+    merged = layered(root, config, environment)
+    return Project(root=root, config=merged.config, layering=merged)

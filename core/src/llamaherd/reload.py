@@ -43,12 +43,13 @@ RESTART_SETTINGS = {
 
 def is_config_path(root: Path, path: str) -> bool:
     """Whether ``path`` is (or may contain) a file the project's config is loaded from: the
-    project ``config.toml``, an agent folder, its ``SKILL.md`` or ``config.toml``."""
+    project ``config.toml`` or ``.env.toml``, an agent folder, its ``SKILL.md`` or
+    ``config.toml``."""
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
         return False
-    if parts == ("config.toml",):
+    if parts in (("config.toml",), (".env.toml",)):
         return True
     return bool(parts) and parts[0] == "agents" and len(parts) <= 3
 
@@ -125,7 +126,7 @@ def candidate(current: Project, registry: Any, overrides: dict[str, Any]) -> Can
     from llamaherd.schema import validate_project
 
     try:
-        project = load_project(current.root)
+        project = load_project(current.root, current.requested_environment)
     except ConfigError as exc:
         return Candidate(None, [str(exc)])
     apply_overrides(project, overrides)

@@ -27,6 +27,7 @@ name the plugin to install when a tag is unknown.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import getpass
@@ -584,6 +585,13 @@ def _join(path: Iterable[Any]) -> str:
     return out
 
 
+def _parts(key: str) -> list[Any]:
+    """``_join``'s inverse: ``"webhooks[0].source"`` -> ``["webhooks", 0, "source"]``."""
+    return [
+        int(index) if index else name for index, name in re.findall(r"\[(\d+)\]|([^.\[]+)", key)
+    ]
+
+
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
@@ -749,14 +757,11 @@ class _Checker:
     def check_project(self) -> None:
         config = self.project.config
         file = "config.toml"
+        first = len(self.problems)
         self.schema_errors(self.schemas.project_base, config, file, [])
         # A key an installed plugin acts on ([telemetry] with llamaherd-otel) is not "not acted on".
         owned = set(self.registry.project_keys)
         self.notes(file, [n for n in compat.project_notes(config) if n[0] not in owned])
-        try:
-            self.notes(".env.toml", compat.env_toml_notes(self.project.env_toml))
-        except ConfigError as exc:
-            self.add(".env.toml", exc.key, exc.message)
         used = {
             m for agent in self.project.agents.values() for m in _names(agent.config.get("models"))
         }
@@ -791,6 +796,19 @@ class _Checker:
                     self.registry.webhook_sources[kind],
                     source,
                 )
+        self.in_layers(first)
+
+    def in_layers(self, first: int) -> None:
+        """Problems (from ``first`` on) of keys that ``.env.toml`` or the environment's file
+        set name that file, not config.toml (``llamaherd.environments``)."""
+        layering = self.project.layering
+        if layering is None or not layering.layers:
+            return
+        for i in range(first, len(self.problems)):
+            problem = self.problems[i]
+            origin = layering.origin(_parts(problem.key)) if problem.key else None
+            if problem.file == "config.toml" and origin is not None:
+                self.problems[i] = dataclasses.replace(problem, file=origin)
 
     def provider_checks(self, name: str, model: dict[str, Any], provider: Any) -> None:
         """The provider's own ``validate(model)``, once the table's values are sound."""

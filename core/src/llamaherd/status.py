@@ -119,13 +119,18 @@ def until(when: float | None, now: float | None = None) -> str:
 
 
 def config_digest(root: Path) -> str:
-    """A digest of the files a scheduler loads its config from: the project ``config.toml`` and
-    each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
+    """A digest of the files a scheduler loads its config from: the project ``config.toml``,
+    ``.env.toml`` and each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
     one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
     agents = root / "agents"
     paths = sorted(
-        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+        [
+            root / "config.toml",
+            root / ".env.toml",
+            *agents.glob("*/SKILL.md"),
+            *agents.glob("*/config.toml"),
+        ]
     )
     signature = tuple(_file_signature(path) for path in paths)
     cached = _DIGESTS.get(root)

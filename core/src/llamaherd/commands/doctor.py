@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.types import ConfigError, Finding, LlamaherdError
 
 STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
@@ -20,6 +20,7 @@ STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
     "--yes", "-y", is_flag=True, help="With --fix: do not ask (fixes that need input are skipped)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@environment_option
 @pass_app
 def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool) -> None:
     """Check the project and this machine: everything `al validate` checks, then the

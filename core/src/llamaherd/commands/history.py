@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.commands.scheduler import (
     FINAL,
     _console,
@@ -18,7 +18,6 @@ from llamaherd.commands.scheduler import (
     _searchable,
     complete_agent,
     complete_run_or_agent,
-    env_option,
     follow,
 )
 from llamaherd.types import CommandFailed, LlamaherdError
@@ -29,13 +28,11 @@ from llamaherd.types import CommandFailed, LlamaherdError
 @click.argument("agent", required=False, shell_complete=complete_agent)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@env_option
+@environment_option
 @pass_app
-def runs_command(
-    app: AppContext, agent: str | None, limit: int, as_json: bool, environment: str | None
-) -> None:
+def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) -> None:
     """Recent runs, newest first."""
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
         rows = reader.runs(agent, limit)
@@ -129,7 +126,7 @@ def _resolve_run(reader: Any, target: str) -> str:
     help="Show long tool output whole (by default its first and last lines, saying how many "
     "were cut).",
 )
-@env_option
+@environment_option
 @pass_app
 def logs_command(
     app: AppContext,
@@ -141,7 +138,6 @@ def logs_command(
     before: str | None,
     pattern: str | None,
     full: bool,
-    environment: str | None,
 ) -> None:
     """Print a run's log as a conversation: the assistant's text, each tool call with its
     command and output (TARGET is a run id, a unique prefix, or an agent for its latest run).
@@ -149,9 +145,15 @@ def logs_command(
     receipts, warnings."""
     keep = _entry_filter(since, before, pattern)
     if target is None:
+        deployed = app.deployed_environment()
+        if deployed is not None:
+            raise LlamaherdError(
+                f"{deployed.said}: the deployed scheduler's own log is on its server: "
+                f"`al env logs {deployed.name}` (a run's log: `al logs AGENT -E {deployed.name}`)"
+            )
         _scheduler_log(app, keep, lines or 50, as_json, follow_)
         return
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         run_id = _resolve_run(reader, target)
         events = [e for e in reader.events(run_id) if keep(e["at"], _searchable(e))]
         shown = events[-lines:] if lines else events
@@ -244,7 +246,7 @@ def _echo_entries(entries: list[Any], as_json: bool) -> None:
     "-n", "recent", type=click.IntRange(min=0), default=0, help="Also list the N latest runs."
 )
 @click.option("--calls", is_flag=True, help="Only the agent-call graph.")
-@env_option
+@environment_option
 @pass_app
 def stats_command(
     app: AppContext,
@@ -253,14 +255,13 @@ def stats_command(
     as_json: bool,
     recent: int,
     calls: bool,
-    environment: str | None,
 ) -> None:
     """Run history per agent: runs, success rate, p50/p95 duration, tokens, cost; and the
     agent-call graph."""
     from llamaherd.durations import parse_since
 
     start = parse_since(since, "--since")
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
         data = reader.stats(agent, start)

@@ -55,6 +55,8 @@ def env_add(
 ) -> None:
     """Add environment NAME: where `al push NAME` deploys."""
     environments.check_name(name)
+    environments.check_host(host)
+    environments.check_user(user)
     if base is not None and not (base.startswith("/") or base.startswith("~/")):
         raise LlamaherdError(f"--path {base}: expected an absolute path or ~/... on the server")
     for option in ssh_options:

@@ -22,6 +22,11 @@ from llamaherd.api import ConfigError, LlamaherdError
 
 NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 MAX_NAME = 50
+# What ssh takes as a destination: a host name, an ~/.ssh/config alias, an IPv4 or IPv6
+# address. Never a leading "-": ssh would read it as an option (-oProxyCommand=...).
+HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}|[0-9A-Fa-f]*:[0-9A-Fa-f:.]*(%[\w.-]+)?")
+# A login name as the usual tools accept it (useradd's rule, plus upper case and dots).
+USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
 DEFAULT_USER = "root"
 DEFAULT_PORT = 22
 ROOT_BASE = "/opt/action-llama"  # the peer's default; other users deploy under their home
@@ -37,6 +42,24 @@ def environments_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return Path.home() / ".action-llama" / "environments"
+
+
+def check_host(host: str, where: str = "--host") -> str:
+    if not HOST.fullmatch(host):
+        raise LlamaherdError(
+            f"{where} {host!r}: expected a host name, an address or an ~/.ssh/config alias "
+            "(letters, digits, '.', '-', '_'; not starting with '-')"
+        )
+    return host
+
+
+def check_user(user: str, where: str = "--user") -> str:
+    if not USER.fullmatch(user):
+        raise LlamaherdError(
+            f"{where} {user!r}: expected a login name (letters, digits, '.', '-', '_'; not "
+            "starting with '-')"
+        )
+    return user
 
 
 def check_name(name: str) -> str:
@@ -131,14 +154,14 @@ def parse(name: str, data: dict[str, Any], file: str) -> Environment:
             raise ConfigError(file, f"server.{key}", f"expected {expected}, got {value!r}")
         return value
 
-    host = get("host", str, lambda v: v.strip() and v != "REPLACE_ME", "a host name")
+    host = get("host", str, lambda v: v != "REPLACE_ME" and HOST.fullmatch(v), "a host name")
     if host is None:
         raise ConfigError(file, "server.host", "missing (required)")
     options = get("sshOptions", list, lambda v: all(isinstance(o, str) for o in v), "strings")
     return Environment(
         name=name,
         host=host,
-        user=get("user", str, str.strip, "a user name") or DEFAULT_USER,
+        user=get("user", str, USER.fullmatch, "a login name") or DEFAULT_USER,
         port=get("port", int, lambda v: 1 <= v <= 65535, "an integer 1-65535") or DEFAULT_PORT,
         key=get("keyPath", str, str.strip, "a path"),
         path=get("basePath", str, _is_base, "an absolute path or ~/..."),

@@ -70,7 +70,8 @@ class Connection:
 
     # ------------------------------------------------------------------ connection
     def args(self, *extra: str) -> list[str]:
-        """``ssh`` with the environment's options and our control socket, before the host."""
+        """``ssh`` with the environment's options and our control socket, ending with ``--``:
+        what follows (the host, then the remote command) is never read as an option."""
         env = self.env
         args = ["ssh"]
         # ssh keeps the first value it gets for an option: the user's own options win.
@@ -88,7 +89,7 @@ class Connection:
         ]  # fmt: skip
         if env.key:
             args += ["-i", str(Path(env.key).expanduser()), "-o", "IdentitiesOnly=yes"]
-        return [*args, *extra]
+        return [*args, *extra, "--"]
 
     def open(self) -> Connection:
         """Authenticate once; later commands reuse the connection."""
