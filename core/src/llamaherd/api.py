@@ -29,10 +29,14 @@ What is here, by topic:
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``environment_option`` (``-E/--env NAME``; ``AppContext.remote()`` and ``.binding()``),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
-  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
+  environments (``environments_dir``, ``environment_names``, ``environment_file``,
+  ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
+  ``read_env_toml``/``ENV_TOML``, ``deep_merge``, ``is_deployed``);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
@@ -76,7 +80,7 @@ if TYPE_CHECKING:
         require_token,
         token_matches,
     )
-    from llamaherd.cli import AppContext, pass_app
+    from llamaherd.cli import AppContext, environment_option, pass_app
     from llamaherd.client import ControlClient
     from llamaherd.clock import clock, host_id
     from llamaherd.credentials import (
@@ -90,6 +94,19 @@ if TYPE_CHECKING:
     from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
+    from llamaherd.environments import (
+        ENV_TOML,
+        Binding,
+        deep_merge,
+        environment_file,
+        environments_dir,
+        is_deployed,
+        read_env_toml,
+    )
+    from llamaherd.environments import bind as bind_environment
+    from llamaherd.environments import check_name as check_environment_name
+    from llamaherd.environments import names as environment_names
+    from llamaherd.environments import resolve as resolve_environment
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
@@ -182,7 +199,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
         "require_token", "token_matches",
     ),
-    "llamaherd.cli": ("AppContext", "pass_app"),
+    "llamaherd.cli": ("AppContext", "environment_option", "pass_app"),
     "llamaherd.client": ("ControlClient",),
     "llamaherd.clock": ("clock", "host_id"),
     "llamaherd.credentials": (
@@ -191,6 +208,12 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
+    # Environments' layering (``llamaherd-deploy``'s `al env`, `al push`).
+    "llamaherd.environments": (
+        "Binding", "ENV_TOML", "bind_environment:bind", "check_environment_name:check_name",
+        "deep_merge", "environment_file", "environment_names:names", "environments_dir",
+        "is_deployed", "read_env_toml", "resolve_environment:resolve",
+    ),
     "llamaherd.logview": ("event_summary:summary",),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),

@@ -43,7 +43,7 @@ def test_add_ls_show_rm(deploy_al, tmp_path):
     gone = deploy_al("env", "show", "prod")
     assert gone.stderr.strip() == (
         "error: no environment 'prod' (known: staging); create it with "
-        "`al env add prod --host HOST`"
+        "`al env add prod --host HOST` or `al env init prod`"
     )
 
 
@@ -71,7 +71,7 @@ def test_bad_input_is_one_clear_line(deploy_al, tmp_path):
         "absolute path or ~/... on the server",
         ("env", "add", "p", "--host", "h", "--ssh-option", "Port"): "error: --ssh-option Port: "
         "expected KEY=VALUE",
-        ("env", "rm", "nope"): "error: no environment 'nope' (`al env ls` lists them)",
+        ("env", "rm", "nope"): "error: no environment 'nope' (`al env list` lists them)",
     }
     for args, message in cases.items():
         result = deploy_al(*args)
