@@ -99,3 +99,70 @@ def test_check_of_an_unreachable_host_says_why(deploy_al, tmp_path):
         f"error: ssh x@127.0.0.1: ssh: connect to host 127.0.0.1 port {port}"
     )
     assert "Connection refused" in result.stderr
+
+
+def test_init_list_show_set_as_the_peer_names_them(deploy_al, tmp_path):
+    project = tmp_path / "proj"
+    (project / "agents").mkdir(parents=True)
+    (project / ".env.toml").write_text('# mine\nprojectName = "p"\n\n[gateway]\nport = 9000\n')
+    assert deploy_al("env", "init", "prod", "--type", "server").returncode == 0
+    assert tomllib.loads((tmp_path / "envs" / "prod.toml").read_text()) == {
+        "server": {"host": "REPLACE_ME", "user": "root", "port": 22, "basePath": "/opt/action-llama"}
+    }
+    (tmp_path / "envs" / "staging.toml").write_text('[models.scripted]\nscript = "s.toml"\n')
+    listing = deploy_al("env", "list").stdout.splitlines()
+    assert listing[0].startswith("prod  (invalid: ") and "REPLACE_ME" in listing[0]
+    assert listing[1] == "staging  (settings only, no server)"
+    assert deploy_al("env", "ls").stdout.splitlines() == listing  # our earlier name
+    shown = deploy_al("env", "show", "staging").stdout
+    assert '  [models.scripted]\n  script = "s.toml"' in shown
+    again = deploy_al("env", "init", "prod")
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+    bound = deploy_al("env", "set", "staging", cwd=project)
+    assert bound.returncode == 0, bound.stderr
+    text = (project / ".env.toml").read_text()
+    assert text == 'environment = "staging"\n# mine\nprojectName = "p"\n\n[gateway]\nport = 9000\n'
+    assert deploy_al("env", "set", "elsewhere", cwd=project).stderr.startswith(
+        "warning: no environment 'elsewhere' yet"
+    )
+    assert deploy_al("env", "set", cwd=project).returncode == 0
+    assert (project / ".env.toml").read_text() == text.replace('environment = "staging"\n', "")
+    nowhere = deploy_al("env", "set", "staging", cwd=tmp_path / "envs")
+    assert nowhere.returncode == 2 and "not inside a project" in nowhere.stderr
+
+
+def test_hosts_and_users_that_ssh_would_read_as_options_are_refused(deploy_al, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = f"-oProxyCommand=touch {marker}"
+    for args, message in {
+        ("--host", evil): f"error: --host {evil!r}: expected a host name",
+        ("--host", "h", "--user", "-oProxyCommand=x"): "error: --user '-oProxyCommand=x': "
+        "expected a login name",
+    }.items():
+        result = deploy_al("env", "add", "x", *args)
+        assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+    assert not (tmp_path / "envs" / "x.toml").exists()
+    # A file written by hand (or by someone else) is refused as well, before any ssh runs.
+    (tmp_path / "envs").mkdir(exist_ok=True)
+    (tmp_path / "envs" / "x.toml").write_text(f'[server]\nhost = "{evil}"\n')
+    (tmp_path / "proj" / "agents").mkdir(parents=True)
+    for command in (("env", "check", "x"), ("push", "x"), ("stat", "-E", "x")):
+        result = deploy_al(*command, cwd=tmp_path / "proj")
+        assert result.returncode == 2 and "server.host: expected a host name" in result.stderr
+    assert not marker.exists()
+
+
+def test_ssh_never_reads_the_destination_as_an_option(tmp_path):
+    """Past the checks too: every ssh command line ends its options with ``--``."""
+    import pytest
+
+    from llamaherd.api import LlamaherdError
+    from llamaherd_deploy.environments import Environment
+    from llamaherd_deploy.ssh import Connection
+
+    marker = tmp_path / "pwned"
+    env = Environment("x", host=f"-oProxyCommand=touch {marker}", user="nobody", port=22)
+    with pytest.raises(LlamaherdError):
+        Connection(env).open()
+    assert not marker.exists()
