@@ -5,6 +5,8 @@ from __future__ import annotations
 import stat
 import tomllib
 
+import pytest
+
 
 def mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -107,7 +109,12 @@ def test_init_list_show_set_as_the_peer_names_them(deploy_al, tmp_path):
     (project / ".env.toml").write_text('# mine\nprojectName = "p"\n\n[gateway]\nport = 9000\n')
     assert deploy_al("env", "init", "prod", "--type", "server").returncode == 0
     assert tomllib.loads((tmp_path / "envs" / "prod.toml").read_text()) == {
-        "server": {"host": "REPLACE_ME", "user": "root", "port": 22, "basePath": "/opt/action-llama"}
+        "server": {
+            "host": "REPLACE_ME",
+            "user": "root",
+            "port": 22,
+            "basePath": "/opt/action-llama",
+        }
     }
     (tmp_path / "envs" / "staging.toml").write_text('[models.scripted]\nscript = "s.toml"\n')
     listing = deploy_al("env", "list").stdout.splitlines()
@@ -155,14 +162,18 @@ def test_hosts_and_users_that_ssh_would_read_as_options_are_refused(deploy_al, t
 
 def test_ssh_never_reads_the_destination_as_an_option(tmp_path):
     """Past the checks too: every ssh command line ends its options with ``--``."""
-    import pytest
-
-    from llamaherd.api import LlamaherdError
     from llamaherd_deploy.environments import Environment
     from llamaherd_deploy.ssh import Connection
+
+    from llamaherd.api import LlamaherdError
 
     marker = tmp_path / "pwned"
     env = Environment("x", host=f"-oProxyCommand=touch {marker}", user="nobody", port=22)
     with pytest.raises(LlamaherdError):
         Connection(env).open()
+    conn = Connection(env)
+    try:  # without "--", the remote command would be taken as the destination
+        assert conn.run("localhost", timeout=30).returncode != 0
+    finally:
+        conn.close()
     assert not marker.exists()

@@ -172,9 +172,14 @@ def sha256_file(path):
     return digest.hexdigest()
 
 
+def _prefixes(scope):
+    """A push's scope (a path prefix, or a list of them) for ``str.startswith``."""
+    return scope if isinstance(scope, str) else tuple(scope)
+
+
 def manifest(root, scope=None):
     """``{relative path: [sha256, executable]}`` of the regular files under ``root``, the
-    project's ``.al`` left out; with ``scope``, only paths under that prefix."""
+    project's ``.al`` left out; with ``scope``, only paths under those prefixes."""
     found = {}
     if not os.path.isdir(root):
         return found
@@ -187,7 +192,7 @@ def manifest(root, scope=None):
             rel = os.path.normpath(os.path.join(rel_dir, name))
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
-            if scope and not rel.startswith(scope):
+            if scope and not rel.startswith(_prefixes(scope)):
                 continue
             found[rel] = [sha256_file(path), bool(os.stat(path).st_mode & 0o100)]
     return found
@@ -503,7 +508,7 @@ def _assemble_project(layout, request, current):
     _mkdir(project)
     if scope and old:  # a one-agent push: everything outside the agent stays as it is
         for rel, (_, executable) in manifest(old).items():
-            if not rel.startswith(scope):
+            if not rel.startswith(_prefixes(scope)):
                 _place(os.path.join(old, rel), os.path.join(project, rel), executable, False)
     for rel, (digest, executable) in request["files"].items():
         if ".." in rel.split("/") or rel.startswith("/"):
