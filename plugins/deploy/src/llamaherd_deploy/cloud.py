@@ -41,12 +41,15 @@ FAILED = PROVISION_FAILED
 
 
 class CloudError(LlamaherdError):
-    """A cloud API refused or failed a request: ``status`` (0 when unreachable), the
-    provider's error ``code`` when it gave one, and its message."""
+    """A cloud API refused or failed a request: ``status`` (0 when there was no HTTP error: an
+    action that failed, or no answer), the provider's error ``code`` when it gave one, and its
+    message."""
 
     def __init__(self, provider: str, what: str, status: int, code: str, message: str):
         self.status, self.code = status, code
-        where = f"HTTP {status}" + (f" {code}" if code else "") if status else "unreachable"
+        # Without an HTTP error: the provider's code for a failed action, or no answer at all.
+        http = f"HTTP {status}" + (f" {code}" if code else "")
+        where = http if status else code or "unreachable"
         super().__init__(f"{provider}: {what}: {message} ({where})")
 
     @property
@@ -58,11 +61,14 @@ class Api:
     """A provider's JSON REST API with a bearer token. ``error_of(body)`` extracts the
     provider's ``(code, message)`` from an error answer."""
 
-    def __init__(self, provider: str, base_url: str, token: str, error_of: Any):
+    def __init__(
+        self, provider: str, base_url: str, token: str, error_of: Any, backoff: float = 2.0
+    ):
         self.provider = provider
         self.base = base_url.rstrip("/")
         self.token = token
         self.error_of = error_of
+        self.backoff = backoff  # seconds before the first retry; doubled for each next one
 
     def request(self, method: str, path: str, body: Any = None, what: str = "") -> Any:
         """The answer's JSON (None for an empty one, as after a DELETE). Idempotent requests are
@@ -88,13 +94,21 @@ class Api:
                 again = exc.code == 429 or (method != "POST" and exc.code in (500, 502, 503, 504))
                 if not again or attempt == RETRIES:
                     raise error from None
-                time.sleep(_retry_after(exc.headers.get("Retry-After"), attempt))
+                time.sleep(self._wait(exc.headers.get("Retry-After"), attempt))
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 reason = getattr(exc, "reason", exc)
                 if method == "POST" or attempt == RETRIES:
                     raise CloudError(self.provider, what, 0, "", str(reason)) from None
-                time.sleep(_retry_after(None, attempt))
+                time.sleep(self._wait(None, attempt))
         raise AssertionError("unreachable")
+
+    def _wait(self, retry_after: str | None, attempt: int) -> float:
+        """The provider's Retry-After when it gave one, else a doubling backoff; capped."""
+        try:
+            wait = float(retry_after) if retry_after else self.backoff * 2 ** (attempt - 1)
+        except ValueError:
+            wait = self.backoff * 2 ** (attempt - 1)
+        return min(max(wait, 0.0), MAX_RETRY_WAIT)
 
     def find(self, path: str, key: str) -> dict[str, Any] | None:
         """``GET path``'s ``key``; None when the resource is gone (404)."""
@@ -112,14 +126,6 @@ class Api:
         except (ValueError, TypeError, KeyError, AttributeError):
             code, message = "", raw.decode(errors="replace").strip()[:200] or exc.reason
         return CloudError(self.provider, what, exc.code, code, message or str(exc.reason))
-
-
-def _retry_after(header: str | None, attempt: int) -> float:
-    try:
-        wait = float(header) if header else 2.0**attempt
-    except ValueError:
-        wait = 2.0**attempt
-    return min(max(wait, 0.0), MAX_RETRY_WAIT)
 
 
 def api_url(variable: str, default: str) -> str:

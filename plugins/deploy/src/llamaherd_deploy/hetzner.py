@@ -53,7 +53,7 @@ class Hetzner(Cloud):
     ssh_key_key = "hetznerSshKeyId"
 
     def __init__(self, token: str, poll: float = 2.0):
-        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of)
+        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of, poll)
         self.poll = poll
         self.creating: dict[str, dict[str, Any]] = {}  # server id -> its create_server action
 
@@ -96,9 +96,14 @@ class Hetzner(Cloud):
         return None
 
     def server(self, server_id: str) -> Server:
-        action = self.creating.pop(server_id, None)
-        if action is not None:  # its create_server action: an error there is the answer
-            self._finish(action, f"creating server {server_id}")
+        action = self.creating.get(server_id)
+        if action is not None:  # its create_server action first: an error there is the answer
+            what = f"creating server {server_id}"
+            action = self.api.request("GET", f"/actions/{action['id']}", what=what)["action"]
+            if action.get("status") == "running":
+                return Server(server_id, "creating", None)
+            _raise_if_failed(action, what)
+            del self.creating[server_id]
         found = self.api.request("GET", f"/servers/{server_id}")["server"]
         ipv4 = ((found.get("public_net") or {}).get("ipv4") or {}).get("ip")
         ready = found.get("status") == "running" and ipv4
@@ -160,11 +165,7 @@ class Hetzner(Cloud):
                 raise CloudError(self.label, what, 0, "timeout", "the action is still running")
             time.sleep(self.poll)
             action = self.api.request("GET", f"/actions/{action['id']}", what=what)["action"]
-        if action.get("status") == "error":
-            error = action.get("error") or {}
-            raise CloudError(
-                self.label, what, 200, str(error.get("code", "")), str(error.get("message", ""))
-            )
+        _raise_if_failed(action, what)
 
     # ------------------------------------------------------------------ deleting
     def _ours(self, kind: str, found: dict[str, Any], owner: Owner, names: tuple[str, ...]) -> None:
@@ -218,3 +219,10 @@ class Hetzner(Cloud):
         self._ours("SSH key", found, owner, (owner.name,))
         self.api.request("DELETE", f"/ssh_keys/{key_id}", what=f"deleting SSH key {key_id}")
         return True
+
+
+def _raise_if_failed(action: dict[str, Any], what: str) -> None:
+    if action.get("status") == "error":
+        error = action.get("error") or {}
+        code, message = str(error.get("code", "")), str(error.get("message", ""))
+        raise CloudError(Hetzner.label, what, 0, code or "error", message or "the action failed")

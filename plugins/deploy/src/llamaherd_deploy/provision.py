@@ -181,7 +181,6 @@ class Provision:
             self.record(cloud.firewall_key, firewall, "firewall", f": in {ports} only")
             server_id = cloud.create_server(spec, size, key, firewall)
             self.record(cloud.server_key, server_id, "server")
-            self.cloud.server(server_id)  # a failed creation answers here
             return server_id
         except BaseException as exc:  # Ctrl-C too: take back what this run created
             self.roll_back(exc)
@@ -223,11 +222,14 @@ class Provision:
         try:
             server = wait_until(lambda: _ready(self.cloud.server(server_id)), deadline, poll,
                                 f"server {server_id} did not run")  # fmt: skip
-        except (TimedOut, CloudError) as exc:
+        except TimedOut as exc:  # it may yet: kept, recorded
             raise LlamaherdError(f"{exc}; {later}") from None
-        self.save(
-            host=server.ip, layers={"gateway": {"url": f"http://{server.ip}:{spec.gateway_port}"}}
-        )
+        except BaseException as exc:  # its creation failed (or Ctrl-C): all taken back
+            self.roll_back(exc)
+            raise
+        # The gateway where senders reach it, and where it listens (the port the firewall opens).
+        gateway = {"url": f"http://{server.ip}:{spec.gateway_port}", "port": spec.gateway_port}
+        self.save(host=server.ip, layers={"gateway": gateway})
         self.step(f"server {server_id} runs at {server.ip}; waiting for SSH and its first boot")
         waited = Readiness(self.env)
         try:

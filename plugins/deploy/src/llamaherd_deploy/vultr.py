@@ -54,7 +54,7 @@ class Vultr(Cloud):
     ssh_key_key = "vultrSshKeyId"
 
     def __init__(self, token: str, poll: float = 2.0):
-        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of)
+        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of, poll)
         self.poll = poll
 
     # ------------------------------------------------------------------ reading
