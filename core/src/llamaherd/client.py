@@ -87,13 +87,22 @@ class ControlClient:
         or a name), through the first plugin that knows it (hook ``open_control_channel``);
         None when its environment file has no ``[server]``: it only layers config over the
         project, and the command acts here."""
-        from llamaherd.environments import Binding, environment_file, is_deployed_file
+        from llamaherd.environments import (
+            Binding,
+            environment_file,
+            is_deployed_file,
+            read_environment,
+        )
 
         if isinstance(binding, str):
             binding = Binding(binding, "--env")
-        if environment_file(binding.name).is_file() and not is_deployed_file(binding.name):
+        known = environment_file(binding.name).is_file()
+        if known and not is_deployed_file(binding.name):
             return None
         channel = open_channel(binding.name, binding.said)
+        if channel is None:  # no plugin knows it: say where environments are looked for
+            read_environment(binding)
+            raise LlamaherdError(f"{binding.said}: no plugin reaches its server")
         return cls(channel.where, channel.token, socket_path=channel.socket, channel=channel)
 
     # ------------------------------------------------------------------ requests
@@ -178,9 +187,9 @@ class ControlClient:
         self.close()
 
 
-def open_channel(environment: str, said: str | None = None) -> ControlChannel:
+def open_channel(environment: str, said: str | None = None) -> ControlChannel | None:
     """Ask the plugins for a channel to ``environment``'s scheduler (``said``: how the user
-    named it, for the messages; default ``--env NAME``)."""
+    named it, for the messages; default ``--env NAME``); None when none knows it."""
     from llamaherd.plugins import PROVIDED_BY, get_manager
 
     said = said or f"--env {environment}"
@@ -199,6 +208,4 @@ def open_channel(environment: str, said: str | None = None) -> ControlChannel:
         raise LlamaherdError(
             f"{said}: a plugin failed to open the channel: {type(exc).__name__}: {exc}"
         ) from None
-    if channel is None:
-        raise LlamaherdError(f"{said}: no such environment (`al env list` lists them)")
     return channel
