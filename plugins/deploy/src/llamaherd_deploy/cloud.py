@@ -240,8 +240,8 @@ class Owner:
         return CloudError(
             provider,
             f"not deleting {what}",
-            409,
-            "not_ours",
+            0,
+            "refused here",
             f"it is not what `al env prov {self.environment}` made ({found})",
         )
 
