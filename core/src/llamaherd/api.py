@@ -101,6 +101,7 @@ if TYPE_CHECKING:
         environment_file,
         environments_dir,
         is_deployed,
+        load_project,
         read_env_toml,
     )
     from llamaherd.environments import bind as bind_environment
@@ -111,7 +112,7 @@ if TYPE_CHECKING:
     from llamaherd.logview import summary as event_summary
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
-    from llamaherd.project import Agent, Project, load_project, read_toml
+    from llamaherd.project import Agent, Project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
         ModelKey,
@@ -212,12 +213,12 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.environments": (
         "Binding", "ENV_TOML", "bind_environment:bind", "check_environment_name:check_name",
         "deep_merge", "environment_file", "environment_names:names", "environments_dir",
-        "is_deployed", "read_env_toml", "resolve_environment:resolve",
+        "is_deployed", "load_project", "read_env_toml", "resolve_environment:resolve",
     ),
     "llamaherd.logview": ("event_summary:summary",),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
-    "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
+    "llamaherd.project": ("Agent", "Project", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",

@@ -22,7 +22,7 @@ class AppContext:
     @property
     def project(self) -> Any:
         if self._project is None:
-            from llamaherd.project import load_project
+            from llamaherd.environments import load_project
 
             self._project = load_project(self.project_dir, self.environment)
         return self._project

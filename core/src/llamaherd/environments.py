@@ -27,11 +27,14 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llamaherd.project import ENV_TOML, read_toml
 from llamaherd.types import ConfigError, LlamaherdError
 
+if TYPE_CHECKING:
+    from llamaherd.project import Project
+
+ENV_TOML = ".env.toml"  # the peer's per-machine file beside config.toml
 ENV_VAR = "AL_ENV"
 DIR_VAR = "AL_ENVIRONMENTS_DIR"
 # The peer's rule: usable as a cloud resource name ("action-llama-<name>" within 63 characters).
@@ -67,6 +70,13 @@ def names() -> list[str]:
     if not directory.is_dir():
         return []
     return sorted(p.stem for p in directory.glob("*.toml") if NAME.fullmatch(p.stem))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    # Late: the project module's parsers are heavy for `al --help`, which names this module.
+    from llamaherd.project import read_toml
+
+    return read_toml(path)
 
 
 def read_environment(binding: Binding) -> dict[str, Any]:
@@ -224,3 +234,14 @@ def bind(root: Path, name: str | None) -> Path:
         raise
     os.replace(staged, path)
     return path
+
+
+def load_project(root: Path | None = None, environment: str | None = None) -> Project:
+    """The project at ``root`` (or found from cwd), its config merged with ``.env.toml`` and
+    ``environment``'s file (else ``$AL_ENV``'s, else the ``.env.toml`` binding's)."""
+    from llamaherd.project import load_project as load_config_toml
+
+    project = load_config_toml(root)
+    merged = layered(project.root, project.config, environment)
+    project.config, project.layering = merged.config, merged
+    return project

@@ -45,7 +45,6 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
-ENV_TOML = ".env.toml"  # Action Llama's per-machine overrides
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
@@ -311,10 +310,10 @@ def find_root(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_project(root: Path | None = None, environment: str | None = None) -> Project:
-    """Load the project at ``root`` (or found from cwd), its config merged with ``.env.toml``
-    and ``environment``'s file (else ``$AL_ENV``'s or the ``.env.toml`` binding's; see
-    ``llamaherd.environments``). Raises ConfigError for the root config."""
+def load_project(root: Path | None = None) -> Project:
+    """Load the project at ``root`` (or found from cwd) with ``config.toml`` alone; raises
+    ConfigError for the root config. ``llamaherd.environments.load_project`` (what the CLI and
+    plugins use) adds the layers over it: ``.env.toml`` and the environment's file."""
     if root is None:
         found = find_root()
         if found is None:
@@ -326,7 +325,4 @@ def load_project(root: Path | None = None, environment: str | None = None) -> Pr
         root = found
     root = Path(root).resolve()
     config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
-    from llamaherd.environments import layered  # late: it reads its files with read_toml
-
-    merged = layered(root, config, environment)
-    return Project(root=root, config=merged.config, layering=merged)
+    return Project(root=root, config=config)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.project import Project, load_project
+from llamaherd.environments import load_project
+from llamaherd.project import Project
 from llamaherd.types import ConfigError
 
 log = logging.getLogger("llamaherd.reload")

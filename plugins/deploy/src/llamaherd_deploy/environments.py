@@ -25,7 +25,6 @@ from llamaherd.api import (
     environment_file,
     environment_names,
     environments_dir,
-    read_toml,
 )
 from llamaherd.api import check_environment_name as check_name
 
@@ -143,6 +142,8 @@ def read(name: str) -> dict[str, Any]:
             f"no environment {name!r} (known: {known}); create it with "
             f"`al env add {name} --host HOST` or `al env init {name}`"
         )
+    from llamaherd.api import read_toml  # late: the project module is heavy for `al --help`
+
     return read_toml(path)
 
 
