@@ -84,7 +84,8 @@ def test_what_a_layer_gets_wrong_names_that_layer(project, tmp_path):
     assert f"{tmp_path}/envs/staging.toml: models.scripted.scirpt: unknown key" in bad.stdout
     cases = {
         ("run", "worker", "-E", "nope"): "error: --env nope: no environment 'nope' in "
-        f"{tmp_path}/envs (known: prod, staging); create it with `al env init nope`",
+        f"{tmp_path}/envs (known: prod, staging); create it with `al env init nope` or "
+        "`al env add nope --host HOST`",
         ("run", "worker", "-E", "../etc"): "error: invalid environment name '../etc': expected "
         "lowercase letters, digits and '-' (not first or last), at most 50 characters",
     }

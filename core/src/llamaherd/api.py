@@ -36,7 +36,7 @@ What is here, by topic:
   ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
   environments (``environments_dir``, ``environment_names``, ``environment_file``,
   ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
-  ``read_env_toml``/``ENV_TOML``, ``deep_merge``, ``is_deployed``);
+  ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
@@ -103,6 +103,7 @@ if TYPE_CHECKING:
         is_deployed,
         load_project,
         read_env_toml,
+        read_environment,
     )
     from llamaherd.environments import bind as bind_environment
     from llamaherd.environments import check_name as check_environment_name
@@ -213,7 +214,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.environments": (
         "Binding", "ENV_TOML", "bind_environment:bind", "check_environment_name:check_name",
         "deep_merge", "environment_file", "environment_names:names", "environments_dir",
-        "is_deployed", "load_project", "read_env_toml", "resolve_environment:resolve",
+        "is_deployed", "load_project", "read_env_toml", "read_environment",
+        "resolve_environment:resolve",
     ),
     "llamaherd.logview": ("event_summary:summary",),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).

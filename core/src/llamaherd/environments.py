@@ -85,9 +85,10 @@ def read_environment(binding: Binding) -> dict[str, Any]:
     path = environment_file(binding.name)
     if not path.is_file():
         known = ", ".join(names()) or "none yet"
+        said = f"{binding.said}: " if binding.said else ""
         raise LlamaherdError(
-            f"{binding.said}: no environment {binding.name!r} in {path.parent} (known: "
-            f"{known}); create it with `al env init {binding.name}`"
+            f"{said}no environment {binding.name!r} in {path.parent} (known: {known}); "
+            f"create it with `al env init {binding.name}` or `al env add {binding.name} --host HOST`"
         )
     return read_toml(path)
 
@@ -113,11 +114,13 @@ class Binding:
     """The environment a command uses and where that came from (for error messages)."""
 
     name: str
-    source: str  # "--env", "AL_ENV" or ".env.toml"
+    source: str = ""  # "--env", "AL_ENV", ".env.toml", or "" (a command's argument)
 
     @property
     def said(self) -> str:
         """How the user named it, for the start of an error message."""
+        if not self.source:
+            return ""
         if self.source == ENV_VAR:
             return f"{ENV_VAR}={self.name}"
         if self.source == ENV_TOML:

@@ -44,8 +44,8 @@ def test_add_ls_show_rm(deploy_al, tmp_path):
     assert not path.exists()
     gone = deploy_al("env", "show", "prod")
     assert gone.stderr.strip() == (
-        "error: no environment 'prod' (known: staging); create it with "
-        "`al env add prod --host HOST` or `al env init prod`"
+        f"error: no environment 'prod' in {tmp_path}/envs (known: staging); create it with "
+        "`al env init prod` or `al env add prod --host HOST`"
     )
 
 
@@ -123,6 +123,10 @@ def test_init_list_show_set_as_the_peer_names_them(deploy_al, tmp_path):
     assert deploy_al("env", "ls").stdout.splitlines() == listing  # our earlier name
     shown = deploy_al("env", "show", "staging").stdout
     assert '  [models.scripted]\n  script = "s.toml"' in shown
+    skeleton = deploy_al("env", "show", "prod")  # shown as it is, and what to fix said
+    assert '  [server]\n  host = "REPLACE_ME"' in skeleton.stdout
+    assert skeleton.returncode == 2
+    assert "server.host: expected a host name, got 'REPLACE_ME'" in skeleton.stderr
     again = deploy_al("env", "init", "prod")
     assert again.returncode == 2 and "already exists" in again.stderr
 

@@ -132,6 +132,11 @@ def api_url(variable: str, default: str) -> str:
     return os.environ.get(variable) or default
 
 
+def key_body(public_key: str) -> str:
+    """A public key without its comment (``type base64``): how two listings compare."""
+    return " ".join(public_key.split()[:2])
+
+
 @dataclass(frozen=True)
 class Spec:
     """The server ``al env prov`` asks for."""
@@ -187,12 +192,45 @@ class Cloud:
     firewall_key = ""
     ssh_key_key = ""
 
+    keys_path = ""  # where the account's SSH keys are listed
+    key_field = ""  # the field of a listed key that holds its public key
+    base_url = ""  # the public API
+    url_variable = ""  # the environment variable that points it elsewhere
+
+    def __init__(self, token: str, poll: float = 2.0):
+        url = api_url(self.url_variable, self.base_url)
+        self.api = Api(self.label, url, token, self.error_of, poll)
+        self.poll = poll
+
+    @staticmethod
+    def error_of(body: dict[str, Any]) -> tuple[str, str]:
+        """The provider's ``(code, message)`` in an error answer."""
+        raise NotImplementedError
+
+    def list_all(self, path: str, key: str) -> list[dict[str, Any]]:
+        """Every item of a listing (``key`` in each page's answer), all pages read."""
+        raise NotImplementedError
+
     def choose_size(self, region: str) -> str:
         raise NotImplementedError
 
+    def no_size(self, region: str, what: str, minimum: str) -> CloudError:
+        return CloudError(
+            self.label,
+            f"choosing a {what}",
+            0,
+            "",
+            f"none with {minimum} is sold in {region!r} (name one with --size, or another "
+            "--region)",
+        )
+
     def find_key(self, public_key: str) -> str | None:
         """The id of a key already registered with ``public_key`` (then it is not ours)."""
-        raise NotImplementedError
+        wanted = key_body(public_key)
+        for key in self.list_all(self.keys_path, "ssh_keys"):
+            if key_body(key.get(self.key_field, "")) == wanted:
+                return str(key["id"])
+        return None
 
     def create_key(self, spec: Spec) -> str:
         raise NotImplementedError
@@ -244,11 +282,6 @@ class Owner:
             "refused here",
             f"it is not what `al env prov {self.environment}` made ({found})",
         )
-
-
-def key_body(public_key: str) -> str:
-    """A public key without its comment (``type base64``): how two listings compare."""
-    return " ".join(public_key.split()[:2])
 
 
 class TimedOut(LlamaherdError):

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, environment_option, pass_app
+from llamaherd.api import AppContext, ConfigError, LlamaherdError, environment_option, pass_app
 from llamaherd_deploy import environments
 
 # --------------------------------------------------------------------------- al env
@@ -182,8 +182,13 @@ def env_show(name: str) -> None:
     data = environments.read(name)
     path = environments.path_of(name)
     click.echo(f"environment {name} ({path})")
-    if "server" in data:
-        env = environments.parse(name, data, str(path))
+    problem = None
+    try:
+        env = environments.parse(name, data, str(path)) if "server" in data else None
+    except ConfigError as exc:  # a server to fill in (as `al env init` leaves it): shown as is
+        problem, env = exc, None
+        click.echo("  " + "\n  ".join(environments.dumps({"server": data["server"]}).splitlines()))
+    if env is not None:
         rows = [
             ("host", env.host),
             ("user", env.user),
@@ -204,6 +209,8 @@ def env_show(name: str) -> None:
             click.echo(f"  {line}" if line else "")
     elif "server" not in data:
         click.echo("  (empty: add settings to layer over projects, or a [server] table)")
+    if problem is not None:
+        raise problem
 
 
 @env_group.command("set")

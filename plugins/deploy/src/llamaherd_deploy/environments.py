@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.api import (
+    Binding,
     ConfigError,
     LlamaherdError,
     environment_file,
     environment_names,
     environments_dir,
+    read_environment,
 )
 from llamaherd.api import check_environment_name as check_name
 
@@ -47,21 +49,19 @@ DEFAULT_GRACE = 300.0
 OWN_KEYS = ("host", "user", "port", "keyPath", "basePath", "sshOptions", "python", "expose")
 
 
+CHARACTERS = "(letters, digits, '.', '-', '_'; not starting with '-')"
+
+
 def check_host(host: str, where: str = "--host") -> str:
     if not HOST.fullmatch(host):
-        raise LlamaherdError(
-            f"{where} {host!r}: expected a host name, an address or an ~/.ssh/config alias "
-            "(letters, digits, '.', '-', '_'; not starting with '-')"
-        )
+        expected = f"a host name, an address or an ~/.ssh/config alias {CHARACTERS}"
+        raise LlamaherdError(f"{where} {host!r}: expected {expected}")
     return host
 
 
 def check_user(user: str, where: str = "--user") -> str:
     if not USER.fullmatch(user):
-        raise LlamaherdError(
-            f"{where} {user!r}: expected a login name (letters, digits, '.', '-', '_'; not "
-            "starting with '-')"
-        )
+        raise LlamaherdError(f"{where} {user!r}: expected a login name {CHARACTERS}")
     return user
 
 
@@ -135,16 +135,7 @@ def names() -> list[str]:
 
 def read(name: str) -> dict[str, Any]:
     """The environment file's data; a clear error when there is none."""
-    path = path_of(name)
-    if not path.is_file():
-        known = ", ".join(names()) or "none"
-        raise LlamaherdError(
-            f"no environment {name!r} (known: {known}); create it with "
-            f"`al env add {name} --host HOST` or `al env init {name}`"
-        )
-    from llamaherd.api import read_toml  # late: the project module is heavy for `al --help`
-
-    return read_toml(path)
+    return read_environment(Binding(name))
 
 
 def load(name: str) -> Environment:

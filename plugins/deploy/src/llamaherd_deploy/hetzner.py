@@ -16,27 +16,17 @@ from typing import Any
 from llamaherd_deploy.cloud import (
     MIN_CPUS,
     MIN_RAM_MB,
-    Api,
     Cloud,
     CloudError,
     Owner,
     Server,
     Spec,
-    api_url,
     cloud_init,
-    key_body,
 )
 
-BASE_URL = "https://api.hetzner.cloud/v1"
-URL_VARIABLE = "AL_HETZNER_API_URL"
 ACTION_TIMEOUT = 600.0
 # A firewall still applied to a server being deleted answers 422 resource_in_use for a while.
 IN_USE_TIMEOUT = 120.0
-
-
-def _error_of(body: dict[str, Any]) -> tuple[str, str]:
-    error = body["error"]
-    return str(error.get("code") or ""), str(error.get("message") or "")
 
 
 class Hetzner(Cloud):
@@ -51,14 +41,23 @@ class Hetzner(Cloud):
     server_key = "hetznerServerId"  # the peer's key
     firewall_key = "hetznerFirewallId"
     ssh_key_key = "hetznerSshKeyId"
+    keys_path = "/ssh_keys"
+    key_field = "public_key"
+
+    base_url = "https://api.hetzner.cloud/v1"
+    url_variable = "AL_HETZNER_API_URL"
 
     def __init__(self, token: str, poll: float = 2.0):
-        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of, poll)
-        self.poll = poll
+        super().__init__(token, poll)
         self.creating: dict[str, dict[str, Any]] = {}  # server id -> its create_server action
 
+    @staticmethod
+    def error_of(body: dict[str, Any]) -> tuple[str, str]:
+        error = body["error"]
+        return str(error.get("code") or ""), str(error.get("message") or "")
+
     # ------------------------------------------------------------------ reading
-    def _all(self, path: str, key: str) -> list[dict[str, Any]]:
+    def list_all(self, path: str, key: str) -> list[dict[str, Any]]:
         found, page = [], 1
         while True:
             sep = "&" if "?" in path else "?"
@@ -72,7 +71,7 @@ class Hetzner(Cloud):
     def choose_size(self, region: str) -> str:
         """The cheapest x86 server type sold in ``region`` with the peer's minimum."""
         offers = []
-        for kind in self._all("/server_types", "server_types"):
+        for kind in self.list_all("/server_types", "server_types"):
             if kind.get("deprecated") or kind.get("architecture", "x86") != "x86":
                 continue
             if kind.get("cores", 0) < MIN_CPUS or kind.get("memory", 0) * 1024 < MIN_RAM_MB:
@@ -81,19 +80,9 @@ class Hetzner(Cloud):
             if price is not None:
                 offers.append((float(price["price_monthly"]["gross"]), kind["name"]))
         if not offers:
-            raise CloudError(
-                self.label, "choosing a server type", 0, "",
-                f"none with {MIN_CPUS} cores and {MIN_RAM_MB // 1024} GB is sold in {region!r} "
-                "(name one with --size, or another --region)",
-            )  # fmt: skip
+            minimum = f"{MIN_CPUS} cores and {MIN_RAM_MB // 1024} GB"
+            raise self.no_size(region, "server type", minimum)
         return min(offers)[1]
-
-    def find_key(self, public_key: str) -> str | None:
-        wanted = key_body(public_key)
-        for key in self._all("/ssh_keys", "ssh_keys"):
-            if key_body(key.get("public_key", "")) == wanted:
-                return str(key["id"])
-        return None
 
     def server(self, server_id: str) -> Server:
         action = self.creating.get(server_id)

@@ -18,24 +18,15 @@ from urllib.parse import quote
 from llamaherd_deploy.cloud import (
     MIN_CPUS,
     MIN_RAM_MB,
-    Api,
     Cloud,
     CloudError,
     Owner,
     Server,
     Spec,
-    api_url,
     cloud_init,
-    key_body,
 )
 
-BASE_URL = "https://api.vultr.com/v2"
-URL_VARIABLE = "AL_VULTR_API_URL"
 GONE_TIMEOUT = 300.0  # a deleted instance leaves its firewall group within this
-
-
-def _error_of(body: dict[str, Any]) -> tuple[str, str]:
-    return "", str(body["error"])
 
 
 def _mark(environment: str, provision_id: str) -> str:
@@ -52,13 +43,18 @@ class Vultr(Cloud):
     server_key = "vultrInstanceId"  # the peer's key
     firewall_key = "vultrFirewallGroupId"
     ssh_key_key = "vultrSshKeyId"
+    keys_path = "/ssh-keys"
+    key_field = "ssh_key"
 
-    def __init__(self, token: str, poll: float = 2.0):
-        self.api = Api(self.label, api_url(URL_VARIABLE, BASE_URL), token, _error_of, poll)
-        self.poll = poll
+    base_url = "https://api.vultr.com/v2"
+    url_variable = "AL_VULTR_API_URL"
+
+    @staticmethod
+    def error_of(body: dict[str, Any]) -> tuple[str, str]:
+        return "", str(body["error"])
 
     # ------------------------------------------------------------------ reading
-    def _all(self, path: str, key: str) -> list[dict[str, Any]]:
+    def list_all(self, path: str, key: str) -> list[dict[str, Any]]:
         found, cursor = [], ""
         while True:
             sep = "&" if "?" in path else "?"
@@ -74,25 +70,14 @@ class Vultr(Cloud):
         them: by monthly cost)."""
         offers = [
             (float(plan.get("monthly_cost", 0)), plan["id"])
-            for plan in self._all("/plans", "plans")
+            for plan in self.list_all("/plans", "plans")
             if region in (plan.get("locations") or [])
             and plan.get("vcpu_count", 0) >= MIN_CPUS
             and plan.get("ram", 0) >= MIN_RAM_MB
         ]
         if not offers:
-            raise CloudError(
-                self.label, "choosing a plan", 0, "",
-                f"none with {MIN_CPUS} vCPUs and {MIN_RAM_MB} MB is sold in {region!r} (name "
-                "one with --size, or another --region)",
-            )  # fmt: skip
+            raise self.no_size(region, "plan", f"{MIN_CPUS} vCPUs and {MIN_RAM_MB} MB")
         return min(offers)[1]
-
-    def find_key(self, public_key: str) -> str | None:
-        wanted = key_body(public_key)
-        for key in self._all("/ssh-keys", "ssh_keys"):
-            if key_body(key.get("ssh_key", "")) == wanted:
-                return str(key["id"])
-        return None
 
     def server(self, server_id: str) -> Server:
         found = self.api.request("GET", f"/instances/{server_id}")["instance"]
