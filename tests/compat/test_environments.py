@@ -6,7 +6,10 @@ seen by what it changes: the script the scripted model replays (its ``script`` k
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,19 @@ def test_what_a_layer_gets_wrong_names_that_layer(project, tmp_path):
     assert result.stderr.strip() == (
         "error: .env.toml: environment: expected an environment name (`al env list`), got 3"
     )
+
+
+def test_reading_the_binding_costs_al_stat_no_project_load(project, scheduler):
+    """Action Llama's projects carry a .env.toml: with a scheduler up, `al stat` still answers
+    from its rows without importing the project's parsers."""
+    (project.root / ".env.toml").write_text('projectName = "mine"\n')
+    scheduler(project)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "llamaherd", "--project", str(project.root),
+         "stat", "--json"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **project.env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "llamaherd.environments" in imported
+    assert not {"llamaherd.project", "yaml"} & imported

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,11 +73,21 @@ def names() -> list[str]:
     return sorted(p.stem for p in directory.glob("*.toml") if NAME.fullmatch(p.stem))
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    # Late: the project module's parsers are heavy for `al --help`, which names this module.
-    from llamaherd.project import read_toml
+QUICK_READ = 1024 * 1024  # bytes of a small regular file read here directly
 
-    return read_toml(path)
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's data. ``al stat`` reads .env.toml for its binding on every call: a small
+    regular file that parses is read here at once; anything else goes to the project module's
+    reader (heavy to import), for its checks and its one-line errors."""
+    try:
+        if path.is_file() and path.stat().st_size <= QUICK_READ:
+            return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    from llamaherd.project import read_toml as read_project_toml
+
+    return read_project_toml(path)
 
 
 def read_environment(binding: Binding) -> dict[str, Any]:
