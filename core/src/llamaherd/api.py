@@ -14,7 +14,8 @@ What is here, by topic:
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
-  on) and ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``);
+  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
+  reason to hold an agent's queued runs);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
@@ -122,6 +123,7 @@ if TYPE_CHECKING:
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
+        AdmissionCheck,
         AuthError,
         CommandFailed,
         ConfigError,
@@ -212,7 +214,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "AdmissionCheck", "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",

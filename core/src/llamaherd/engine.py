@@ -167,10 +167,45 @@ class Engine:
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         result.refused = self.gate(event.agent, event.kind)
-        if not self.store.write(self._queue, event, agent.queue_size, coalesce, once, result):
+        ticket = None if agent.flow is None or result.refused else self._ticket(agent, event)
+        if not self.store.write(
+            self._queue, event, agent.queue_size, coalesce, once, result, ticket
+        ):
             return None
+        if ticket is not None and ticket.outcome is not None:
+            self._flow_done(event, ticket, result)
         self.wakeup.set()
         return result
+
+    def _ticket(self, agent: Any, event: TriggerEvent) -> Any:
+        """The trigger's keys and priority under the agent's ``[flow]`` (and, for a singleton
+        ``interrupt``, the message its key's active run would be told)."""
+        from llamaherd.flow import interrupt_message, ticket
+
+        found = ticket(agent.flow, event)
+        if agent.flow.singleton == "interrupt" and found.admit:
+            found.message = interrupt_message(self.registry, event, found)
+        return found
+
+    def _flow_done(self, event: TriggerEvent, ticket: Any, result: EmitResult) -> None:
+        """After the commit: stop the runs a ``cancel`` superseded that run here (another
+        host stops its own as it sees them killed), hand an ``interrupt`` to its run if it is
+        here, and say what happened."""
+        result.flow = ticket.outcome + (f": {ticket.reason}" if ticket.reason else "")
+        for run_id in ticket.superseded:
+            self.runner.kill(run_id, reason="superseded")
+        if ticket.interrupted is not None and ticket.interrupted[1] == self.host:
+            self.deliver_flow_messages()
+        log.info("agent %s: %s %s", event.agent, ticket.label, result.flow)
+
+    def deliver_flow_messages(self) -> None:
+        """Hand the interrupt messages for runs of this host to them (the housekeeping pass
+        delivers those another host's ingest stored); a run that is not running here any
+        more drops its message (a requeued run starts from the newest trigger anyway)."""
+        for message_id, run_id, text in self.store.flow_messages(self.host):
+            if not self.runner.interrupt(run_id, text) and self.runner.is_active(run_id):
+                continue  # not ready for it yet
+            self.store.drop_flow_message(message_id)
 
     def _queue(
         self,
@@ -179,6 +214,7 @@ class Engine:
         coalesce: bool,
         once: tuple[str, float] | None,
         result: EmitResult,
+        ticket: Any = None,
     ) -> bool:
         """In one write transaction (shared with concurrent emits): claim the tick, queue the
         item unless refused. False when the tick was claimed before."""
@@ -197,6 +233,7 @@ class Engine:
                 call_id=event.call_id,
                 rerun_count=event.rerun_count,
                 recovery=event.recovery,
+                flow=ticket,
             )
         return True
 
@@ -250,8 +287,24 @@ class Engine:
         scales = {}
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
+            held = held or self.admission(agent) is not None
             scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
         return scales
+
+    def admission(self, agent: Any) -> str | None:
+        """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
+        None. A check that fails is a warning and holds nothing."""
+        for check in self.registry.admission_checks.values():
+            try:
+                reason = check.hold(agent, self.store, self.clock())
+            except Exception as exc:  # a plugin's failure must not stop the dispatcher
+                log.warning(
+                    "admission check %s failed: %s: %s", check.name, type(exc).__name__, exc
+                )
+                continue
+            if reason:
+                return f"{reason} ({check.name})" if check.name != "budget" else reason
+        return None
 
     def _suspended(self) -> list[tuple[str, str]]:
         """(run id, agent) of the runs suspended at their turn limit, approved or not yet."""
@@ -275,7 +328,8 @@ class Engine:
             if claimed:
                 return claimed
         room = {name: max(0, scale) for name, scale in scales.items()}
-        return self.store.claim(room, self.project.setting("scale"), self.host)
+        flows = {name: a.flow for name, a in self.project.agents.items() if a.flow is not None}
+        return self.store.claim(room, self.project.setting("scale"), self.host, flows=flows)
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():
