@@ -297,6 +297,34 @@ class RunBudget:
         )  # fmt: skip
 
 
+def budget_view(agent: Any, store: Any, now: float) -> list[dict[str, Any]]:
+    """Spend against each budget of ``agent``: per run (the limit), and per day and month
+    (agent's and project's) what is spent, the limit, the fraction and when it resets."""
+    budgets = agent.budgets
+    shown: list[dict[str, Any]] = []
+    if budgets.per_run is not None:
+        limit = budgets.per_run
+        shown.append({"scope": "run", "period": "perRun", "limit_usd": limit.usd,
+                      "limit_tokens": limit.tokens})  # fmt: skip
+    scoped = budgets.scoped()
+    if not scoped:
+        return shown
+    period = Period.at(now, zone(agent.project))
+    totals = store.spend_totals(agent.name, period)
+    for scope, name, limit in scoped:
+        used = spent(totals, scope, name)
+        row = totals[f"{scope}_{'day' if name == 'daily' else 'month'}"]
+        shown.append(
+            {
+                "scope": scope, "period": name, "spent_usd": round(used[0], 6),
+                "spent_tokens": used[1], "unpriced_calls": row["unpriced"],
+                "limit_usd": limit.usd, "limit_tokens": limit.tokens,
+                "fraction": round(limit.fraction(*used), 4), "resets_at": period.ends(name),
+            }
+        )  # fmt: skip
+    return shown
+
+
 class BudgetCheck:
     """Core's admission check: an agent past its (or the project's) daily or monthly budget
     starts nothing until the period rolls over."""

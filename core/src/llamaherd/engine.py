@@ -196,7 +196,8 @@ class Engine:
             self.runner.kill(run_id, reason="superseded")
         if ticket.interrupted is not None and ticket.interrupted[1] == self.host:
             self.deliver_flow_messages()
-        log.info("agent %s: %s %s", event.agent, ticket.label, result.flow)
+        level = logging.DEBUG if ticket.outcome == "debounced" else logging.INFO
+        log.log(level, "agent %s: %s %s", event.agent, ticket.label, result.flow)
 
     def deliver_flow_messages(self) -> None:
         """Hand the interrupt messages for runs of this host to them (the housekeeping pass

@@ -312,3 +312,34 @@ def interrupt_message(registry: Any, event: Any, found: Ticket) -> str:
         "Continue with it, keeping what you have done so far:\n\n"
         + trigger_block(trigger, registry)
     )
+
+
+def flow_view(agent: Any, store: Any, now: float) -> dict[str, Any] | None:
+    """What ``al stat AGENT``, the dashboard and MCP show of an agent's flow control: its
+    controls in words, and per key what is pending, active and throttled."""
+    policy = agent.flow
+    if policy is None:
+        return None
+    return {"controls": describe_controls(policy), **store.flow_state(agent.name, policy, now)}
+
+
+def describe_controls(policy: FlowPolicy) -> list[str]:
+    """Each control of ``policy`` in a few words ("debounce 2s (at most 1m)")."""
+    found = []
+    if policy.singleton:
+        found.append(f"singleton ({policy.singleton})")
+    elif policy.concurrency:
+        found.append(f"concurrency {policy.concurrency} per key")
+    if policy.debounce:
+        period, timeout = policy.debounce
+        found.append(f"debounce {period:g}s" + (f" (at most {timeout:g}s)" if timeout else ""))
+    if policy.throttle:
+        t = policy.throttle
+        found.append(f"throttle {t.limit} per {t.period:g}s (burst {t.burst})")
+    if policy.rate_limit:
+        found.append(f"rate limit {policy.rate_limit.limit} per {policy.rate_limit.period:g}s")
+    if policy.batch:
+        found.append(f"batch {policy.batch[0]} or {policy.batch[1]:g}s")
+    if policy.priority:
+        found.append(f"priority {policy.priority.text}")
+    return found

@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llamaherd.types import LlamaherdError
+
 if TYPE_CHECKING:
     from llamaherd.types import TriggerInfo
 
@@ -76,9 +78,38 @@ def agent_rows(
                 "last_duration": _duration(last_at, last_started),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
+                **flow_fields(agent, store, registry),
             }
         )
     return rows
+
+
+def flow_fields(agent: Any, store: Any, registry: Any) -> dict[str, Any]:
+    """Why the agent's queued runs wait (``held``: an admission check, a budget), its flow
+    control per key (``flow``) and its spend against its budgets (``budget``); only those
+    that apply."""
+    from llamaherd.budgets import budget_view
+    from llamaherd.flow import flow_view
+
+    fields: dict[str, Any] = {}
+    now = store.clock()
+    try:
+        policy, budgets = agent.flow, agent.budgets
+    except LlamaherdError:  # a broken [flow] or [budget]: `al validate` says why
+        return fields
+    for check in getattr(registry, "admission_checks", {}).values():
+        try:
+            reason = check.hold(agent, store, now)
+        except Exception:  # shown as not held; the dispatcher logs the failure
+            reason = None
+        if reason:
+            fields["held"] = reason
+            break
+    if policy is not None:
+        fields["flow"] = flow_view(agent, store, now)
+    if budgets:
+        fields["budget"] = budget_view(agent, store, now)
+    return fields
 
 
 def _duration(finished_at: float | None, started_at: float | None) -> float | None:

@@ -90,8 +90,62 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
 
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
-    scheduler will fire them."""
-    return Group(scheduler_line(stat["scheduler"]), agents_table(stat))
+    scheduler will fire them. Below it, why an agent's runs wait; for one agent
+    (``al stat AGENT``) also its flow control per key and its spend against its budgets."""
+    parts: list[RenderableType] = [scheduler_line(stat["scheduler"]), agents_table(stat)]
+    for row in stat["agents"]:
+        if row.get("held"):
+            parts.append(Text(f"{row['agent']} waits: {clean(row['held'])}", style="yellow"))
+        if len(stat["agents"]) == 1:
+            parts.extend(flow_lines(row, stat.get("now")))
+    return Group(*parts)
+
+
+def flow_lines(row: dict[str, Any], now: float | None = None) -> list[RenderableType]:
+    """``al stat AGENT``: its flow controls, per key what is pending or active, its budgets."""
+    lines: list[RenderableType] = []
+    flow = row.get("flow")
+    if flow:
+        lines.append(Text("flow: " + "; ".join(flow["controls"]), style="bold"))
+        for entry in flow["keys"]:
+            lines.append(Text("  " + key_line(entry, now)))
+    for budget in row.get("budget") or []:
+        lines.append(Text(budget_line(budget, now)))
+    return lines
+
+
+def key_line(entry: dict[str, Any], now: float | None) -> str:
+    """One key: "key 'acme#7': 2 active; debouncing 4 pending, fires in 1m12s"."""
+    bits = []
+    if entry.get("active"):
+        bits.append(f"{entry['active']} active")
+    if entry.get("debouncing"):
+        bits.append(
+            f"debouncing {entry['debouncing']} pending, fires {until(entry.get('fires_at'), now)}"
+        )
+    elif entry.get("queued"):
+        bits.append(f"{entry['queued']} queued")
+    if entry.get("throttled_until"):
+        bits.append(f"throttled, next start {until(entry['throttled_until'], now)}")
+    name = repr(entry["key"]) if entry["key"] else "(no key)"
+    return f"key {clean(name)}: " + ("; ".join(bits) or "idle")
+
+
+def budget_line(budget: dict[str, Any], now: float | None) -> str:
+    """One budget: "budget daily (agent): $4.10 of $5.00 (82%), resets in 3h"."""
+    limits = []
+    if budget.get("limit_usd") is not None:
+        spent = f"${budget['spent_usd']:.2f} of " if "spent_usd" in budget else ""
+        limits.append(f"{spent}${budget['limit_usd']:.2f}")
+    if budget.get("limit_tokens") is not None:
+        spent = f"{budget['spent_tokens']:,} of " if "spent_tokens" in budget else ""
+        limits.append(f"{spent}{budget['limit_tokens']:,} tokens")
+    text = f"budget {budget['period']} ({budget['scope']}): " + ", ".join(limits)
+    if "fraction" in budget:
+        text += f" ({budget['fraction']:.0%}), resets {until(budget['resets_at'], now)}"
+    if budget.get("unpriced_calls"):
+        text += f"; {budget['unpriced_calls']} calls of unknown price"
+    return text
 
 
 def agents_table(stat: dict[str, Any]) -> Table:
