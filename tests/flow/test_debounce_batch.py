@@ -29,6 +29,7 @@ def test_debounce_runs_once_per_key_with_the_last_payload_and_the_count(
     assert '"debouncing"' in stat.stdout
 
     clock.advance(3)
+
     def two_done():
         done = [r for r in runs_of(project) if r.state == "done"]
         return done if len(done) == 2 else None
@@ -51,9 +52,7 @@ def test_debounce_runs_once_per_key_with_the_last_payload_and_the_count(
     assert prompt  # the run's log is there
 
 
-def test_debounce_timeout_runs_a_stream_that_never_goes_quiet(
-    project, start, clock, runs_of, kit
-):
+def test_debounce_timeout_runs_a_stream_that_never_goes_quiet(project, start, clock, runs_of, kit):
     project.add_scripted_agent("builder", DEBOUNCED)
     scheduler = start(project)
     # A delivery every second for 70 s of the fake clock: never 2 s of quiet.

@@ -39,10 +39,38 @@ def runs_command(
         if agent:
             reader.check_agent(agent)
         rows = reader.runs(agent, limit)
+        not_run = [] if as_json else reader.not_run(agent, limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     _console().print(_runs_table(rows))
+    if not_run:
+        _console().print(_not_run_table(not_run))
+
+
+def _not_run_table(rows: list[dict[str, Any]]) -> Any:
+    """Triggers flow control did not run (skipped, dropped, superseded), with why."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from llamaherd.logview import clean
+    from llamaherd.status import ago
+
+    table = Table(
+        box=None, header_style="bold", title="not run (flow control)", title_justify="left"
+    )
+    for column in ("WHEN", "AGENT", "WHAT", "TRIGGER"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("REASON", overflow="fold")
+    for row in rows:
+        table.add_row(
+            ago(row["at"]),
+            row["agent"],
+            row["what"],
+            Text(clean(str(row["trigger"] or "-"))),
+            Text(clean(row["reason"] or "")),
+        )
+    return table
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:

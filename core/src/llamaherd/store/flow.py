@@ -29,7 +29,12 @@ if TYPE_CHECKING:
 # Wait-filter types of a run parked for a human (ask, respond) or for approval (maxTurns): an
 # interrupt does not wake those (llamaherd.session.HUMAN, llamaherd.agents.SUSPENSION).
 HUMAN, SUSPENSION = "human", "suspension"
-MAX_IDS = 50  # ids of absorbed triggers an item keeps (the count goes on)
+MAX_IDS = 50
+NOT_RUN = (
+    "skipped",
+    "dropped",
+    "superseded",
+)  # agent events trigger.<what> of flow control  # ids of absorbed triggers an item keeps (the count goes on)
 ACTIVE = "state IN ('running', 'waiting')"
 
 
@@ -175,8 +180,8 @@ class FlowStore(Queue):
         else:
             reason = str(why)
         ticket.outcome, ticket.reason = outcome, reason
-        data = {"trigger": ticket.label, "control": control, "key": ticket.key(control),
-                "reason": reason}  # fmt: skip
+        key = ticket.key("concurrency" if control == "singleton" else control)
+        data = {"trigger": ticket.label, "control": control, "key": key, "reason": reason}  # fmt: skip
         self._exec(self._sql.agent_event, (agent, self._clock(), f"trigger.{outcome}", dumps(data)))
         return True
 
@@ -397,6 +402,24 @@ class FlowStore(Queue):
                 total["tokens"] += tokens or 0
                 total["unpriced"] += unpriced or 0
         return totals
+
+    # ------------------------------------------------------------ what al runs shows
+    @guarded
+    def not_run(self, agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """Triggers flow control did not run, newest first: {at, agent, what (skipped,
+        dropped, superseded), trigger, key, reason}."""
+        E = self._m.AgentEvent
+        query = E.select().where(E.type.in_([f"trigger.{what}" for what in NOT_RUN]))
+        if agent is not None:
+            query = query.where(E.agent == agent)
+        return [
+            {
+                "at": e.at, "agent": e.agent, "what": e.type.removeprefix("trigger."),
+                "trigger": (e.data or {}).get("trigger"), "key": (e.data or {}).get("key"),
+                "reason": (e.data or {}).get("reason"),
+            }
+            for e in query.order_by(E.id.desc()).limit(limit)
+        ]  # fmt: skip
 
     # ------------------------------------------------------------ what al stat shows
     @guarded
