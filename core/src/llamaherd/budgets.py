@@ -67,6 +67,13 @@ def budget_schema(where: str) -> dict[str, Any]:
     }
 
 
+def money(usd: float) -> str:
+    """Dollars as people read them: cents, and the fractions of a cent small budgets need
+    ("$5.00", "$0.015")."""
+    text = f"{usd:,.4f}".rstrip("0")
+    return "$" + (text + "0" * (2 - len(text.partition(".")[2])))
+
+
 @dataclass(frozen=True)
 class Limit:
     usd: float | None = None
@@ -75,7 +82,7 @@ class Limit:
     def reached(self, usd: float, tokens: int) -> str | None:
         """What of this limit ``usd``/``tokens`` reached ("$0.52 of $0.50"), or None."""
         if self.usd is not None and usd >= self.usd:
-            return f"${usd:.2f} of ${self.usd:.2f}"
+            return f"{money(usd)} of {money(self.usd)}"
         if self.tokens is not None and tokens >= self.tokens:
             return f"{tokens:,} of {self.tokens:,} tokens"
         return None
@@ -242,7 +249,7 @@ def describe(limit: Limit, used: tuple[float, int]) -> str:
     """ "$4.01 of $5.00" and/or "150,000 of 200,000 tokens"."""
     parts = []
     if limit.usd is not None:
-        parts.append(f"${used[0]:.2f} of ${limit.usd:.2f}")
+        parts.append(f"{money(used[0])} of {money(limit.usd)}")
     if limit.tokens is not None:
         parts.append(f"{used[1]:,} of {limit.tokens:,} tokens")
     return ", ".join(parts)

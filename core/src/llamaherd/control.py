@@ -80,7 +80,7 @@ async def stat(request: Request) -> Response:
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
     scheduler = await run_in_threadpool(serving_status, engine)
-    return JSONResponse({"scheduler": scheduler, "agents": rows})
+    return JSONResponse({"scheduler": scheduler, "agents": rows, "now": engine.clock()})
 
 
 @require_token

@@ -57,6 +57,7 @@ class StoreReader:
         return {
             "scheduler": local_scheduler_status(self.project, self.store),
             "agents": self.agents(),
+            "now": self.store.clock(),  # what "fires in", "resets in" count from
         }
 
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:

@@ -133,10 +133,12 @@ def key_line(entry: dict[str, Any], now: float | None) -> str:
 
 def budget_line(budget: dict[str, Any], now: float | None) -> str:
     """One budget: "budget daily (agent): $4.10 of $5.00 (82%), resets in 3h"."""
+    from llamaherd.budgets import money
+
     limits = []
     if budget.get("limit_usd") is not None:
-        spent = f"${budget['spent_usd']:.2f} of " if "spent_usd" in budget else ""
-        limits.append(f"{spent}${budget['limit_usd']:.2f}")
+        spent = f"{money(budget['spent_usd'])} of " if "spent_usd" in budget else ""
+        limits.append(f"{spent}{money(budget['limit_usd'])}")
     if budget.get("limit_tokens") is not None:
         spent = f"{budget['spent_tokens']:,} of " if "spent_tokens" in budget else ""
         limits.append(f"{spent}{budget['limit_tokens']:,} tokens")
