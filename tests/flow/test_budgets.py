@@ -28,9 +28,7 @@ def priced(project, extra: str = "") -> None:
     path.write_text(path.read_text() + PRICED + extra)
 
 
-def test_per_run_budget_stops_the_run_at_the_model_call_that_reaches_it(
-    project, start, runs_of
-):
+def test_per_run_budget_stops_the_run_at_the_model_call_that_reaches_it(project, start, runs_of):
     priced(project)
     project.add_scripted_agent("spender", "[budget]\nperRun = { usd = 0.04 }\n", script=LOOP)
     scheduler = start(project)
