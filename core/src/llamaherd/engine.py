@@ -294,18 +294,10 @@ class Engine:
 
     def admission(self, agent: Any) -> str | None:
         """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
-        None. A check that fails is a warning and holds nothing."""
-        for check in self.registry.admission_checks.values():
-            try:
-                reason = check.hold(agent, self.store, self.clock())
-            except Exception as exc:  # a plugin's failure must not stop the dispatcher
-                log.warning(
-                    "admission check %s failed: %s: %s", check.name, type(exc).__name__, exc
-                )
-                continue
-            if reason:
-                return f"{reason} ({check.name})" if check.name != "budget" else reason
-        return None
+        None (``llamaherd.status.held_by``)."""
+        from llamaherd.status import held_by
+
+        return held_by(self.registry, agent, self.store, self.clock())
 
     def _suspended(self) -> list[tuple[str, str]]:
         """(run id, agent) of the runs suspended at their turn limit, approved or not yet."""

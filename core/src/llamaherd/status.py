@@ -7,6 +7,7 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -17,6 +18,8 @@ from llamaherd.types import LlamaherdError
 
 if TYPE_CHECKING:
     from llamaherd.types import TriggerInfo
+
+log = logging.getLogger("llamaherd.status")
 
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
@@ -84,6 +87,21 @@ def agent_rows(
     return rows
 
 
+def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:
+    """Why an admission check (``register_admission_checks``) holds ``agent``'s queued runs
+    now: its reason, then the check's name unless it is core's budget; None when none does.
+    A check that raises holds nothing (logged)."""
+    for check in getattr(registry, "admission_checks", {}).values():
+        try:
+            reason = check.hold(agent, store, now)
+        except Exception as exc:  # a plugin's failure must not stop the dispatcher
+            log.warning("admission check %s failed: %s: %s", check.name, type(exc).__name__, exc)
+            continue
+        if reason:
+            return reason if check.name == "budget" else f"{reason} ({check.name})"
+    return None
+
+
 def flow_fields(agent: Any, store: Any, registry: Any) -> dict[str, Any]:
     """Why the agent's queued runs wait (``held``: an admission check, a budget), its flow
     control per key (``flow``) and its spend against its budgets (``budget``); only those
@@ -97,14 +115,9 @@ def flow_fields(agent: Any, store: Any, registry: Any) -> dict[str, Any]:
         policy, budgets = agent.flow, agent.budgets
     except LlamaherdError:  # a broken [flow] or [budget]: `al validate` says why
         return fields
-    for check in getattr(registry, "admission_checks", {}).values():
-        try:
-            reason = check.hold(agent, store, now)
-        except Exception:  # shown as not held; the dispatcher logs the failure
-            reason = None
-        if reason:
-            fields["held"] = reason
-            break
+    held = held_by(registry, agent, store, now)
+    if held:
+        fields["held"] = held
     if policy is not None:
         fields["flow"] = flow_view(agent, store, now)
     if budgets:
