@@ -48,8 +48,9 @@ def test_throttle_runs_every_trigger_with_starts_spaced_over_the_period(
 def test_rate_limit_drops_the_excess_and_records_it(project, start, clock, runs_of, kit):
     project.add_scripted_agent("notifier", RATE_LIMITED)
     scheduler = start(project)
-    for seq in range(6):
-        kit.deliver(scheduler.url, kit.push("acme/widgets", seq))
+    answers = [kit.deliver(scheduler.url, kit.push("acme/widgets", seq)).json() for seq in range(6)]
+    assert [a["queued"] for a in answers] == [["notifier"]] * 2 + [[]] * 4
+    assert answers[5]["flow"]["notifier"].startswith("dropped: rate limit: 2 per 10 s")
     wait_until(lambda: len([r for r in runs_of(project) if r.state == "done"]) == 2)
     dropped = kit.agent_events(project, "notifier", "trigger.dropped")
     assert len(dropped) == 4

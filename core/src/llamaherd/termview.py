@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamaherd.logview import clean
-from llamaherd.status import FINAL, ago, until
+from llamaherd.status import FINAL, ago, budget_line, key_line, until
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
@@ -108,46 +108,10 @@ def flow_lines(row: dict[str, Any], now: float | None = None) -> list[Renderable
     if flow:
         lines.append(Text("flow: " + "; ".join(flow["controls"]), style="bold"))
         for entry in flow["keys"]:
-            lines.append(Text("  " + key_line(entry, now)))
+            lines.append(Text("  " + clean(key_line(entry, now))))
     for budget in row.get("budget") or []:
         lines.append(Text(budget_line(budget, now)))
     return lines
-
-
-def key_line(entry: dict[str, Any], now: float | None) -> str:
-    """One key: "key 'acme#7': 2 active; debouncing 4 pending, fires in 1m12s"."""
-    bits = []
-    if entry.get("active"):
-        bits.append(f"{entry['active']} active")
-    if entry.get("debouncing"):
-        bits.append(
-            f"debouncing {entry['debouncing']} pending, fires {until(entry.get('fires_at'), now)}"
-        )
-    elif entry.get("queued"):
-        bits.append(f"{entry['queued']} queued")
-    if entry.get("throttled_until"):
-        bits.append(f"throttled, next start {until(entry['throttled_until'], now)}")
-    name = repr(entry["key"]) if entry["key"] else "(no key)"
-    return f"key {clean(name)}: " + ("; ".join(bits) or "idle")
-
-
-def budget_line(budget: dict[str, Any], now: float | None) -> str:
-    """One budget: "budget daily (agent): $4.10 of $5.00 (82%), resets in 3h"."""
-    from llamaherd.budgets import money
-
-    limits = []
-    if budget.get("limit_usd") is not None:
-        spent = f"{money(budget['spent_usd'])} of " if "spent_usd" in budget else ""
-        limits.append(f"{spent}{money(budget['limit_usd'])}")
-    if budget.get("limit_tokens") is not None:
-        spent = f"{budget['spent_tokens']:,} of " if "spent_tokens" in budget else ""
-        limits.append(f"{spent}{budget['limit_tokens']:,} tokens")
-    text = f"budget {budget['period']} ({budget['scope']}): " + ", ".join(limits)
-    if "fraction" in budget:
-        text += f" ({budget['fraction']:.0%}), resets {until(budget['resets_at'], now)}"
-    if budget.get("unpriced_calls"):
-        text += f"; {budget['unpriced_calls']} calls of unknown price"
-    return text
 
 
 def agents_table(stat: dict[str, Any]) -> Table:
