@@ -77,6 +77,9 @@ def test_daily_budget_holds_triggers_until_the_day_rolls_over(project, start, cl
     assert "budget: agent spender has spent $0.015 of $0.01 of its daily budget (80%)" in log
     assert "of its daily budget (100%): it starts no more runs" in log
     assert len(runs_of(project)) == 1
+    stats = project.al("stats", "spender", check=True, env={"COLUMNS": "300"}).stdout
+    assert "spender: budget daily (agent): $0.015 of $0.01 (150%)" in stats
+    assert "spender: budget monthly (agent): $0.015 of $1.00 (2%)" in stats
 
     clock.advance(86400)  # the next day: one more run, then held again
     wait_until(lambda: len(runs_of(project)) == 2 and runs_of(project)[0].state == "done")
