@@ -83,7 +83,13 @@ FLOW_SCHEMA: dict[str, Any] = {
             '"skip" (dropped, recorded), "queue" (waits its turn), "cancel" (the active run '
             'ends `superseded`, the new trigger runs) or "interrupt" (handed to the active '
             "run as a message at its next turn).",
-            {"mode": {"enum": list(SINGLETON_MODES), "default": "queue"}},
+            {
+                "mode": {
+                    "enum": list(SINGLETON_MODES),
+                    "default": "queue",
+                    "description": "What a trigger for a busy key does.",
+                }
+            },
             [],
         ),
         "concurrency": _control(
