@@ -47,11 +47,14 @@ INSERT INTO cron_ticks (agent, tick, claimed_at)
   VALUES ('alpha', 60.0, 61.0), ('beta', 60.0, 62.0), ('alpha', 120.0, 121.0);
 """
 # Version 4: deliveries belong to the webhooks plugin, ticks of every trigger type are core's.
-V4_ROWS = V1_ROWS[: V1_ROWS.index("INSERT INTO deliveries")] + """
+V4_ROWS = (
+    V1_ROWS[: V1_ROWS.index("INSERT INTO deliveries")]
+    + """
 INSERT INTO hosts ("name", info, heartbeat_at) VALUES ('h1', '{"pid": 1}', 5.0);
 INSERT INTO trigger_ticks ("key", tick, claimed_at)
   VALUES ('cron:alpha', 60.0, 61.0), ('cron:beta', 60.0, 62.0);
 """
+)
 
 
 class Database:
