@@ -188,24 +188,44 @@ class Engine:
         return found
 
     def _flow_done(self, event: TriggerEvent, ticket: Any, result: EmitResult) -> None:
-        """After the commit: stop the runs a ``cancel`` superseded that run here (another
-        host stops its own as it sees them killed), hand an ``interrupt`` to its run if it is
-        here, and say what happened."""
+        """Once the trigger is written: stop the sandboxes of the runs a ``cancel`` superseded
+        that run here (their end is in the same transaction; another host stops its own as it
+        sees them killed), hand an ``interrupt`` to its run if it is here, say what happened."""
         result.flow = ticket.outcome + (f": {ticket.reason}" if ticket.reason else "")
         for run_id in ticket.superseded:
-            self.runner.kill(run_id, reason="superseded")
+            # Off the caller's thread: an emit may be inside a write transaction (a webhook's
+            # fan-out), which a sandbox's kill must not hold up.
+            threading.Thread(
+                target=self.runner.kill, args=(run_id, "superseded"), daemon=True
+            ).start()
         if ticket.interrupted is not None and ticket.interrupted[1] == self.host:
             self.deliver_flow_messages()
-        level = logging.DEBUG if ticket.outcome == "debounced" else logging.INFO
-        log.log(level, "agent %s: %s %s", event.agent, ticket.label, result.flow)
+        quiet = ticket.outcome in ("debounced", "dropped", "skipped")  # recorded as events
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "agent %s: %s %s", event.agent, ticket.label, result.flow,
+        )  # fmt: skip
 
     def deliver_flow_messages(self) -> None:
         """Hand the interrupt messages for runs of this host to them (the housekeeping pass
-        delivers those another host's ingest stored); a run that is not running here any
-        more drops its message (a requeued run starts from the newest trigger anyway)."""
+        delivers those another host's ingest stored). A run not yet started here keeps its
+        message for the next pass; one that parked for a trigger meanwhile is woken with it;
+        one that ended (or waits for a human) drops it: its stored trigger is the newest."""
         for message_id, run_id, text in self.store.flow_messages(self.host):
-            if not self.runner.interrupt(run_id, text) and self.runner.is_active(run_id):
-                continue  # not ready for it yet
+            if not self.runner.interrupt(run_id, text):
+                run = self.store.get_run(run_id)
+                if run is not None and run.state == "running":
+                    continue  # claimed, its thread not started yet: the next pass
+                wait = (run.wait_filter or {}).get("type") if run is not None else None
+                if (
+                    run is not None
+                    and run.state == "waiting"
+                    and wait not in ("human", "suspension")
+                ):
+                    self.store.resume_waiting(
+                        run_id, {"result": "a newer trigger arrived", "is_error": True,
+                                 "message": text},
+                    )  # fmt: skip
             self.store.drop_flow_message(message_id)
 
     def _queue(
