@@ -4,6 +4,7 @@ past its daily budget holds its triggers until the day rolls over (fake clock)."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 from llamaherd.testing import wait_until
@@ -77,6 +78,11 @@ def test_daily_budget_holds_triggers_until_the_day_rolls_over(project, start, cl
     assert "budget: agent spender has spent $0.015 of $0.01 of its daily budget (80%)" in log
     assert "of its daily budget (100%): it starts no more runs" in log
     assert len(runs_of(project)) == 1
+    if importlib.util.find_spec("llamaherd_dashboard") is not None:
+        page = scheduler.get("/agents/spender").text
+        assert "Flow control and budgets" in page
+        assert "Waits: over budget: agent spender spent $0.015 of $0.01 daily" in page
+        assert "budget daily (agent): $0.015 of $0.01 (150%), resets in 1d" in page
     stats = project.al("stats", "spender", check=True, env={"COLUMNS": "300"}).stdout
     assert "spender: budget daily (agent): $0.015 of $0.01 (150%)" in stats
     assert "spender: budget monthly (agent): $0.015 of $1.00 (2%)" in stats

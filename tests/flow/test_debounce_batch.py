@@ -25,8 +25,11 @@ def test_debounce_runs_once_per_key_with_the_last_payload_and_the_count(
         kit.deliver(scheduler.url, kit.push("acme/gadgets", seq))
     # Each delivery was committed before its 202; the clock stands, so no window has closed.
     assert runs_of(project) == []
-    stat = project.al("stat", "builder", "--json", check=True)
-    assert '"debouncing"' in stat.stdout
+    stat = project.al("stat", "builder", check=True, env={"COLUMNS": "300"}).stdout
+    assert "flow: debounce 2s (at most 60s)" in stat
+    assert "key 'acme/widgets': 1 queued" not in stat
+    assert "key 'acme/widgets': debouncing 10 pending, fires in 2s" in stat
+    assert "key 'acme/gadgets': debouncing 3 pending, fires in 2s" in stat
 
     clock.advance(3)
 
