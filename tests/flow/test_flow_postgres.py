@@ -135,3 +135,50 @@ def test_one_budget_across_two_schedulers(
         store.close()
     clock.advance(86400)
     wait_until(lambda: len(runs_of(a)) >= done + 2, what="the next day's runs")
+
+
+INTERRUPTED = """
+webhooks = [{ source = "github", events = ["pull_request"] }]
+
+[flow]
+key = "pull_request.number"
+singleton = { mode = "interrupt" }
+"""
+GATED = """
+[[turns]]
+tool_calls = [{ name = "bash", arguments = { command = "while [ ! -e '{{ payload.payload.gate }}' ]; do sleep 0.05; done" } }]
+
+[[turns]]
+text = "done"
+"""
+
+
+def test_an_interrupt_received_by_one_scheduler_reaches_the_run_on_the_other(
+    tmp_path, pg_url, start, kit, clock, credentials, runs_of
+):
+    a, b = checkouts(
+        tmp_path, kit, clock, credentials, pg_url, agents=[("reviewer", INTERRUPTED, GATED)]
+    )
+    first = start(a)
+    gate = tmp_path / "gate"
+    kit.deliver(first.url, {**kit.pull_request(7, 1), "gate": str(gate)}, event="pull_request")
+    [run] = wait_until(lambda: [r for r in runs_of(a) if r.state == "running"] or None)
+    second = start(b)
+    answer = kit.deliver(
+        second.url, {**kit.pull_request(7, 2), "gate": str(gate)}, event="pull_request"
+    )
+    assert answer.json()["flow"]["reviewer"] == f"interrupted {run.id}"
+
+    def delivered() -> bool:  # host-a's housekeeping hands it over and drops the message
+        store = a.store()
+        try:
+            return not store.flow_messages(run.host)
+        finally:
+            store.close()
+
+    wait_until(delivered, what="the message handed to the run on host-a")
+    gate.touch()
+    [done] = wait_until(lambda: [r for r in runs_of(a) if r.state == "done"] or None)
+    assert done.id == run.id and len(runs_of(a)) == 1
+    users = [m["content"] for m in done.transcript if m.get("role") == "user"]
+    assert '"seq": 2' in users[-1]
