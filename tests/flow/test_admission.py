@@ -49,3 +49,15 @@ def test_an_admission_check_holds_queued_runs_until_it_lets_go(project, start, r
     assert runs_of(project) == []
     flag.unlink()
     wait_until(lambda: [r.state for r in runs_of(project)] == ["done", "done"])
+
+
+def test_an_agent_with_a_broken_flow_is_held_and_runs_by_hand_without_it(project, start, runs_of):
+    project.add_scripted_agent("broken", '[flow]\nkey = "pull_request."\n')
+    project.add_scripted_agent("fine")
+    scheduler = start(project)
+    row = json.loads(project.al("stat", "broken", "--json", check=True).stdout)["agents"][0]
+    assert row["state"] == "error"
+    # A run by hand sets it idle (as for any agent in error); the dispatcher claims it plainly.
+    assert scheduler.post("/control/run", {"agent": "broken"}).status_code == 202
+    assert scheduler.post("/control/run", {"agent": "fine"}).status_code == 202
+    wait_until(lambda: sorted(r.state for r in runs_of(project)) == ["done", "done"])

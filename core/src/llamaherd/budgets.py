@@ -137,7 +137,13 @@ def zone(project: Any) -> tzinfo:
     """The project's ``timezone`` (default UTC)."""
     from zoneinfo import ZoneInfo
 
-    return ZoneInfo(str(project.setting("timezone") or "UTC"))
+    name = str(project.setting("timezone") or "UTC")
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        raise ConfigError(
+            str(project.config_file), "timezone", f"unknown time zone {name!r}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -269,13 +275,17 @@ class RunBudget:
         store, engine = self.ctx.store, self.ctx.engine
         if store is None or engine is None:
             return None
-        period = Period.at(engine.clock(), zone(self.agent.project))
+        try:
+            budgets, tz = self.agent.budgets, zone(self.agent.project)
+        except ConfigError:  # `al validate` says why; the scheduler holds such an agent
+            return None
+        period = Period.at(engine.clock(), tz)
         before, after = self.ctx.record(
             lambda: store.record_spend(self.agent.name, period, cost, tokens)
         )
         for scope, name, threshold, limit, used in crossings(self.agent, before, after):
             self._crossed(scope, name, threshold, limit, used)
-        per_run = self.agent.budgets.per_run
+        per_run = budgets.per_run
         run_tokens = int(meta.get("input_tokens", 0)) + int(meta.get("output_tokens", 0))
         reached = per_run.reached(float(meta.get("cost_usd", 0.0)), run_tokens) if per_run else None
         if reached:
@@ -340,9 +350,13 @@ class BudgetCheck:
     description = "Holds an agent past its daily or monthly budget (or the project's)."
 
     def hold(self, agent: Any, store: Any, now: float) -> str | None:
-        if not agent.budgets.scoped():
+        try:
+            if not agent.budgets.scoped():
+                return None
+            tz = zone(agent.project)
+        except ConfigError:  # a broken [budget]: `al validate` says why, nothing is held
             return None
-        period = Period.at(now, zone(agent.project))
+        period = Period.at(now, tz)
         found = over(agent, store.spend_totals(agent.name, period), period)
         if found is None:
             return None

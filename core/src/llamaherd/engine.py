@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.clock import clock, host_id
+from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
@@ -167,7 +168,8 @@ class Engine:
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         result.refused = self.gate(event.agent, event.kind)
-        ticket = None if agent.flow is None or result.refused else self._ticket(agent, event)
+        policy = None if result.refused else policy_of(agent)
+        ticket = None if policy is None else self._ticket(policy, event)
         if not self.store.write(
             self._queue, event, agent.queue_size, coalesce, once, result, ticket
         ):
@@ -177,13 +179,13 @@ class Engine:
         self.wakeup.set()
         return result
 
-    def _ticket(self, agent: Any, event: TriggerEvent) -> Any:
+    def _ticket(self, policy: Any, event: TriggerEvent) -> Any:
         """The trigger's keys and priority under the agent's ``[flow]`` (and, for a singleton
         ``interrupt``, the message its key's active run would be told)."""
         from llamaherd.flow import interrupt_message, ticket
 
-        found = ticket(agent.flow, event)
-        if agent.flow.singleton == "interrupt" and found.admit:
+        found = ticket(policy, event)
+        if policy.singleton == "interrupt" and found.admit:
             found.message = interrupt_message(self.registry, event, found)
         return found
 
@@ -341,7 +343,7 @@ class Engine:
             if claimed:
                 return claimed
         room = {name: max(0, scale) for name, scale in scales.items()}
-        flows = {name: a.flow for name, a in self.project.agents.items() if a.flow is not None}
+        flows = {name: p for name, a in self.project.agents.items() if (p := policy_of(a))}
         return self.store.claim(room, self.project.setting("scale"), self.host, flows=flows)
 
     def dispatch(self) -> None:

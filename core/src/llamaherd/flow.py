@@ -201,6 +201,15 @@ class Ticket:
         return self.keys.get(control, "")
 
 
+def policy_of(agent: Any) -> FlowPolicy | None:
+    """``agent.flow``, or None while its ``[flow]`` is broken (the scheduler holds such an agent
+    in ``error``; ``al validate`` says why): its triggers queue as without one."""
+    try:
+        return agent.flow
+    except ConfigError:
+        return None
+
+
 def parse_policy(file: str, table: Any) -> FlowPolicy | None:
     """``[flow]`` of an agent, or None when absent; ConfigError naming the key at fault."""
     if table is None:

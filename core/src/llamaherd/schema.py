@@ -812,8 +812,8 @@ class _Checker:
         if isinstance(config.get("timezone"), str) and "timezone" not in reported:
             try:
                 zone(self.project)
-            except (ValueError, KeyError, OSError):  # ZoneInfoNotFoundError is a KeyError
-                self.add(file, "timezone", f"unknown time zone {config['timezone']!r}")
+            except ConfigError as exc:
+                self.add(file, exc.key, exc.message)
         if "budget" in config and "budget" not in reported:
             try:
                 parse_budget(file, config["budget"])
