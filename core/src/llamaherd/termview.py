@@ -22,6 +22,7 @@ from rich.text import Text
 
 from llamaherd.logview import clean
 from llamaherd.status import FINAL, ago, until
+from llamaherd.tables import Column, table
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
@@ -96,58 +97,59 @@ def stat_view(stat: dict[str, Any]) -> RenderableType:
 
 def agents_table(stat: dict[str, Any]) -> Table:
     running = stat["scheduler"]["running"]
-    table = Table(box=None, header_style="bold")
-    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
-        table.add_column(column)
+    rows = []
     for row in stat["agents"]:
         last = "-"
         if row["last_result"]:
             last = f"{styled(row['last_result'])} {ago(row['last_finished_at'])}"
         waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
-        table.add_row(
-            escape(row["agent"]),
-            styled(row["state"]),
-            f"{row['active']}/{row['scale']}{waiting}",
-            str(row["queued"]),
-            last,
-            until(row["next_fire"]) if running else "-",
-            escape(", ".join(row["hosts"]) or "-"),
+        rows.append(
+            (
+                escape(row["agent"]),
+                styled(row["state"]),
+                f"{row['active']}/{row['scale']}{waiting}",
+                str(row["queued"]),
+                last,
+                until(row["next_fire"]) if running else "-",
+                escape(", ".join(row["hosts"]) or "-"),
+            )
         )
-    return table
+    return table(["AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"], rows)
 
 
 def active_table(runs: list[dict[str, Any]], now: float) -> Table:
-    table = Table(box=None, header_style="bold", title_justify="left")
-    for column in ("RUN", "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"):
-        table.add_column(column)
-    for run in runs:
-        table.add_row(
-            run["id"],
-            escape(run["agent"]),
-            styled(run["state"]),
-            _duration(run["started_at"], now),
-            escape(run["trigger_kind"]),
-            Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
-        )
-    return table
+    return table(
+        [Column("RUN", keep=True), "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"],
+        (
+            (
+                run["id"],
+                escape(run["agent"]),
+                styled(run["state"]),
+                _duration(run["started_at"], now),
+                escape(run["trigger_kind"]),
+                Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
+            )
+            for run in runs
+        ),
+    )
 
 
 def recent_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("RUN", "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"):
-        table.add_column(column)
-    for run in runs:
-        code = run["exit_code"]
-        table.add_row(
-            run["id"],
-            escape(run["agent"]),
-            styled(run["state"]),
-            "-" if code is None else str(code),
-            ago(run["finished_at"]),
-            _duration(run["started_at"], run["finished_at"]),
-            Text(clean(run["reason"] or "")),
-        )
-    return table
+    return table(
+        [Column("RUN", keep=True), "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"],
+        (
+            (
+                run["id"],
+                escape(run["agent"]),
+                styled(run["state"]),
+                "-" if run["exit_code"] is None else str(run["exit_code"]),
+                ago(run["finished_at"]),
+                _duration(run["started_at"], run["finished_at"]),
+                Text(clean(run["reason"] or "")),
+            )
+            for run in runs
+        ),
+    )
 
 
 def redraw_after(took: float) -> float:

@@ -28,22 +28,17 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table("name", "distribution", "version", box=None, pad_edge=False)
-    table.add_column("registers", overflow="fold")  # never cut a name off with "…"
-    for row in rows:
-        table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
-    console = Console(soft_wrap=True)
-    if console.is_terminal:
-        console.print(table)
-        return
-    # Piped: one line per plugin whatever its length (for grep), without trailing padding.
-    wide = Console(soft_wrap=True, width=100_000)
-    with wide.capture() as captured:
-        wide.print(table)
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+    from llamaherd.tables import Column, print_table
+
+    print_table(
+        [Column("NAME", keep=True), "DISTRIBUTION", "VERSION", "REGISTERS"],
+        (
+            (row["name"], row["distribution"] or "", row["version"] or "", escape(_registers(row)))
+            for row in rows
+        ),
+    )
 
 
 def _registers(row: dict[str, Any]) -> str:

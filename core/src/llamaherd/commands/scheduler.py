@@ -607,7 +607,9 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(stat_view(stat()))
+            from llamaherd.tables import show
+
+            show(stat_view(stat()))
             return
         _watch(reader, agent)
 
@@ -617,11 +619,14 @@ def _watch(reader: Any, agent: str | None) -> None:
     else printed anew every second) until Ctrl-C."""
     from contextlib import nullcontext
 
+    from rich.console import Console
     from rich.live import Live
 
     from llamaherd.termview import redraw_after, render, snapshot
 
-    console = _console()
+    # Wrapped at spaces (not soft_wrap): a live display crops what is wider than the terminal,
+    # which cut the scheduler line mid-URL.
+    console = Console(highlight=False)
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     try:
         with live or nullcontext():
