@@ -57,31 +57,68 @@ def _registers(row: dict[str, Any]) -> str:
 
 @click.command("validate")
 @click.argument("agents", nargs=-1)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the findings as JSON (file, key, message, severity).",
+)
 @pass_app
-def validate_command(app: AppContext, agents: tuple[str, ...]) -> None:
+def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) -> None:
     """Check the project and agent configs; exit 2 on any error.
 
     With AGENT names, check only those agents (and the project config).
     """
-    from llamaherd.schema import validate_project
+    from llamaherd.schema import Problem, validate_project
 
-    project = _load(app)
+    try:
+        project = _load(app)
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        problems = [Problem(exc.file, exc.key, exc.message)]
+        _print_findings(problems, [])
+        raise SystemExit(2) from None
     problems = validate_project(project, app.registry, agents or None)
     broken = {p.agent for p in problems if p.agent}  # includes agents that failed to parse
     for name in agents:
         if name not in broken:
             project.agent(name)  # an unknown name is one clear error
-    for problem in problems:
-        if problem.agent is None:
-            click.echo(str(problem))
-    for name in agents or sorted(set(project.agents) | broken):
-        own = [p for p in problems if p.agent == name]
-        for problem in own:
-            click.echo(str(problem))
-        if not any(p.is_error for p in own):
-            click.echo(f"ok  agents/{name}")
+    names = list(agents) or sorted(set(project.agents) | broken)
+    if as_json:
+        _print_findings(problems, names)
+    else:
+        for problem in problems:
+            if problem.agent is None:
+                click.echo(str(problem))
+        for name in names:
+            own = [p for p in problems if p.agent == name]
+            for problem in own:
+                click.echo(str(problem))
+            if not any(p.is_error for p in own):
+                click.echo(f"ok  agents/{name}")
     if any(p.is_error for p in problems):
         raise SystemExit(2)
+
+
+def _print_findings(problems: list[Any], agents: list[str]) -> None:
+    """``al validate --json``: whether it passed, each finding, and each agent's verdict."""
+    failed = {p.agent for p in problems if p.is_error}
+    found = {
+        "ok": not any(p.is_error for p in problems),
+        "findings": [
+            {
+                "file": p.file,
+                "key": p.key,
+                "message": p.message,
+                "severity": p.severity,
+                "agent": p.agent,
+            }
+            for p in problems
+        ],
+        "agents": [{"agent": name, "ok": name not in failed} for name in agents],
+    }
+    click.echo(json.dumps(found, indent=2))
 
 
 def _load(app: AppContext) -> Any:
