@@ -38,7 +38,14 @@ from llamaherd.reload import (
 from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType, fragment
+from llamaherd.types import (
+    CommandFailed,
+    EmitResult,
+    LlamaherdError,
+    TriggerEvent,
+    TriggerType,
+    fragment,
+)
 
 log = logging.getLogger("llamaherd.scheduler")
 
@@ -78,7 +85,7 @@ class SchedulerLock:
         except BlockingIOError:
             os.close(self.fd)
             info = scheduler_info(state_dir) or {}
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"another scheduler is already running for this project "
                 f"(pid {info.get('pid', '?')}, {info.get('url', '?')}); stop it with `al stop`"
             ) from None

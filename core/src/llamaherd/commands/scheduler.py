@@ -18,7 +18,7 @@ import click
 
 from llamaherd.cli import AppContext, pass_app
 from llamaherd.statedir import open_private, private_dir
-from llamaherd.types import CommandFailed, LlamaherdError
+from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
 DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
@@ -435,7 +435,7 @@ def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any],
     finally:
         engine.close()
     if result.refused:
-        raise LlamaherdError(result.refused)
+        raise Conflict(result.refused)
     return result.queued
 
 
@@ -495,7 +495,7 @@ def run_foreground(
             raise LlamaherdError("\n".join(str(p) for p in errors))
         result = queue(engine)
         if result.refused:
-            raise LlamaherdError(result.refused)
+            raise Conflict(result.refused)
         engine.serve("127.0.0.1", 0)
         reader = StoreReader(engine.store, project, engine.registry)
 

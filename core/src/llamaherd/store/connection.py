@@ -48,7 +48,10 @@ DATABASE_ERRORS = (pw.PeeweeException, sqlite3.Error, OSError)
 
 
 class StoreError(LlamaherdError):
-    """The database cannot be used (corrupt, read-only, disk full, locked by another writer)."""
+    """The database cannot be used (corrupt, read-only, disk full, locked by another writer):
+    the operation failed, ``al`` exits 1."""
+
+    exit_code = 1
 
 
 P = ParamSpec("P")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
 from llamaherd_deploy import environments
 
 # --------------------------------------------------------------------------- al env
@@ -178,7 +178,7 @@ def env_check(name: str) -> None:
             click.echo(f"  deployed: nothing yet; `al push {name}` deploys the project")
     failed = [line for ok, line in checks if not ok]
     if failed:
-        raise LlamaherdError(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
+        raise CommandFailed(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
 
 
 # --------------------------------------------------------------------------- al push
