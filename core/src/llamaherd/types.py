@@ -309,10 +309,10 @@ class TriggerType(Protocol):
     events; default ``name``), ``while_hibernating`` (its events still start runs of a
     hibernating agent; default False, so a hibernating agent refuses them and drops those
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
-    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``,
-    ``bind(registry)``, ``reconfigure(ctx)`` (a live reload changed the config of its agents:
-    ``ctx.agents`` is the new set; without it the scheduler calls ``stop()`` then
-    ``start(ctx)`` again)."""
+    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
+    ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
     description: str
@@ -714,7 +714,6 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "validate": METHOD,  # (agent) -> list[ConfigError]
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
-        "describe": METHOD,  # (agent) -> str | None: one line for `al stat` and the dashboard
         # (registry) -> None: called once the registry holding it is complete, for a type built
         # on other plugins' objects (the webhooks trigger on every installed webhook source).
         "bind": METHOD,

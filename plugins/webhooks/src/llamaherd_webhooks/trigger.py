@@ -177,19 +177,6 @@ class WebhooksTrigger:
         lines.append("payload:\n" + json.dumps(raw, indent=2, sort_keys=True, default=str))
         return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>"
 
-    def describe(self, agent: Agent) -> str | None:
-        """``webhooks: github (issues.opened), sentry``, for ``al stat``."""
-        entries = agent.config.get("webhooks") or []
-        if not entries:
-            return None
-        parts = []
-        for entry in entries:
-            events = entry.get("events")
-            events = [events] if isinstance(events, str) else events or []
-            suffix = f" ({', '.join(map(str, events))})" if events else ""
-            parts.append(f"{entry.get('source', '?')}{suffix}")
-        return "webhooks: " + ", ".join(parts)
-
     def stop(self) -> None:
         """Nothing to stop."""
 
