@@ -27,9 +27,11 @@ from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
 from llamaherd.local import scheduler_info
+from llamaherd.plugins import get_manager, installed_plugins
 from llamaherd.processes import pid_alive
 from llamaherd.reload import (
     ConfigWatcher,
+    Inputs,
     apply_overrides,
     candidate,
     changed_agents,
@@ -54,6 +56,7 @@ HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is pres
 PRUNE_EVERY = 3600.0
 STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
 INVALID_CONFIG = "invalid config:"  # the cause of an agent held for its config at start
+PLUGINS_CHANGED = "plugins"  # the start of the problem a plugin installed after the start is
 
 
 def host_stale_after() -> float:
@@ -176,8 +179,18 @@ class Scheduler(Engine):
         # why the files on disk are not what it runs (a live reload refused them).
         self.config_digest = config_digest(project.root)
         self.config_errors: list[str] = []
+        self.kept: set[str] = set()  # agents whose last good version runs (their files refused)
+        self.refused_all = False  # the whole change on disk was refused
         self.reloaded_at: float | None = None
         self._seen_digest = self.config_digest  # the files the last reload judged
+        # What else a config's validity depends on (``reload.Inputs``): a refused config (or
+        # an agent held for its config) is judged again when any of it changes.
+        self.inputs = Inputs(project.root)
+        self.held: set[str] = set()  # agents held at start for their config
+        # Problems of this process (a trigger that failed to start, a plugin that did not load
+        # or was installed after the start): in `al stat`, `al doctor` and the dashboard.
+        self.problems: list[str] = []
+        self.plugins = installed_plugins()
         self._reloading = threading.Lock()
         self.triggers: list[tuple[Any, TriggerHost]] = []
         self.watch = HostWatch(stale_after)
@@ -233,6 +246,9 @@ class Scheduler(Engine):
         for name, problem in broken.items():
             if self.store.agent_state(name) != "error":
                 self.store.set_agent_state(name, "error", f"{INVALID_CONFIG} {problem}")
+        self.held = set(broken)
+        for name, error in get_manager().failed.items():
+            self._problem(f"plugin {name} failed to load: {error}")
 
     def _log_webhook_urls(self) -> None:
         """Where each webhook source receives, under ``[gateway] url`` when set (the address
@@ -284,15 +300,26 @@ class Scheduler(Engine):
         os.replace(tmp, path)
 
     def identity(self) -> dict[str, Any]:
-        """Since when it runs, its version, the config it loaded and why it refused the one on
-        disk: in ``scheduler.json`` and its heartbeat, for ``al stat`` and the control API."""
+        """Since when it runs, its version, the config it loaded, why it refused the one on
+        disk, what failed in it and the plugins it loaded: in ``scheduler.json`` and its
+        heartbeat, for ``al stat``, ``al run``, ``al validate`` and the control API."""
         return {
             "started_at": self.started_at,
             "version": __version__,
             "config_digest": self.config_digest,
             "config_errors": list(self.config_errors),
+            "kept": sorted(self.kept),
+            "refused_all": self.refused_all,
             "reloaded_at": self.reloaded_at,
+            "problems": list(self.problems),
+            "plugins": sorted(self.plugins),
         }
+
+    def _problem(self, message: str) -> None:
+        """Log ``message`` as an error and keep it for ``al stat`` (once)."""
+        log.error("%s", message)
+        if message not in self.problems:
+            self.problems.append(message)
 
     def _start_triggers(self) -> None:
         for trigger in self.registry.trigger_types.values():
@@ -300,7 +327,7 @@ class Scheduler(Engine):
             try:
                 trigger.start(host)
             except Exception as exc:
-                log.error("trigger type %s failed to start: %s", trigger.name, exc)
+                self._problem(f"trigger type {trigger.name} failed to start: {exc}")
                 continue
             self.triggers.append((trigger, host))
 
@@ -310,21 +337,51 @@ class Scheduler(Engine):
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
         not is refused (logged, and in ``al stat``) and its last good version keeps running."""
         with self._reloading:
+            if self.stopping.is_set():
+                return
+            changed_inputs = self.inputs.changed()
+            if changed_inputs and "plugins" in changed_inputs:
+                self._check_plugins()
             digest = config_digest(self.project.root)
-            if digest == self._seen_digest or self.stopping.is_set():
+            # Files refused (or agents held) are judged again when what they lacked may have
+            # appeared: a credential, a plugin, or a `touch` of a file.
+            waiting = bool(self.config_errors or self.held)
+            if digest == self._seen_digest and not (waiting and changed_inputs):
                 return
             self._seen_digest = digest
             found = candidate(self.project, self.registry, self.gateway_overrides)
+            restart = self._restart_hint()
             for problem in found.refused:
-                log.error("config change refused: %s", problem)
+                log.error("config change refused: %s%s", problem, restart)
             if found.project is None:
                 log.error("the running config stays as it was (fix the above, then save again)")
             else:
                 self._apply(found.project, found.kept)
-            self.config_errors = found.refused
+            self.config_errors = [problem + restart for problem in found.refused]
+            self.kept = set(found.kept) if found.project is not None else set(self.kept)
+            self.refused_all = found.project is None
             if not found.refused:
                 self.config_digest = digest
             self._write_info()
+
+    def _check_plugins(self) -> None:
+        """Plugins installed or removed since the start need a restart: said in the log, in
+        ``al stat`` and in the refusal of a config that uses them."""
+        now = installed_plugins()
+        self.problems = [p for p in self.problems if not p.startswith(PLUGINS_CHANGED)]
+        for verb, names in (("installed", now - self.plugins), ("removed", self.plugins - now)):
+            if names:
+                self._problem(
+                    f"{PLUGINS_CHANGED} {verb} after start ({', '.join(sorted(names))}): "
+                    f"restart the scheduler (`al stop && al start`)"
+                )
+        self._write_info()
+
+    def _restart_hint(self) -> str:
+        """What a refusal adds when plugins changed since the start (an `unknown key` may be
+        a new plugin's)."""
+        changed = [p for p in self.problems if p.startswith(PLUGINS_CHANGED)]
+        return f" ({'; '.join(changed)})" if changed else ""
 
     def _apply(self, project: Any, kept: set[str]) -> None:
         old = self.project
@@ -337,7 +394,7 @@ class Scheduler(Engine):
         for (trigger, host), configs in zip(self.triggers, before, strict=True):
             if host.configs() != configs:
                 self._reconfigure(trigger, host)
-        self._release_fixed(changed)
+        self._release_fixed([name for name in project.agents if name not in kept])
         log.info(
             "config reloaded: %s",
             "; ".join(
@@ -371,9 +428,10 @@ class Scheduler(Engine):
         except Exception as exc:  # a plugin's failure must not stop the scheduler
             log.error("trigger type %s failed to take the new config: %s", trigger.name, exc)
 
-    def _release_fixed(self, changed: list[str]) -> None:
-        """Agents held at start for an invalid config that a reload fixed go back to idle."""
-        for name in changed:
+    def _release_fixed(self, valid: list[str]) -> None:
+        """Agents held at start for an invalid config that is now ``valid`` go back to idle."""
+        for name in valid:
+            self.held.discard(name)
             if self.store.agent_state(name) != "error":
                 continue
             events = self.store.agent_events(name, limit=20)
@@ -404,6 +462,7 @@ class Scheduler(Engine):
         self._leave()
         self.close()
         self.lock.release()
+        log.info("scheduler %s stopped", self.host)
 
     def _leave(self) -> None:
         """Drop our heartbeat row on a clean stop: the other hosts need not wait for it to go

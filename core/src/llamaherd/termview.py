@@ -70,7 +70,8 @@ def snapshot(reader: Any, agent: str | None = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------- drawing
 def scheduler_line(scheduler: dict[str, Any]) -> str:
     """One line (rich markup) on the scheduler: up since when, version, config current (else
-    the problems that refused the config on disk, one line each)."""
+    the problems that refused the config on disk, one line each), then what failed in it (a
+    trigger that did not start, a plugin installed after the start), one line each."""
     if not scheduler["running"]:
         return (
             "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
@@ -86,6 +87,9 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
         line += "; [yellow]config changed on disk since it loaded it[/]"
     elif scheduler["config_current"]:
         line += "; config current"
+    problems = scheduler.get("problems") or []
+    if problems:
+        line += f"; [red]{len(problems)} problem(s)[/]:" + "".join(f"\n  {escape(p)}" for p in problems)
     return line
 
 
