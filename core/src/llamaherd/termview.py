@@ -89,7 +89,9 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
         line += "; config current"
     problems = scheduler.get("problems") or []
     if problems:
-        line += f"; [red]{len(problems)} problem(s)[/]:" + "".join(f"\n  {escape(p)}" for p in problems)
+        line += f"; [red]{len(problems)} problem(s)[/]:" + "".join(
+            f"\n  {escape(p)}" for p in problems
+        )
     return line
 
 

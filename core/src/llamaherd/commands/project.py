@@ -80,6 +80,7 @@ def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) ->
         _print_findings(problems, [])
         raise SystemExit(2) from None
     problems = validate_project(project, app.registry, agents or None)
+    problems += _running_scheduler(project)
     broken = {p.agent for p in problems if p.agent}  # includes agents that failed to parse
     for name in agents:
         if name not in broken:
@@ -99,6 +100,30 @@ def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) ->
                 click.echo(f"ok  agents/{name}")
     if any(p.is_error for p in problems):
         raise SystemExit(2)
+
+
+def _running_scheduler(project: Any) -> list[Any]:
+    """Warnings about the scheduler running this project here: plugins installed since it
+    started (it knows none of their keys: restart it), and its refusal of the files on disk."""
+    from llamaherd.local import scheduler_info
+    from llamaherd.plugins import installed_plugins
+    from llamaherd.schema import Problem
+
+    info = scheduler_info(project.state_dir)
+    if not info or "plugins" not in info:
+        return []
+    subject = f"scheduler pid {info.get('pid', '?')}"
+    found = []
+    new = sorted(installed_plugins() - set(info["plugins"]))
+    if new:
+        message = (
+            f"plugin(s) {', '.join(new)} installed after it started: restart it "
+            "(`al stop && al start`) to use them"
+        )
+        found.append(Problem(subject, "", message, "warning"))
+    for refusal in info.get("config_errors") or []:
+        found.append(Problem(subject, "", f"refused the config on disk: {refusal}", "warning"))
+    return found
 
 
 def _print_findings(problems: list[Any], agents: list[str]) -> None:
