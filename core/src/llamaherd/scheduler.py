@@ -497,9 +497,20 @@ class Scheduler(Engine):
         self.reconcile(running, startup=False, dead=dead)
         self._forget(dead)
         self._stop_lost_runs({run.id for run in running})
-        if now - self._last_prune > PRUNE_EVERY:
-            self._last_prune = now
-            self.store.prune(float(self.project.setting("historyRetentionDays")))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Every hour of the engine's clock (a fake one in tests), delete what is older than
+        ``historyRetentionDays``: finished runs and their events, old agent events and
+        ticks, plugins' rows (the webhooks' deliveries and dead letters)."""
+        now = self.clock()
+        if now - self._last_prune < PRUNE_EVERY:
+            return
+        self._last_prune = now
+        days = float(self.project.setting("historyRetentionDays"))
+        removed = self.store.prune(days)
+        if removed:
+            log.info("pruned %d row(s) older than %g days (historyRetentionDays)", removed, days)
 
     def recover(self) -> None:
         """Reconcile runs a crash left behind, then remove sandboxes no live run owns."""

@@ -197,6 +197,28 @@ def scheduler_status(
     }
 
 
+def database_status(project: Any, store: Any) -> dict[str, Any]:
+    """The database ``al stat`` names: where, its size in bytes, and how many days of
+    history the scheduler keeps (``historyRetentionDays``: older runs are pruned hourly)."""
+    return {
+        "where": store.url_display,
+        "bytes": store.size(),
+        "retention_days": project.setting("historyRetentionDays"),
+    }
+
+
+def size_text(size: int | None) -> str:
+    """``1.4 MiB``."""
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
 def serving_status(engine: Any) -> dict[str, Any]:
     """``scheduler_status`` of the process serving ``engine`` (a foreground ``al run`` is
     none), with ``paused`` (the whole scheduler) and ``hosts``: every scheduler heartbeating

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamaherd.logview import clean
-from llamaherd.status import FINAL, ago, until
+from llamaherd.status import FINAL, ago, size_text, until
 from llamaherd.tables import Column, table
 
 RECENT = 8  # finished runs the view lists
@@ -98,7 +98,18 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
     scheduler will fire them."""
-    return Group(scheduler_line(stat["scheduler"]), agents_table(stat))
+    return Group(scheduler_line(stat["scheduler"]), *database_line(stat), agents_table(stat))
+
+
+def database_line(stat: dict[str, Any]) -> list[str]:
+    """The database, its size and how long history is kept (none from an older scheduler)."""
+    found = stat.get("database")
+    if not found:
+        return []
+    kept = found["retention_days"]
+    return [
+        f"database {escape(found['where'])}: {size_text(found['bytes'])} (runs kept {kept:g} days)"
+    ]
 
 
 def agents_table(stat: dict[str, Any]) -> Table:

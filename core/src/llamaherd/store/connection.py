@@ -362,6 +362,24 @@ class Connection:
         return self._clock()
 
     @guarded
+    def size(self) -> int | None:
+        """Bytes the database takes (``al stat``): SQLite's file with its write-ahead log; on
+        PostgreSQL the tables and indexes of its schema. None when it cannot tell."""
+        if self._pg:
+            row = self._db.execute_sql(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ).fetchone()
+            return int(row[0])
+        try:
+            return sum(
+                os.path.getsize(p) for p in (self._where, self._where + "-wal") if os.path.exists(p)
+            )
+        except OSError:
+            return None
+
+    @guarded
     def close(self) -> None:
         """Stop the writer thread (after its pending writes) and close this thread's connection
         (other threads' close when they end)."""
