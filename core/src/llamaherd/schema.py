@@ -301,7 +301,10 @@ PROJECT_KEYS: dict[str, Any] = {
         "Default `wait_for_trigger` timeout in seconds.", DEFAULTS["defaultWaitTimeout"]
     ),
     "historyRetentionDays": _int(
-        "Days finished runs are kept.", default=DEFAULTS["historyRetentionDays"]
+        "Days finished runs (with their events), agent events, finished calls and plugins' "
+        "rows such as webhook deliveries and dead letters are kept; the scheduler deletes "
+        "older ones every hour.",
+        default=DEFAULTS["historyRetentionDays"],
     ),
     "database": {
         "type": "string",
