@@ -141,6 +141,11 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
         return db, str(path), timeout
     from playhouse import db_url  # late: it loads the PostgreSQL driver, which SQLite never needs
 
+    if parts.scheme.startswith("postgres") and not _postgres_driver():
+        raise StoreError(
+            f"database {display_url(url)}: the PostgreSQL driver (psycopg2) is not installed; "
+            "install it with: pip install 'llamaherd[postgres]'"
+        )
     try:
         db = db_url.connect(
             parts._replace(query=urlencode(query)).geturl(),
@@ -154,6 +159,15 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
             f"database {display_url(url)}: only sqlite:// and postgresql:// are supported"
         )
     return db, display_url(url), timeout
+
+
+def _postgres_driver() -> bool:
+    """Whether psycopg2, peewee's PostgreSQL driver, can be imported."""
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _create_private(path: Path) -> None:
