@@ -128,8 +128,14 @@ def make_event(agent: str, source: str, kind: str, fields: dict[str, Any]) -> Tr
         kind="webhook",
         payload={"source": source, "source_type": kind, **fields},
         source=source,
-        dedupe_key=f"{source}:{fields.get('delivery')}:{agent}",
+        dedupe_key=dedupe_key(source, fields.get("delivery"), agent),
     )
+
+
+def dedupe_key(source: str, delivery: Any, agent: str) -> str:
+    """The work item key of ``agent``'s event for one delivery: a redelivery queues nothing
+    new, and the dashboard finds the runs a delivery started by it."""
+    return f"{source}:{delivery}:{agent}"
 
 
 def _scalar(value: Any) -> str:
