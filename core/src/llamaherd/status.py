@@ -200,8 +200,13 @@ def scheduler_status(
 def database_status(project: Any, store: Any) -> dict[str, Any]:
     """The database ``al stat`` names: where, its size in bytes, and how many days of
     history the scheduler keeps (``historyRetentionDays``: older runs are pruned hourly)."""
+    where = store.url_display
+    try:  # a SQLite file of the project: as the config names it (.al/work-queue.db)
+        where = str(Path(where).relative_to(project.root))
+    except ValueError:
+        pass
     return {
-        "where": store.url_display,
+        "where": where,
         "bytes": store.size(),
         "retention_days": project.setting("historyRetentionDays"),
     }
