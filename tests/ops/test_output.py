@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import re
+import select
 import subprocess
 import sys
 
@@ -106,3 +107,28 @@ def test_state_json(project):
     assert (change["previous"], change["state"], change["killed"]) == ("idle", "off", [])
     now = json.loads(project.al("state", "sleepy", "--json", check=True).stdout)
     assert now["state"] == "off" and now["cause"] == "set with `al state`"
+
+
+def test_stat_watch_in_a_narrow_terminal_wraps_its_header_without_cutting_the_url(
+    project, scheduler
+):
+    project.add_scripted_agent("quick")
+    running = scheduler(project)
+    controller, terminal = pty.openpty()
+    command = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "stat", "--watch"]
+    env = {**os.environ, **project.env, "COLUMNS": "60", "TERM": "xterm"}
+    proc = subprocess.Popen(command, stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    out = b""
+    try:
+        while b"Queue depth" not in out:
+            ready, _, _ = select.select([controller], [], [], 30)
+            assert ready, f"no view within 30 s: {out!r}"
+            out += os.read(controller, 65536)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        os.close(controller)
+    lines = ANSI.sub("", out.decode()).splitlines()
+    assert any(running.url in line for line in lines), lines  # whole, on one line
+    assert all(len(line.rstrip()) <= 60 for line in lines)
