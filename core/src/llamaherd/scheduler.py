@@ -56,7 +56,7 @@ HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is pres
 PRUNE_EVERY = 3600.0
 STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
 INVALID_CONFIG = "invalid config:"  # the cause of an agent held for its config at start
-PLUGINS_CHANGED = "plugins"  # the start of the problem a plugin installed after the start is
+PLUGINS_CHANGED = "plugins"  # how the problem of plugins installed/removed since the start begins
 
 
 def host_stale_after() -> float:
@@ -340,7 +340,7 @@ class Scheduler(Engine):
             if self.stopping.is_set():
                 return
             changed_inputs = self.inputs.changed()
-            if changed_inputs and "plugins" in changed_inputs:
+            if "plugins" in changed_inputs:
                 self._check_plugins()
             digest = config_digest(self.project.root)
             # Files refused (or agents held) are judged again when what they lacked may have
@@ -351,14 +351,17 @@ class Scheduler(Engine):
             self._seen_digest = digest
             found = candidate(self.project, self.registry, self.gateway_overrides)
             restart = self._restart_hint()
-            for problem in found.refused:
-                log.error("config change refused: %s%s", problem, restart)
+            refused = [problem + restart for problem in found.refused]
+            if refused != self.config_errors:  # a re-check that found the same says nothing new
+                for problem in refused:
+                    log.error("config change refused: %s", problem)
             if found.project is None:
-                log.error("the running config stays as it was (fix the above, then save again)")
+                if refused != self.config_errors:
+                    log.error("the running config stays as it was (fix the above, then save)")
             else:
                 self._apply(found.project, found.kept)
-            self.config_errors = [problem + restart for problem in found.refused]
-            self.kept = set(found.kept) if found.project is not None else set(self.kept)
+                self.kept = set(found.kept)
+            self.config_errors = refused
             self.refused_all = found.project is None
             if not found.refused:
                 self.config_digest = digest
@@ -368,13 +371,18 @@ class Scheduler(Engine):
         """Plugins installed or removed since the start need a restart: said in the log, in
         ``al stat`` and in the refusal of a config that uses them."""
         now = installed_plugins()
-        self.problems = [p for p in self.problems if not p.startswith(PLUGINS_CHANGED)]
-        for verb, names in (("installed", now - self.plugins), ("removed", self.plugins - now)):
-            if names:
-                self._problem(
-                    f"{PLUGINS_CHANGED} {verb} after start ({', '.join(sorted(names))}): "
-                    f"restart the scheduler (`al stop && al start`)"
-                )
+        before = [p for p in self.problems if p.startswith(PLUGINS_CHANGED)]
+        found = [
+            f"{PLUGINS_CHANGED} {verb} after start ({', '.join(sorted(names))}): "
+            "restart the scheduler (`al stop && al start`)"
+            for verb, names in (("installed", now - self.plugins), ("removed", self.plugins - now))
+            if names
+        ]
+        if found == before:
+            return
+        self.problems = [p for p in self.problems if p not in before]
+        for problem in found:
+            self._problem(problem)
         self._write_info()
 
     def _restart_hint(self) -> str:
