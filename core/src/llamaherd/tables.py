@@ -85,12 +85,6 @@ def _one_line(cell: Any) -> Text:
     return found
 
 
-def is_terminal(file: IO[str] | None = None) -> bool:
-    """Whether output goes to a terminal (else: a pipe or a file)."""
-    stream = file or sys.stdout
-    return Console(file=stream).is_terminal
-
-
 def show(renderable: RenderableType, *, file: IO[str] | None = None) -> None:
     """Print ``renderable`` (a ``table``, or a view holding some) to stdout: as drawn in a
     terminal; piped, one record per line, without colours or trailing spaces."""
