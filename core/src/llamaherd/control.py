@@ -81,7 +81,9 @@ async def stat(request: Request) -> Response:
     )
     scheduler = await run_in_threadpool(serving_status, engine)
     database = await run_in_threadpool(database_status, engine.project, engine.store)
-    return JSONResponse({"scheduler": scheduler, "agents": rows, "database": database})
+    return JSONResponse(
+        {"scheduler": scheduler, "agents": rows, "database": database, "now": engine.clock()}
+    )
 
 
 @require_token
@@ -156,7 +158,8 @@ async def runs(request: Request) -> Response:
     agent = request.query_params.get("agent") or None
     limit = _query_int(request, "limit", 50, 1, 10_000)
     rows = await run_in_threadpool(engine.store.runs, agent, None, limit)
-    return JSONResponse({"runs": [run_dict(r) for r in rows]})
+    not_run = await run_in_threadpool(engine.store.not_run, agent, limit)
+    return JSONResponse({"runs": [run_dict(r) for r in rows], "not_run": not_run})
 
 
 @require_token

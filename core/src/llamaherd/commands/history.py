@@ -38,12 +38,39 @@ def runs_command(
         if agent:
             reader.check_agent(agent)
         rows = reader.runs(agent, limit)
+        not_run = [] if as_json else reader.not_run(agent, limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     from llamaherd.tables import show
 
     show(_runs_table(rows))
+    if not_run:
+        show(_not_run_table(not_run))
+
+
+def _not_run_table(rows: list[dict[str, Any]]) -> Any:
+    """Triggers flow control did not run (skipped, dropped, superseded), with why."""
+    from rich.text import Text
+
+    from llamaherd.logview import clean
+    from llamaherd.status import ago
+    from llamaherd.tables import table
+
+    return table(
+        ["WHEN", "AGENT", "WHAT", "TRIGGER", "REASON"],
+        (
+            (
+                ago(row["at"]),
+                Text(row["agent"]),
+                Text(row["what"]),
+                Text(clean(str(row["trigger"] or "-"))),
+                Text(clean(row["reason"] or "")),
+            )
+            for row in rows
+        ),
+        title="not run (flow control)",
+    )
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:
@@ -269,24 +296,49 @@ def stats_command(
         data = reader.stats(agent, start)
         if calls:
             data = {"calls": data["calls"]}
-        elif recent:
-            data["recent"] = reader.runs(agent, recent)
+        else:
+            budgets = _budgets(reader, agent)
+            if budgets:
+                data["budgets"] = budgets
+            if recent:
+                data["recent"] = reader.runs(agent, recent)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
     _print_stats(data, since)
 
 
+def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
+    """Spend against each budget, per agent that has one (or falls under the project's)."""
+    stat = reader.stat()
+    return {
+        row["agent"]: {"held": row.get("held"), "budget": row["budget"], "now": stat.get("now")}
+        for row in stat["agents"]
+        if row.get("budget") and agent in (None, row["agent"])
+    }
+
+
 def _print_stats(data: dict[str, Any], since: str) -> None:
     from rich.console import Group
     from rich.markup import escape
 
+    from rich.text import Text
+
+    from llamaherd.status import budget_line
     from llamaherd.tables import Column, show, table
 
     parts: list[Any] = []
     if "agents" in data:
         parts += [f"[bold]runs since {escape(since)}[/]"]
         parts += [_agents_stats_table(data) if data["runs"] else "  none", ""]
+    if data.get("budgets"):
+        parts.append("[bold]budgets[/]")
+        for name, spend in data["budgets"].items():
+            for budget in spend["budget"]:
+                parts.append(Text(f"  {name}: {budget_line(budget, spend['now'])}"))
+            if spend["held"]:
+                parts.append(Text(f"  {name} waits: {spend['held']}", style="yellow"))
+        parts.append("")
     calls = table(
         ["CALLER", "", "TARGET", Column("CALLS", justify="right")],
         ((escape(c["caller"]), "→", escape(c["target"]), str(c["count"])) for c in data["calls"]),

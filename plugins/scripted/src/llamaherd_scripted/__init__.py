@@ -52,7 +52,14 @@ Without a script
 2. `return_value` with a short summary,
 3. a final text answer. Steps whose tool is not offered are skipped.
 
-Usage is reported as an estimate: 4 characters a token.
+Usage is reported as an estimate: 4 characters a token, unless a turn gives its own counts
+(for budgets and cost figures; a `[models.scripted] pricing` table puts a price on them):
+
+```toml
+[[turns]]
+usage = { input = 12000, output = 800 }   # and cached_input = N: input read from the cache
+tool_calls = [{ name = "bash", arguments = { command = "make test" } }]
+```
 """
 
 from __future__ import annotations
