@@ -321,7 +321,6 @@ def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
 def _print_stats(data: dict[str, Any], since: str) -> None:
     from rich.console import Group
     from rich.markup import escape
-
     from rich.text import Text
 
     from llamaherd.status import budget_line
