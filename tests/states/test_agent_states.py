@@ -429,10 +429,14 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
     store = project.store()
     try:
         assert sched.post("/control/run", {"agent": "builder"}).status_code == 202
-        failed = wait_until(lambda: [r for r in runs_of(store, "builder") if r.state == "error"])[0]
+
+        def held_in_error():  # the run ends first, then its failure sets the agent's state
+            runs = [r for r in runs_of(store, "builder") if r.state == "error"]
+            return runs if runs and store.agent_state("builder") == "error" else None
+
+        failed = wait_until(held_in_error)[0]
         assert "does not exist" in failed.reason
         assert [e["type"] for e in store.events(failed.id)].count("run_error") == 1
-        assert store.agent_state("builder") == "error"
         assert f"run {failed.id}" in events_of(store, "builder", "state")[-1]["data"]["cause"]
 
         assert post_webhook(sched.url, {"event": "build"}).json()["queued"] == ["builder"]
