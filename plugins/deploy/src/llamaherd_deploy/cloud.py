@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaherd import __version__
-from llamaherd.api import LlamaherdError
+from llamaherd.api import CommandFailed
 from llamaherd_deploy.helper import PROVISION_DONE, PROVISION_FAILED
 
 TIMEOUT = 30.0  # seconds per API request
@@ -40,7 +40,7 @@ DONE = PROVISION_DONE
 FAILED = PROVISION_FAILED
 
 
-class CloudError(LlamaherdError):
+class CloudError(CommandFailed):
     """A cloud API refused or failed a request: ``status`` (0 when there was no HTTP error: an
     action that failed, or no answer), the provider's error ``code`` when it gave one, and its
     message."""
@@ -284,7 +284,7 @@ class Owner:
         )
 
 
-class TimedOut(LlamaherdError):
+class TimedOut(CommandFailed):
     """``wait_until`` gave up."""
 
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, ConfigError, LlamaherdError, environment_option, pass_app
+from llamaherd.api import (
+    AppContext,
+    CommandFailed,
+    ConfigError,
+    LlamaherdError,
+    environment_option,
+    pass_app,
+)
 from llamaherd_deploy import environments
 
 # --------------------------------------------------------------------------- al env
@@ -132,47 +140,59 @@ def env_add(
     )
 
 
-def environment_rows() -> list[dict[str, Any]]:
-    """One row per environment file: what `al env list` shows (and prints as JSON)."""
-    rows = []
-    for name in environments.names():
-        row: dict[str, Any] = {"name": name, "file": str(environments.path_of(name))}
-        try:
-            data = environments.read(name)
-            if "server" not in data:
-                rows.append({**row, "type": "config"})
-                continue
-            env = environments.parse(name, data, row["file"])
-        except LlamaherdError as exc:
-            rows.append({**row, "type": "invalid", "error": str(exc)})
-            continue
-        rows.append({
-            **row, "type": "server", "host": env.host, "user": env.user, "port": env.port,
-            "path": env.base, "provider": env.extra.get("provider"),
-        })  # fmt: skip
-    return rows
-
-
-def describe_row(row: dict[str, Any]) -> str:
-    if row["type"] == "invalid":
-        return f"{row['name']}  (invalid: {row['error']})"
-    if row["type"] == "config":
-        return f"{row['name']}  (settings only, no server)"
-    port = f" port {row['port']}" if row["port"] != environments.DEFAULT_PORT else ""
-    return f"{row['name']}  {row['user']}@{row['host']}:{row['path']}{port}"
-
-
 @env_group.command("list")
-def env_list() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def env_list(as_json: bool) -> None:
     """List the environments (also `al env ls`)."""
-    rows = environment_rows()
+    rows = [environment_row(name) for name in environments.names()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
     if not rows:
         click.echo(
             "no environments; create one with `al env init NAME` or `al env add NAME --host HOST`"
         )
         return
-    for row in rows:
-        click.echo(describe_row(row))
+    from rich.markup import escape
+
+    from llamaherd.api import Column, print_table
+
+    def cells(row: dict[str, Any]) -> tuple[str, str, str]:
+        if row["error"]:
+            return row["name"], f"(invalid: {escape(row['error'])})", "-"
+        if row["type"] == "config":
+            return row["name"], "(settings only, no server)", "-"
+        return row["name"], row["server"], str(row["port"])
+
+    print_table(
+        [Column("NAME", keep=True), "SERVER", Column("PORT", justify="right")], map(cells, rows)
+    )
+
+
+def environment_row(name: str) -> dict[str, Any]:
+    """Environment ``name`` as ``al env list --json`` lists it: ``type`` server, config
+    (settings only) or invalid (``error`` says why)."""
+    row: dict[str, Any] = {"name": name, "file": str(environments.path_of(name)), "error": None}
+    try:
+        data = environments.read(name)
+        if "server" not in data:
+            return {**row, "type": "config"}
+        env = environments.parse(name, data, row["file"])
+    except LlamaherdError as exc:
+        return {**row, "type": "invalid", "error": str(exc)}
+    return {
+        **row,
+        "type": "server",
+        "server": env.where,
+        "host": env.host,
+        "user": env.user,
+        "port": env.port,
+        "path": env.base,
+        "key": env.key,
+        "ssh_options": list(env.ssh_options),
+        "python": env.python,
+        "provider": env.extra.get("provider"),
+    }
 
 
 @env_group.command("show")
@@ -278,7 +298,7 @@ def env_check(name: str) -> None:
             click.echo(f"  deployed: nothing yet; `al push {name}` deploys the project")
     failed = [line for ok, line in checks if not ok]
     if failed:
-        raise LlamaherdError(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
+        raise CommandFailed(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
 
 
 @env_group.command("logs")
@@ -303,7 +323,7 @@ def env_logs(app: AppContext, name: str | None, lines: int, follow: bool) -> Non
     with Connection(env) as conn:
         code = conn.stream("logs", {"base": env.base, "lines": lines, "follow": follow}, click.echo)
     if code != 0 and not follow:
-        raise LlamaherdError(f"{env.where}: reading the log failed (exit status {code})")
+        raise CommandFailed(f"{env.where}: reading the log failed (exit status {code})")
 
 
 @env_group.command("prov")

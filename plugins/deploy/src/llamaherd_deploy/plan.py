@@ -20,6 +20,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.api import (
     ENV_TOML,
+    CommandFailed,
     CredentialStore,
     LlamaherdError,
     Problem,
@@ -116,7 +117,7 @@ def server_env_toml(project: Any, env: Any) -> LocalFile | None:
 
 def _git_listing(root: Path) -> list[str]:
     if shutil.which("git") is None:
-        raise LlamaherdError(
+        raise CommandFailed(
             "al push needs git to read the project's .gitignore files (apt-get install git)"
         )
     inside = _git(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], check=False)
@@ -133,7 +134,7 @@ def _git_listing(root: Path) -> list[str]:
 def _git(command: list[str], check: bool = True) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run(command, capture_output=True, timeout=120)
     if check and result.returncode != 0:
-        raise LlamaherdError(
+        raise CommandFailed(
             f"{' '.join(command[:4])}: {result.stderr.decode(errors='replace').strip()}"
         )
     return result

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import CredentialStore, LlamaherdError
+from llamaherd.api import CommandFailed, CredentialStore, LlamaherdError
 from llamaherd_deploy import environments
 from llamaherd_deploy.cloud import Cloud, CloudError, Owner, Spec, TimedOut, wait_until
 from llamaherd_deploy.environments import PENDING, Environment
@@ -200,7 +200,7 @@ class Provision:
         owner = Owner(self.env.name, self.env.extra["provisionId"])
         left = remove_resources(self.cloud, self.made, owner, self.echo, self.save)
         if left:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"{self.cloud.label}: could not take back {', '.join(left)} after the failure "
                 f"above: `al env deprov {self.env.name}` deletes what is left"
             ) from cause
@@ -223,7 +223,7 @@ class Provision:
             server = wait_until(lambda: _ready(self.cloud.server(server_id)), deadline, poll,
                                 f"server {server_id} did not run")  # fmt: skip
         except TimedOut as exc:  # it may yet: kept, recorded
-            raise LlamaherdError(f"{exc}; {later}") from None
+            raise CommandFailed(f"{exc}; {later}") from None
         except BaseException as exc:  # its creation failed (or Ctrl-C): all taken back
             self.roll_back(exc)
             raise
@@ -235,7 +235,7 @@ class Provision:
         try:
             info = wait_until(waited.check, deadline, poll, f"{self.env.where} was not ready")
         except TimedOut as exc:
-            raise LlamaherdError(f"{exc} (last: {waited.last}); {later}") from None
+            raise CommandFailed(f"{exc} (last: {waited.last}); {later}") from None
         python = ".".join(map(str, info["python"]))
         self.echo(
             f"    ready: Python {python}, {info['free'] / 2**30:.1f} GiB free at {info['base']}"
@@ -262,7 +262,7 @@ class Readiness:
             return None
         state = info.get("provisioning")
         if state and state.startswith("failed"):
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"{self.env.where}: its first boot {state} (cloud-init; /var/log/cloud-init-output.log "
                 f"there says more); `al env deprov {self.env.name}` deletes it"
             )
@@ -342,7 +342,7 @@ def deprovision(env: Environment, echo: Callable[[str], None]) -> None:
     owner = Owner(env.name, env.extra.get("provisionId"))
     left = remove_resources(cloud, made, owner, echo, saved)
     if left:
-        raise LlamaherdError(
+        raise CommandFailed(
             f"{', '.join(left)} not deleted (above); the environment keeps them: fix the cause, "
             f"then `al env deprov {env.name}` again"
         )
