@@ -133,9 +133,13 @@ def test_init_list_show_set_as_the_peer_names_them(deploy_al, tmp_path):
     }
     (tmp_path / "envs" / "staging.toml").write_text('[models.scripted]\nscript = "s.toml"\n')
     listing = deploy_al("env", "list").stdout.splitlines()
-    assert listing[0].startswith("prod  (invalid: ") and "REPLACE_ME" in listing[0]
-    assert listing[1] == "staging  (settings only, no server)"
+    assert (
+        listing[1].startswith("prod") and "(invalid: " in listing[1] and "REPLACE_ME" in listing[1]
+    )
+    assert listing[2].split() == ["staging", "(settings", "only,", "no", "server)", "-"]
     assert deploy_al("env", "ls").stdout.splitlines() == listing  # our earlier name
+    listed = json.loads(deploy_al("env", "list", "--json").stdout)
+    assert [(e["name"], e["type"]) for e in listed] == [("prod", "invalid"), ("staging", "config")]
     shown = deploy_al("env", "show", "staging").stdout
     assert '  [models.scripted]\n  script = "s.toml"' in shown
     skeleton = deploy_al("env", "show", "prod")  # shown as it is, and what to fix said

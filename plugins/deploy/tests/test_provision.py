@@ -168,7 +168,9 @@ def test_prov_records_the_server_and_deprov_deletes_only_that(
     assert public in user_data and "touch /var/lib/llamaherd/provisioned" in user_data
 
     listed = al("env", "list")
-    assert listed.stdout.strip() == f"prod  {remote_user.name}@127.0.0.1:~/deploy port {sshd.port}"
+    assert listed.stdout.splitlines()[1].split() == [
+        "prod", f"{remote_user.name}@127.0.0.1:~/deploy", str(sshd.port)
+    ]  # fmt: skip
     again = al("env", "prov", "prod", "--provider", cloud.provider)
     assert again.returncode == 2 and "exists already" in again.stderr
 
@@ -200,7 +202,7 @@ def test_a_failed_firewall_leaves_nothing_half_made(cloud, al, sshd, remote_user
     before = others(cloud)
     result = al("env", "prov", "prod", "--provider", cloud.provider,
                 *server_options(sshd, remote_user, free_port()))  # fmt: skip
-    assert result.returncode == 2
+    assert result.returncode == 1  # the operation failed (nothing wrong with the command)
     assert result.stderr.strip() == expected
     assert "nothing is left on" in result.stdout
     assert others(cloud) == before  # the key it made was taken back; no server was asked for
@@ -217,7 +219,7 @@ def test_what_could_not_be_taken_back_is_left_to_deprov(cloud, al, tmp_path, rem
     cloud.fail("DELETE", r"/v1/firewalls/\d+", 503, {"error": {"code": "unavailable",
                "message": "try again", "details": {}}}, times=3)  # fmt: skip
     result = al("env", "prov", "prod", "--provider", "hetzner")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "placement_error" in result.stdout
     firewall_id = environment(tmp_path)["server"]["hetznerFirewallId"]
     assert result.stderr.strip() == (
@@ -227,7 +229,7 @@ def test_what_could_not_be_taken_back_is_left_to_deprov(cloud, al, tmp_path, rem
     env = environment(tmp_path)["server"]
     assert env["host"] == "PENDING" and "hetznerSshKeyId" not in env  # the key went
     check = al("env", "check", "prod")
-    assert check.returncode == 2 and "its server has no address yet" in check.stderr
+    assert check.returncode == 1 and "its server has no address yet" in check.stderr
     cleaned = al("env", "deprov", "prod")
     assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert f"deleted firewall {firewall_id}" in cleaned.stdout
@@ -241,7 +243,7 @@ def test_a_server_whose_creation_fails_is_taken_back_with_the_rest(
     use_key_of(remote_user, tmp_path)
     cloud.failing_actions.add("create_server")
     result = al("env", "prov", "prod", "--provider", "hetzner")
-    assert result.returncode == 2
+    assert result.returncode == 1
     server_id = next(r for r in cloud.made("DELETE", r"/v1/servers/\d+"))["path"].rsplit("/", 1)[1]
     assert result.stderr.strip() == (
         f"error: Hetzner Cloud: creating server {server_id}: the host failed to start the server "
@@ -256,7 +258,7 @@ def test_a_server_that_never_runs_is_recorded_then_deleted(cloud, al, tmp_path, 
     use_key_of(remote_user, tmp_path)
     cloud.boot_polls = 10**9
     result = al("env", "prov", "prod", "--provider", "hetzner", "--timeout", "0.5")
-    assert result.returncode == 2
+    assert result.returncode == 1
     server_id = environment(tmp_path)["server"]["hetznerServerId"]
     assert result.stderr.strip() == (
         f"error: server {server_id} did not run within the time allowed; `al env check prod` "
@@ -299,7 +301,7 @@ def test_deprov_deletes_nothing_that_is_not_its_own(cloud, al, sshd, remote_user
 def test_what_prov_needs_is_said_in_one_line(cloud, al, tmp_path):
     (tmp_path / "creds" / "hetzner_api_key" / "default" / "api_key").write_text("wrong\n")
     bad = al("env", "prov", "prod", "--provider", "hetzner")
-    assert bad.returncode == 2
+    assert bad.returncode == 1  # the API refused: an operation failure
     assert bad.stderr.strip() == (
         "error: Hetzner Cloud: GET /server_types: unable to authenticate (HTTP 401 unauthorized)"
     )
@@ -307,6 +309,7 @@ def test_what_prov_needs_is_said_in_one_line(cloud, al, tmp_path):
     assert not (tmp_path / "envs" / "prod.toml").exists()
     (tmp_path / "creds" / "hetzner_api_key" / "default" / "api_key").unlink()
     missing = al("env", "prov", "prod", "--provider", "vultr")
+    assert missing.returncode == 2  # a credential to add: the setup is wrong
     assert missing.stderr.strip() == (
         "error: no vultr_api_key credential: add the Vultr API token with "
         "`al creds add vultr_api_key`"
