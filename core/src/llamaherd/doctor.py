@@ -319,15 +319,16 @@ class ScaleCheck:
             for a in agents
             if _scale(a) is not None and _scale(a) > cap
         ]
-        total = sum(_scale(a) or 0 for a in agents)
-        if total > cap:
+        overflow = project.scale_overflow()
+        if overflow:
             findings.append(
                 Finding.warning(
                     "scale",
-                    f"agents' scales add up to {total}, above the project's scale {cap}: when "
-                    "all are busy, runs wait for a free slot",
+                    f"agents' scales add up to {overflow[0]}, above the project's scale {cap}: "
+                    "when all are busy, runs wait for a free slot",
                 )
             )
+        total = sum(_scale(a) or 0 for a in agents)
         return findings or [Finding.ok("scale", f"agents' scales add up to {total} (cap {cap})")]
 
 

@@ -753,6 +753,15 @@ class _Checker:
         # A key an installed plugin acts on ([telemetry] with llamaherd-otel) is not "not acted on".
         owned = set(self.registry.project_keys)
         self.notes(file, [n for n in compat.project_notes(config) if n[0] not in owned])
+        overflow = self.project.scale_overflow()
+        if overflow:
+            self.add(
+                file,
+                "scale",
+                f"agents' scales add up to {overflow[0]}, above the project's scale "
+                f"{overflow[1]}: agents will be throttled (at most {overflow[1]} runs at once)",
+                warning=True,
+            )
         try:
             self.notes(".env.toml", compat.env_toml_notes(self.project.env_toml))
         except ConfigError as exc:

@@ -39,6 +39,7 @@ STATE_STYLES = {
     "hibernate": "blue",
     "suspended": "yellow",
     "paused": "yellow",
+    "disabled": "dim",
     "done": "green",
     "timeout": "red",
     "killed": "red",
