@@ -31,6 +31,7 @@ from llamaherd.session import (
     CUT_SHORT,
     ENV_NAME,
     HUMAN,
+    MARK_STDOUT,
     ActiveRun,
     Deferred,
     Outcome,
@@ -446,7 +447,7 @@ class Runner:
             if live.cancel.is_set() or ctx.state_change == "off":  # off: at once
                 return
             result = ctx.sandbox.exec(
-                "/bin/sh -c " + shlex.quote(command),
+                "/bin/sh -c " + shlex.quote(MARK_STDOUT + command),
                 cwd=ctx.sandbox.workdir,
                 timeout=HOOK_TIMEOUT,
             )

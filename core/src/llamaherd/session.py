@@ -314,6 +314,12 @@ def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
 
 
+# The first line of every tool call and hook command: which pipe its output goes to, so the
+# `state` command can tell it is captured (`x=$(state off)`, a redirect) and only read the
+# state then. `$$` is the outer shell even inside `$(...)`.
+MARK_STDOUT = 'AL_CALL_STDOUT="$(readlink /proc/$$/fd/1 2>/dev/null)"; export AL_CALL_STDOUT\n'
+
+
 def wrap_command(command: str, cwd: str, nonce: str) -> str:
     """A bash script that runs ``command`` in ``cwd`` and reports the final cwd and setenv vars.
 
@@ -330,7 +336,7 @@ if [ "$(printf %s "${{2-}}" | wc -c)" -gt {MAX_ENV_VALUE} ]; then
 echo "setenv $1: one value may have at most {MAX_ENV_VALUE} bytes" >&2; return 1; fi
 export "$1=${{2-}}" && __AL_SETENV="$__AL_SETENV $1"; }}
 cd -- {shlex.quote(cwd)} 2>/dev/null
-{command}
+{MARK_STDOUT}{command}
 """
     return "exec bash -c " + shlex.quote(script)
 
