@@ -660,6 +660,18 @@ class _Checker:
 
         self.store = CredentialStore()
 
+    def shared_files(self) -> None:
+        """The project's ``shared/`` directory: files left out (warnings), too much (error)."""
+        from llamaherd.shared_dir import SHARED_DIR, shared_files
+
+        try:
+            _, skipped = shared_files(self.project.root)
+        except LlamaherdError as exc:
+            self.add(f"{SHARED_DIR}/", "", str(exc).removeprefix(f"{SHARED_DIR}/: "))
+            return
+        for note in skipped:
+            self.add(f"{SHARED_DIR}/", "", note, warning=True)
+
     def add(
         self, file: str, key: str, message: str, *, agent: str | None = None, warning: bool = False
     ) -> None:
@@ -753,6 +765,7 @@ class _Checker:
         # A key an installed plugin acts on ([telemetry] with llamaherd-otel) is not "not acted on".
         owned = set(self.registry.project_keys)
         self.notes(file, [n for n in compat.project_notes(config) if n[0] not in owned])
+        self.shared_files()
         overflow = self.project.scale_overflow()
         if overflow:
             self.add(
