@@ -25,7 +25,8 @@ Built-in tools:
 - bash: run a shell command in your sandbox. The working directory carries over between calls; \
 `setenv NAME VALUE` sets an environment variable for your later bash calls. Long output is \
 truncated.
-- read_file / write_file: read or write a file (paths relative to the working directory).
+- read(path, offset?, limit?) / write(path, content) / edit(path, edits=[{oldText, newText}]): read, create or change a file (paths relative to the working directory).
+- grep(pattern, path?, glob?, ...) / find(pattern, path?) / ls(path?): search file contents, find files by glob, list a directory.
 - respond(message) / say(message) / ask(question): talk to the human (see below).
 Credentials are available as environment variables and files (see <credential-context>); never \
 print their values."""

@@ -19,7 +19,6 @@ import base64
 import contextlib
 import json
 import logging
-import posixpath
 import re
 import secrets
 import shlex
@@ -29,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from llamaherd.file_tools import FILE_HANDLERS, FILE_TOOLS
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
@@ -246,6 +246,7 @@ class Outcome:
 
 # ------------------------------------------------------------------------------ built-in tools
 
+# Action Llama's default harness offers bash, read, write, edit, grep, find and ls.
 BUILTIN_TOOLS = [
     ToolSpec(
         "bash",
@@ -261,20 +262,7 @@ BUILTIN_TOOLS = [
             "required": ["command"],
         },
     ),
-    ToolSpec(
-        "read_file",
-        "Read a text file from the sandbox (relative paths are from the working directory).",
-        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    ),
-    ToolSpec(
-        "write_file",
-        "Write a text file in the sandbox, creating parent directories.",
-        {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    ),
+    *FILE_TOOLS,
 ]
 
 
@@ -799,23 +787,6 @@ class Session:
             output += f"\n[exit code {result.exit_code}]"
         return truncate(output) or "(no output)", result.exit_code
 
-    def read_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        data = self.ctx.sandbox.get_file(self._path(args["path"]))
-        return truncate(data.decode("utf-8", "replace")), 0
-
-    def write_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        path = self._path(args["path"])
-        data = str(args["content"]).encode()
-        parent = posixpath.dirname(path)
-        made = self.ctx.sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=30)
-        if made.exit_code != 0:
-            return f"cannot create {parent}: {made.output.strip()}", made.exit_code
-        self.ctx.sandbox.put_file(path, data)
-        return f"wrote {len(data)} bytes to {path}", 0
-
-    def _path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.cwd, str(path)))
-
     # -------------------------------------------------------------- turn tools
 
     def respond(self, args: dict[str, Any]) -> Any:
@@ -850,8 +821,10 @@ class Session:
 
 BUILTIN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], tuple[str, int]]] = {
     "bash": Session.bash,
-    "read_file": Session.read_file,
-    "write_file": Session.write_file,
+    **FILE_HANDLERS,
+    # Earlier names of read and write, still answered (not offered).
+    "read_file": FILE_HANDLERS["read"],
+    "write_file": FILE_HANDLERS["write"],
 }
 
 
