@@ -11,7 +11,6 @@ import os
 import pwd
 import subprocess
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest

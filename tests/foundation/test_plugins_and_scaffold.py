@@ -6,7 +6,6 @@ import tomllib
 
 from llamaherd import hookimpl
 from llamaherd.plugins import PluginManager, get_manager
-
 from llamaherd.session import BUILTIN_HANDLERS
 
 SESSION_TOOLS = set(BUILTIN_HANDLERS)  # built into the session loop
