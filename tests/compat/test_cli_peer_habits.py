@@ -1,0 +1,107 @@
+"""Action Llama's CLI habits (issue 33, item 11), through the real ``al``: ``al new`` without
+prompts (--no-interactive --provider --model) and with them in a terminal (a pty), asking what
+Action Llama asks."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llamaherd.credentials import CredentialStore
+from llamaherd.project import read_toml
+
+AL = Path(sys.executable).with_name("al")
+
+
+class Terminal:
+    """``al`` on a pseudo-terminal: what it prints, and answers typed as a user types them."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]):
+        self.fd, child = pty.openpty()
+        self.proc = subprocess.Popen(
+            [str(AL), *args], cwd=cwd, env=env, stdin=child, stdout=child, stderr=child
+        )
+        os.close(child)
+        self.seen = ""
+
+    def expect(self, text: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never came; the terminal shows:\n{self.seen}"
+            if select.select([self.fd], [], [], left)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096).decode(errors="replace")
+                except OSError:  # the child closed the terminal
+                    break
+        assert text in self.seen, self.seen
+
+    def type(self, line: str) -> None:
+        os.write(self.fd, (line + "\n").encode())
+
+    def finish(self, timeout: float = 30) -> int:
+        code = self.proc.wait(timeout)
+        try:
+            while select.select([self.fd], [], [], 0.1)[0]:
+                self.seen += os.read(self.fd, 4096).decode(errors="replace")
+        except OSError:
+            pass
+        os.close(self.fd)
+        return code
+
+
+def test_new_without_prompts_takes_provider_and_model(al, tmp_path):
+    result = al("new", "proj", "--no-interactive", "--provider", "anthropic", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    config = read_toml(tmp_path / "proj" / "config.toml")
+    assert config["models"]["sonnet"] == {
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-20250514",
+        "thinkingLevel": "medium",
+        "authType": "api_key",
+    }
+    assert "scripted" in config["models"]  # the example agent still runs offline
+    assert "Provider:    anthropic" in result.stdout
+    other = al(
+        "new",
+        "p2",
+        "--no-interactive",
+        "--provider",
+        "openai",
+        "--model",
+        "o1-preview",
+        cwd=tmp_path,
+    )
+    assert other.returncode == 0, other.stderr
+    models = read_toml(tmp_path / "p2" / "config.toml")["models"]
+    assert models["o1-preview"] == {
+        "provider": "openai",
+        "model": "o1-preview",
+        "authType": "api_key",
+    }
+    assert al("validate", cwd=tmp_path / "p2").returncode == 0
+
+
+def test_new_in_a_terminal_asks_what_action_llama_asks(tmp_path):
+    creds = tmp_path / "creds"
+    env = {**os.environ, "AL_CREDENTIALS_DIR": str(creds), "TERM": "dumb"}
+    terminal = Terminal(["new", "proj"], tmp_path, env)
+    terminal.expect("Select model provider:")
+    terminal.expect("Anthropic Claude (recommended)")
+    terminal.expect("Choice [1]:")
+    terminal.type("")  # the default, as in Action Llama
+    terminal.expect("Select Claude model:")
+    terminal.expect("claude-opus-4-20250514")
+    terminal.type("2")
+    terminal.expect("Anthropic API key")
+    terminal.type("sk-ant-typed-secret")
+    assert terminal.finish() == 0, terminal.seen
+    assert "sk-ant-typed-secret" not in terminal.seen  # typed hidden
+    models = read_toml(tmp_path / "proj" / "config.toml")["models"]
+    assert models["opus"]["model"] == "claude-opus-4-20250514"
+    assert CredentialStore(creds).read("anthropic_key") == {"token": "sk-ant-typed-secret"}
