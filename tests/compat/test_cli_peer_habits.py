@@ -105,3 +105,53 @@ def test_new_in_a_terminal_asks_what_action_llama_asks(tmp_path):
     models = read_toml(tmp_path / "proj" / "config.toml")["models"]
     assert models["opus"]["model"] == "claude-opus-4-20250514"
     assert CredentialStore(creds).read("anthropic_key") == {"token": "sk-ant-typed-secret"}
+
+
+def test_config_sets_keys_for_scripts_and_refuses_a_broken_result(al, tmp_path):
+    assert al("new", "proj", cwd=tmp_path).returncode == 0
+    root = tmp_path / "proj"
+    config = root / "agents" / "hello" / "config.toml"
+    done = al(
+        "config", "hello", "--set", "schedule=*/5 * * * *", "--set", "scale=2",
+        "--set", 'params.repos=["acme/app"]', cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "saved agents/hello/config.toml" in done.stdout
+    saved = read_toml(config)
+    assert (saved["schedule"], saved["scale"], saved["params"]) == (
+        "*/5 * * * *", 2, {"repos": ["acme/app"]},
+    )  # fmt: skip
+    assert "# Agent settings." in config.read_text()  # comments kept
+    before = config.read_text()
+    refused = al("agent", "config", "hello", "--set", "schedule=0 25 * * *", cwd=root)
+    assert refused.returncode == 2
+    assert "schedule: hour 25 is out of range 0-23" in refused.stderr
+    assert config.read_text() == before
+    assert al("config", "hello", "--unset", "scale", cwd=root).returncode == 0
+    assert "scale" not in read_toml(config)
+    assert al("config", "hello", cwd=root).returncode == 2  # no --set, no terminal
+
+
+def test_config_in_a_terminal_edits_section_by_section(tmp_path):
+    env = {**os.environ, "AL_CREDENTIALS_DIR": str(tmp_path / "creds"), "TERM": "dumb"}
+    assert subprocess.run([str(AL), "new", "proj"], cwd=tmp_path, env=env).returncode == 0
+    root = tmp_path / "proj"
+    terminal = Terminal(["config", "hello"], root, env)
+    terminal.expect("Configure hello:")
+    terminal.expect("schedule     (none)")
+    terminal.type("3")  # schedule
+    terminal.expect("Cron schedule (empty to remove)")
+    terminal.type("0 25 * * *")
+    terminal.type("6")  # done: refused, the menu again
+    terminal.expect("hour 25 is out of range 0-23")
+    terminal.type("3")
+    terminal.expect("Cron schedule")
+    terminal.type("0 9 * * MON-FRI")
+    terminal.type("5")  # params
+    terminal.expect("Param KEY=VALUE")
+    terminal.type("greeting=hi")
+    terminal.type("")
+    terminal.type("6")
+    assert terminal.finish() == 0, terminal.seen
+    saved = read_toml(root / "agents" / "hello" / "config.toml")
+    assert saved["schedule"] == "0 9 * * MON-FRI" and saved["params"] == {"greeting": "hi"}
