@@ -4,6 +4,7 @@ Action Llama asks."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
@@ -155,3 +156,54 @@ def test_config_in_a_terminal_edits_section_by_section(tmp_path):
     assert terminal.finish() == 0, terminal.seen
     saved = read_toml(root / "agents" / "hello" / "config.toml")
     assert saved["schedule"] == "0 9 * * MON-FRI" and saved["params"] == {"greeting": "hi"}
+
+
+def test_logs_all_date_and_instance(tmp_path):
+    from datetime import date
+
+    from llamaherd.testing import OfflineProject
+
+    project = OfflineProject(tmp_path / "proj", timeout=60)
+    script = '[[turns]]\ntool_calls = [{ name = "set_status", arguments = { text = "working on #{{ turn }}" } }]\n'
+    project.add_scripted_agent("dev", "", script + '[[turns]]\ntext = "done"\n')
+    for _ in range(2):
+        assert project.al("run", "dev").returncode == 0
+    first, second = sorted(project.store().runs(agent="dev"), key=lambda r: r.created_at)
+
+    one = project.al("logs", "dev", "-i", first.id[:10], "--json")
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == project.al("logs", first.id, "--json").stdout
+    assert one.stdout != project.al("logs", second.id, "--json").stdout  # event ids differ
+    wrong = project.al("logs", "dev", "-i", "nope")
+    assert wrong.returncode != 0 and "no run 'nope' of agent 'dev'" in wrong.stderr
+
+    today = project.al("logs", "dev", "-d", date.today().isoformat())
+    assert today.returncode == 0, today.stderr
+    assert today.stdout.index(f"--- run {first.id}") < today.stdout.index(f"--- run {second.id}")
+    empty = project.al("logs", "dev", "--date", "2000-01-01")
+    assert empty.returncode != 0 and "no runs on that day" in empty.stderr
+
+    shown = project.al("logs", first.id).stdout
+    everything = project.al("logs", first.id, "-a").stdout
+    assert "set_status" not in shown  # the view shows it once, as its status line
+    assert "set_status" in everything and len(everything) > len(shown)
+
+
+def test_doctor_strict_makes_config_warnings_errors(tmp_path):
+    from llamaherd.testing import OfflineProject
+
+    project = OfflineProject(
+        tmp_path / "proj", 'projectName = "x"\n[cloud]\nprovider = "vps"\n', timeout=60
+    )
+    project.add_scripted_agent("dev")
+    plain = project.al("doctor", "--json")
+    strict = project.al("doctor", "--strict", "--json")
+    findings = {
+        mode: [f for f in json.loads(result.stdout)["findings"] if f["check"] == "config"]
+        for mode, result in (("plain", plain), ("strict", strict))
+    }
+    cloud = [f for f in findings["plain"] if f["subject"].startswith("config.toml: cloud")]
+    assert cloud and cloud[0]["status"] == "warning"
+    strict_cloud = [f for f in findings["strict"] if f["subject"].startswith("config.toml: cloud")]
+    assert strict_cloud[0]["status"] == "error"
+    assert strict.returncode == 1 and json.loads(strict.stdout)["ok"] is False

@@ -10,6 +10,7 @@ raises is one error finding.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -458,6 +459,15 @@ CHECKS = (
 def register_doctor_checks(register: Any) -> None:
     for check in CHECKS:
         register(check)
+
+
+def strict_config(project: Any, registry: Any) -> list[Result]:
+    """``run_checks``, the config check's warnings made errors (``al doctor --strict``)."""
+    results = run_checks(project, registry)
+    for result in results:
+        if result.check == ConfigCheck.name and result.finding.status == "warning":
+            result.finding = dataclasses.replace(result.finding, status="error")
+    return results
 
 
 def failed(results: Iterable[Result]) -> bool:

@@ -53,7 +53,7 @@ def unset_key(document: Any, dotted: str) -> None:
     for part in parents:
         table = table.get(part) if isinstance(table, dict) else None
     if not isinstance(table, dict) or last not in table:
-        raise LlamaherdError(f"--unset {dotted}: not set")
+        raise LlamaherdError(f"--unset {dotted}: no such key in the agent's config.toml")
     del table[last]
 
 
@@ -72,7 +72,9 @@ def check(app: AppContext, name: str, text: str) -> list[Any]:
     try:
         own = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise LlamaherdError(f"agents/{name}/config.toml: {exc}") from None
+        raise LlamaherdError(
+            f"agents/{name}/config.toml: the edited file would not be valid TOML: {exc}"
+        ) from None
     project = app.project
     agent = project.agent(name)
     agent.config, agent.origins, _ = compat.merge_frontmatter(agent.meta, own)
