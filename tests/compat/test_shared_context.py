@@ -13,7 +13,6 @@ import os
 import pwd
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +136,7 @@ def test_host_user_as_a_separate_os_user(tmp_path):
 
 
 @pytest.mark.docker
-def test_in_a_docker_container(tmp_path):
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("al")), "setup", "docker", "--base-image",
-         "local/debian-python:bookworm"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_in_a_docker_container(tmp_path, docker):
     project = make_project(tmp_path / "proj", tmp_path / "creds")
     config = project.root / "agents/dev/config.toml"
     config.write_text(
