@@ -88,14 +88,15 @@ class ConfigCheck:
         from llamaherd.schema import validate_project
 
         problems = validate_project(project, registry)
-        findings = [
-            Finding(f"{p.file}: {p.key}" if p.key else p.file, p.severity, p.message)
-            for p in problems
-        ]
+        findings = [Finding(_subject(p), p.severity, p.message) for p in problems]
         if not any(p.is_error for p in problems):
             count = len(project.agents)
             findings.append(Finding.ok("config.toml", f"valid, with {count} agent(s)"))
         return findings
+
+
+def _subject(problem: Any) -> str:
+    return f"{problem.file}: {problem.key}" if problem.key else problem.file
 
 
 def credential_refs(project: Any, registry: Any) -> dict[tuple[str, str], list[str]]:
@@ -462,11 +463,17 @@ def register_doctor_checks(register: Any) -> None:
 
 
 def strict_config(project: Any, registry: Any) -> list[Result]:
-    """``run_checks``, the config check's warnings made errors (``al doctor --strict``)."""
+    """``run_checks``, with the config's warnings about keys llamaherd reads differently or
+    does not act on made errors (``al doctor --strict``, as Action Llama's makes unknown
+    fields errors)."""
+    from llamaherd.schema import validate_project
+
+    strict = {(_subject(p), p.message) for p in validate_project(project, registry) if p.compat}
     results = run_checks(project, registry)
     for result in results:
-        if result.check == ConfigCheck.name and result.finding.status == "warning":
-            result.finding = dataclasses.replace(result.finding, status="error")
+        finding = result.finding
+        if result.check == ConfigCheck.name and (finding.subject, finding.message) in strict:
+            result.finding = dataclasses.replace(finding, status="error")
     return results
 
 

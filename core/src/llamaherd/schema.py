@@ -27,6 +27,7 @@ name the plugin to install when a tag is unknown.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import getpass
@@ -529,6 +530,9 @@ class Problem:
     message: str
     severity: str = "error"  # or "warning"
     agent: str | None = None
+    # A key Action Llama accepts that llamaherd reads differently or does not act on (these
+    # warnings are errors with `al doctor --strict`).
+    compat: bool = False
 
     @property
     def is_error(self) -> bool:
@@ -673,9 +677,17 @@ class _Checker:
             self.add(f"{SHARED_DIR}/", "", note, warning=True)
 
     def add(
-        self, file: str, key: str, message: str, *, agent: str | None = None, warning: bool = False
+        self,
+        file: str,
+        key: str,
+        message: str,
+        *,
+        agent: str | None = None,
+        warning: bool = False,
+        compat: bool = False,
     ) -> None:
-        self.problems.append(Problem(file, key, message, "warning" if warning else "error", agent))
+        severity = "warning" if warning else "error"
+        self.problems.append(Problem(file, key, message, severity, agent, compat))
 
     def schema_errors(
         self,
@@ -754,7 +766,7 @@ class _Checker:
 
     def notes(self, file: str, notes: Iterable[compat.Note], agent: str | None = None) -> None:
         for key, message in notes:
-            self.add(file, key, message, agent=agent, warning=True)
+            self.add(file, key, message, agent=agent, warning=True, compat=True)
 
     # ----------------------------------------------------------------- project
 
@@ -892,9 +904,8 @@ class _Checker:
         self.frontmatter(agent)
         self.notes(file, compat.agent_notes(config), agent.name)
         for where, key, message in agent.notes:
-            self.add(
-                self.project.relative(Path(where)), key, message, agent=agent.name, warning=True
-            )
+            where = self.project.relative(Path(where))
+            self.add(where, key, message, agent=agent.name, warning=True, compat=True)
         self.relocate(agent, file)
 
     def relocate(self, agent: Agent, file: str) -> None:
@@ -907,9 +918,7 @@ class _Checker:
             root = re.split(r"[.\[]", problem.key)[0]
             if problem.agent == agent.name and problem.file == file and root in agent.origins:
                 key = agent.origins[root] + problem.key[len(root) :]
-                self.problems[i] = Problem(
-                    skill, key, problem.message, problem.severity, agent.name
-                )
+                self.problems[i] = dataclasses.replace(problem, file=skill, key=key)
 
     def plugin_keys(self, agent: Agent, file: str) -> set[str]:
         """Report keys of first-party plugins that are not installed; return them."""

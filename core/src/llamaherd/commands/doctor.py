@@ -23,8 +23,8 @@ STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
 @click.option(
     "--strict",
     is_flag=True,
-    help="Config warnings are errors (keys llamaherd reads differently or does not act on), "
-    "as Action Llama's --strict makes unknown fields errors.",
+    help="Warnings about keys llamaherd reads differently or does not act on are errors, as "
+    "Action Llama's --strict makes unknown fields errors.",
 )
 @pass_app
 def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool, strict: bool) -> None:
@@ -34,8 +34,8 @@ def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool, strict:
     daemon and images, host-user users, ...). Exit 1 when anything is an error.
 
     With --fix, offers to fix what it can (build an image, create a user, add a missing
-    credential, migrate the database), then checks again. With --strict, a warning of the
-    config check is an error.
+    credential, migrate the database), then checks again. With --strict, a warning about a
+    key llamaherd reads differently or does not act on is an error.
     """
     from llamaherd.doctor import Result, failed, run_checks, strict_config
 
