@@ -125,35 +125,28 @@ def _conclusion(payload: dict[str, Any]) -> str | None:
 # What Action Llama's GitHub provider puts in the trigger context, per event
 # (dist/webhooks/providers/github.js); None when the event lacks its object (Action Llama drops
 # such a delivery; we keep the common fields).
-def _issue(payload: dict[str, Any]) -> dict[str, Any] | None:
-    issue = _object(payload, "issue")
-    if not issue:
-        return None
-    return {
-        "number": _int(issue.get("number")),
-        "title": _str(issue.get("title")),
-        "body": clip(issue.get("body")),
-        "url": _str(issue.get("html_url")),
-        "author": _login(issue.get("user")),
-        "assignee": _login(issue.get("assignee")),
-        "labels": _labels(issue),
-    }
+def _item(key: str) -> Any:
+    """The context of an ``issues`` or ``pull_request`` event, from its object ``key``; a pull
+    request's branch is its head branch."""
 
+    def context(payload: dict[str, Any]) -> dict[str, Any] | None:
+        item = _object(payload, key)
+        if not item:
+            return None
+        found = {
+            "number": _int(item.get("number")),
+            "title": _str(item.get("title")),
+            "body": clip(item.get("body")),
+            "url": _str(item.get("html_url")),
+            "author": _login(item.get("user")),
+            "assignee": _login(item.get("assignee")),
+            "labels": _labels(item),
+        }
+        if key == "pull_request":
+            found["branch"] = _str(_object(item, "head").get("ref"))
+        return found
 
-def _pull_request(payload: dict[str, Any]) -> dict[str, Any] | None:
-    pr = _object(payload, "pull_request")
-    if not pr:
-        return None
-    return {
-        "number": _int(pr.get("number")),
-        "title": _str(pr.get("title")),
-        "body": clip(pr.get("body")),
-        "url": _str(pr.get("html_url")),
-        "author": _login(pr.get("user")),
-        "assignee": _login(pr.get("assignee")),
-        "labels": _labels(pr),
-        "branch": _str(_object(pr, "head").get("ref")),
-    }
+    return context
 
 
 def _issue_comment(payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -214,8 +207,8 @@ def _workflow_run(payload: dict[str, Any]) -> dict[str, Any] | None:
 
 
 CONTEXTS = {
-    "issues": _issue,
-    "pull_request": _pull_request,
+    "issues": _item("issue"),
+    "pull_request": _item("pull_request"),
     "issue_comment": _issue_comment,
     "pull_request_review": _review,
     "push": _push,
