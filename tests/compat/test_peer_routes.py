@@ -54,7 +54,9 @@ def test_trigger_pause_resume_kill_as_the_peer_answers(project, scheduler):
     assert started.status_code == 200
     body = started.json()
     assert body["success"] is True and body["message"] == "Agent worker triggered"
-    run = project.wait_run(lambda runs: [r for r in runs if r.id == body["instanceId"]])[0]
+    run = project.wait_run(
+        lambda runs: [r for r in runs if r.id == body["instanceId"] and r.state == "done"]
+    )[0]
     assert "triage #12" in next(m["content"] for m in run.transcript if m["role"] == "user")
 
     missing = call(sched, "POST", "/control/trigger/nope")
