@@ -52,14 +52,11 @@ def system_prompt(project: TmpProject, agent: str) -> str:
         store.close()
 
 
-def test_a_peer_project_validates_and_runs_unchanged(
-    corpus, al, docker, built, scheduler, tmp_path
-):
+def test_a_peer_project_validates_and_runs_unchanged(corpus, al, docker, built):
     project = TmpProject(corpus("shared-context"))  # a copy, with its credentials stored
     built.append(project.root)
     config = project.root / "config.toml"
     config.write_text(config.read_text().replace('provider = "anthropic"', 'provider = "scripted"'))
-    project.env = {"AL_CREDENTIALS_DIR": str(tmp_path / "credentials")}  # for the scheduler
     for step in STEPS:
         result = al(*step.args, cwd=project.root, timeout=300)
         output = result.stdout + result.stderr
@@ -72,11 +69,18 @@ def test_a_peer_project_validates_and_runs_unchanged(
     reviewer = system_prompt(project, "reviewer")
     assert CONVENTIONS in reviewer and POLICY in reviewer
 
-    scheduler(project)  # the seconds cron fires dev; the disabled planner never runs
+    # The seconds cron fires dev; the disabled planner never runs. (Its gateway port is left
+    # to the machine: 8080 may be taken here.)
+    started = al("start", "--detach", "--port", "0", cwd=project.root, timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
     store = open_store(project)
-    wait_until(
-        lambda: [r for r in store.runs(agent="dev") if r.trigger_kind == "scheduled"],
-        timeout=120,
-        what="a scheduled run of dev",
-    )
-    assert store.runs(agent="planner") == [] and store.queue_depth().get("planner", 0) == 0
+    try:
+        wait_until(
+            lambda: [r for r in store.runs(agent="dev") if r.trigger_kind == "scheduled"],
+            timeout=120,
+            what="a scheduled run of dev",
+        )
+        assert store.runs(agent="planner") == [] and store.queue_depth().get("planner", 0) == 0
+    finally:
+        store.close()
+        al("stop", cwd=project.root)
