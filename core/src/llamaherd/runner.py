@@ -41,7 +41,7 @@ from llamaherd.session import (
     truncate,
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.types import CommandFailed, LlamaherdError, RunResult, SandboxSpec, TriggerEvent
 from llamaherd.waits import SCRIPT_WAITS
 
 log = logging.getLogger("llamaherd.runner")
@@ -52,7 +52,7 @@ CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
 CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
 
 
-class RunFailed(LlamaherdError):
+class RunFailed(CommandFailed):
     """A step of the run failed in a way that ends it as ``error`` with this reason."""
 
 
