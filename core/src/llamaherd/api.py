@@ -10,7 +10,8 @@ What is here, by topic:
 - protocols a plugin implements, and the values that cross them: ``TriggerType`` with
   ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
-  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
+  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``SHARED_PATH``, where a
+  sandbox shows the project's ``shared/`` files), ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
@@ -147,6 +148,7 @@ if TYPE_CHECKING:
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
+        SHARED_PATH,
         AdmissionCheck,
         AuthError,
         CommandFailed,
@@ -251,7 +253,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
+        "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",

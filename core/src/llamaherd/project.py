@@ -161,6 +161,15 @@ class Agent:
         return int(self.config.get("scale", self.project.setting("defaultAgentScale")))
 
     @property
+    def disabled(self) -> bool:
+        """``scale = 0``: the agent never runs (Action Llama's way to switch one off in its
+        config). An invalid scale is not "disabled": validation reports it."""
+        try:
+            return self.scale == 0
+        except (TypeError, ValueError):
+            return False
+
+    @property
     def timeout(self) -> float:
         local = self.project.config.get("local", {})
         return float(self.config.get("timeout", local.get("timeout", RUN_TIMEOUT)))
@@ -248,6 +257,21 @@ class Project:
         ``.env.toml`` are read afresh)."""
         binding = self.layering.binding if self.layering is not None else None
         return binding.name if binding is not None and binding.source == "--env" else None
+
+    def scale_overflow(self) -> tuple[int, int] | None:
+        """(the agents' scales added up, the project's ``scale``) when the sum exceeds the cap:
+        agents are then throttled, as Action Llama warns. Invalid scales count as none (their
+        own error says why)."""
+        cap = self.setting("scale")
+        if not isinstance(cap, int) or isinstance(cap, bool):
+            return None
+        total = 0
+        for agent in self.agents.values():
+            try:
+                total += agent.scale
+            except (TypeError, ValueError):
+                continue
+        return (total, cap) if total > cap else None
 
     @property
     def name(self) -> str:

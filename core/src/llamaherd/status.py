@@ -65,6 +65,8 @@ def agent_rows(
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
+        if agent.disabled and not running:
+            state = "disabled"  # scale = 0: nothing fires, queues or runs
         rows.append(
             {
                 "agent": name,
@@ -79,7 +81,7 @@ def agent_rows(
                 "last_exit": last_exit,
                 "last_finished_at": last_at,
                 "last_duration": _duration(last_at, last_started),
-                "next_fire": next_fire(registry, agent, now),
+                "next_fire": None if agent.disabled else next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
                 **flow_fields(agent, store, registry),
             }

@@ -702,11 +702,14 @@ def _searchable(event: dict[str, Any]) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
-def _print_events(events: list[dict[str, Any]], run_id: str, full: bool) -> None:
+def _print_events(
+    events: list[dict[str, Any]], run_id: str, full: bool, everything: bool = False
+) -> None:
+    """The conversation view of a run's events (``everything``: none left out)."""
     from llamaherd.logview import format_event, worth_showing
 
     console = _console()
-    for event in filter(worth_showing, events):
+    for event in events if everything else filter(worth_showing, events):
         console.print(format_event(event, full=full, run_id=run_id))
 
 
