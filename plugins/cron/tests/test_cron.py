@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from llamaherd_cron.trigger import CronTrigger, Plan
+from llamaherd_cron.trigger import CronTrigger, Plan, parse_timezone
 
 from llamaherd.api import ConfigError
 from llamaherd.testing import wait_until
@@ -173,6 +173,17 @@ def test_plan_ticks_in_a_zone_and_intervals():
     assert interval.following(at(12, 10)) == at(12, 20)
 
 
+def test_no_timezone_is_the_machines_zone_with_its_daylight_saving(monkeypatch, tmp_path):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    zone = parse_timezone(None)
+    assert datetime(2026, 1, 5, 12, tzinfo=zone).utcoffset().total_seconds() == 3600
+    assert datetime(2026, 7, 6, 12, tzinfo=zone).utcoffset().total_seconds() == 7200
+    monkeypatch.setenv("TZ", ":America/New_York")  # libc's leading colon
+    assert datetime(2026, 1, 5, 12, tzinfo=parse_timezone(None)).utcoffset().days == -1
+    monkeypatch.setenv("TZ", "Not/AZone")  # unknown: the machine's file, else UTC, never an error
+    assert parse_timezone(None) is not None
+
+
 def test_next_fire_for_al_stat(project):
     trigger = CronTrigger()
     agents = project.load().agents
@@ -244,6 +255,7 @@ def test_al_validate_names_the_cron_field(offline_project, schedule, message):
 def test_six_field_schedule_fires_every_ten_seconds(project, clock, schedulers):
     project.add_agent("tensec", 'schedule = "*/10 * * * * *"\ntimezone = "UTC"\n')
     first = schedulers(project)
+    first.settled()  # the tick due at start fires before the clock moves on
     clock.set(at(12, 0, 41))
     first.settled()
     clock.set(at(12, 0, 51))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import cached_property
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from llamaherd.api import (
     Agent,
@@ -77,14 +78,30 @@ def parse_interval(value: str | int) -> float:
     return seconds
 
 
+def local_zone() -> tzinfo:
+    """The machine's zone as libc picks it: ``$TZ`` when it names a zone, else
+    ``/etc/localtime``, else UTC. A ZoneInfo, so DST changes apply (a fixed offset would not)."""
+    key = os.environ.get("TZ", "").removeprefix(":")
+    if key:
+        try:
+            return ZoneInfo(key) if not key.startswith("/") else _zone_file(key)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    try:
+        return _zone_file("/etc/localtime")
+    except (OSError, ValueError):
+        return UTC
+
+
+def _zone_file(path: str) -> tzinfo:
+    with open(path, "rb") as fh:
+        return ZoneInfo.from_file(fh, key="localtime")
+
+
 def parse_timezone(name: str | None) -> tzinfo:
     """A zone by IANA name, or the machine's local zone (DST-aware) when ``name`` is None."""
     if name is None:
-        from dateutil import tz
-
-        return tz.tzlocal()
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
+        return local_zone()
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
