@@ -7,7 +7,6 @@ scheduler adds trigger plugins, a dispatcher and crash recovery on top (``llamah
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -22,7 +21,7 @@ from typing import Any
 from llamaherd.clock import clock, host_id
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
+from llamaherd.types import EmitResult, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
@@ -31,17 +30,19 @@ HELD_STATES = ("off", "error", "suspended")
 
 
 def socket_prefix(root: Path) -> Path:
-    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid."""
+    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid and a
+    random part (``<pid>-<random>``)."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"al-gw-{digest}-"
 
 
 def remove_stale_socket_dirs(prefix: Path) -> list[Path]:
-    """Remove this project's gateway socket directories (``<prefix><pid>``) left behind by
-    schedulers that died (``kill -9``, a failed start); only ours: our uid, a dead pid."""
+    """Remove this project's gateway socket directories (``<prefix><pid>-<random>``, or
+    ``<prefix><pid>`` of older versions) left behind by schedulers that died (``kill -9``, a
+    failed start); only ours: our uid, a dead pid."""
     removed = []
     for directory in prefix.parent.glob(prefix.name + "*"):
-        pid = directory.name.removeprefix(prefix.name)
+        pid = directory.name.removeprefix(prefix.name).split("-", 1)[0]
         try:
             info = directory.lstat()
         except FileNotFoundError:
@@ -108,18 +109,15 @@ class Engine:
 
     def _socket_path(self) -> str:
         # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per
-        # project and process: al-gw-<project digest>-<pid>.
+        # project and process: al-gw-<project digest>-<pid>-<random>. /tmp is shared and a
+        # pid is predictable (another user once created every pid's name in advance, and the
+        # scheduler could not start): mkdtemp picks a name nobody can guess and creates it
+        # ours, or tries another.
         prefix = socket_prefix(self.project.root)
         remove_stale_socket_dirs(prefix)
-        directory = Path(f"{prefix}{os.getpid()}")
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o755)
-        info = directory.lstat()
-        # /tmp is shared: a directory someone else planted there could hand out our socket.
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise LlamaherdError(f"{directory} exists and is not ours: remove it and start again")
-        directory.chmod(0o755)  # sandbox users connect to the socket in it
-        return str(directory / "gateway.sock")
+        directory = tempfile.mkdtemp(prefix=f"{prefix.name}{os.getpid()}-", dir=prefix.parent)
+        os.chmod(directory, 0o755)  # sandbox users connect to the socket in it
+        return os.path.join(directory, "gateway.sock")
 
     def close(self) -> None:
         for server in reversed(self._servers):
