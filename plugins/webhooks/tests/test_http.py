@@ -6,7 +6,6 @@ import json
 import socket
 
 import pytest
-
 from llamaherd_webhooks.ingest import REJECTED_BODY_KEPT
 
 
