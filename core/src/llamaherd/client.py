@@ -115,8 +115,9 @@ class ControlClient:
             answer = {"error": data[:200].decode(errors="replace")}
         if status >= 400:
             error = answer.get("error") if isinstance(answer, dict) else None
-            # 4xx: the request was wrong (a usage error); 5xx: the scheduler failed.
-            failed = CommandFailed if status >= 500 else LlamaherdError
+            # 4xx: the request was wrong (a usage error); 5xx, or the token refused: the
+            # scheduler did not do it (the operation failed).
+            failed = CommandFailed if status >= 500 or status in (401, 403) else LlamaherdError
             raise failed(error or f"scheduler answered HTTP {status}")
         return answer
 

@@ -283,6 +283,11 @@ class Project:
         try:
             return self.agents[name]
         except KeyError:
+            # Its folder is there but could not be loaded (unreadable, invalid): say why.
+            folder = self.root / "agents" / name
+            broken = [e for e in self.errors if Path(e.file).parent == folder]
+            if broken:
+                raise broken[0] from None
             known = ", ".join(sorted(self.agents)) or "none"
             raise ConfigError(
                 str(self.root / "agents"), name, f"no such agent (agents: {known})"

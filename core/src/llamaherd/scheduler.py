@@ -253,7 +253,9 @@ class Scheduler(Engine):
                 continue
             log.info("agent %s: ready%s", agent.name, f" ({prepared})" if prepared else "")
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, signum: int | None = None, *_: Any) -> None:
+        if signum is not None:
+            log.info("received %s: stopping", signal.Signals(signum).name)
         self.stopping.set()
         self.wakeup.set()
 
@@ -463,10 +465,16 @@ class Scheduler(Engine):
                 continue
             if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)
-                self.store.update_run(run.id, host=self.host)
-                self.start_thread(self.store.get_run(run.id))
+            elif not orphan and not run.sandbox and not run.transcript:
+                # Claimed, then its scheduler died before its sandbox was recorded: no command
+                # of it ran, so it starts now as itself rather than end error/interrupted
+                # beside a recovery run that does the same work.
+                log.info("run %s: starting it here (its scheduler died before it began)", run.id)
+            else:
+                self.interrupted(run)
                 continue
-            self.interrupted(run)
+            self.store.update_run(run.id, host=self.host)
+            self.start_thread(self.store.get_run(run.id))
 
     def _dead_hosts(self) -> set[str]:
         """Hosts presumed dead: a stale heartbeat, or a process of this machine that is gone."""

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
 
@@ -148,13 +148,18 @@ def new_command(directory: Path) -> None:
     import getpass
     from string import Template
 
-    if directory.exists() and any(directory.iterdir()):
-        raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
     values = {"user": getpass.getuser()}
-    for target, template in NEW_PROJECT_FILES.items():
-        path = directory / target
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Template(_template(*template)).safe_substitute(values), encoding="utf-8")
+    try:
+        if directory.exists() and any(directory.iterdir()):
+            raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
+        for target, template in NEW_PROJECT_FILES.items():
+            path = directory / target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = Template(_template(*template)).safe_substitute(values)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = exc.filename or directory
+        raise CommandFailed(f"{where}: cannot create the project: {exc.strerror}") from None
     click.echo(f"created {directory}: cd {directory} && al validate && al run hello")
 
 

@@ -671,9 +671,18 @@ def _pause_command(paused: bool) -> click.Command:
     @click.argument("agent", required=False, shell_complete=complete_agent)
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
+        from llamaherd.client import ControlClient
+
         if agent:
             app.project.agent(agent)
-        _store(app).set_paused(agent, paused)
+        # Through the running scheduler, which wakes its dispatcher at once (a resume starts
+        # runs now) and, like every control call, checks the token; else in the store.
+        client = ControlClient.find(app.project)
+        if client is None:
+            _store(app).set_paused(agent, paused)
+        else:
+            with client:
+                client.post(f"/control/{verb}", {"agent": agent or ""})
         click.echo(f"{verb}d {agent or 'the scheduler'}")
 
     command.help = (

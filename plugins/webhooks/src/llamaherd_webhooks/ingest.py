@@ -323,9 +323,18 @@ class Ingest:
         )
         # One write transaction for the whole fan-out and its receipt: N matched agents are N
         # items in one commit, and the 202 goes out after it.
-        return self.engine.store.write(
+        outcome, result = self.engine.store.write(
             self._fan_out, config, delivery, headers, body, fields, agents
         )
+        # Logged once committed: a commit that fails (a full disk) is answered 503 and logged
+        # as such, never as queued.
+        log.info(
+            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
+            config.name, delivery, fields.get("event") or "-", result,
+            ", ".join(outcome.body["queued"]) or "none",
+            ", ".join(outcome.body["resumed"]) or "none",
+        )  # fmt: skip
+        return outcome
 
     def _fan_out(
         self,
@@ -335,7 +344,9 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
         agents: list[str],
-    ) -> Outcome:
+    ) -> tuple[Outcome, str]:
+        """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
+        (in the caller's write transaction): the 202 and what became of it."""
         queued, refused, resumed = [], {}, []
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -350,12 +361,7 @@ class Ingest:
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         self._record(config, delivery, headers, body, 202, result, agents)
-        log.info(
-            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
-            config.name, delivery, fields.get("event") or "-", result,
-            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
-        )  # fmt: skip
-        return Outcome(
+        outcome = Outcome(
             202,
             {
                 "delivery": delivery,
@@ -366,6 +372,7 @@ class Ingest:
                 "resumed": sorted(set(resumed)),
             },
         )
+        return outcome, result
 
     def _reject(
         self,
