@@ -27,7 +27,7 @@ What is here, by topic:
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
-  (``Project``, ``Agent``, ``load_project``, ``read_toml``);
+  (``Project``, ``Agent``, ``load_project``, ``read_toml``, ``read_project_text``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from llamaherd.logview import summary as event_summary
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
-    from llamaherd.project import Agent, Project, load_project, read_toml
+    from llamaherd.project import Agent, Project, load_project, read_project_text, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
         ModelKey,
@@ -194,7 +194,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.logview": ("event_summary:summary",),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
-    "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
+    "llamaherd.project": ("Agent", "Project", "load_project", "read_project_text", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",

@@ -300,6 +300,13 @@ class Scheduler(Engine):
             self.triggers.append((trigger, host))
 
     # ------------------------------------------------------------------ live reload
+    @property
+    def disk_digest(self) -> str:
+        """The digest of the config files on disk as the watcher last read them (it looks on
+        every change, and every few seconds): what ``al stat`` compares with the loaded one,
+        so a request never reads a project file itself."""
+        return self._seen_digest
+
     def reload(self) -> None:
         """Apply the config files on disk when they changed since the last look (the
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is

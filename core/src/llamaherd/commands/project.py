@@ -245,12 +245,13 @@ def _added_config(app: AppContext, project: Any, fetched: Any, skill: Any, sourc
     """The new agent's config.toml: the skill's own, fitted to the project (each change and
     what is left to add is printed), else a commented one."""
     from llamaherd import skill_sources
+    from llamaherd.project import read_project_text
 
     own = skill.path / "config.toml"
-    if not own.is_file():
+    if not own.exists():
         return _agent_config(project, source)
     text, fitted = skill_sources.fit_config(
-        own.read_text(encoding="utf-8"),
+        read_project_text(own),
         skill_sources.source_config(fetched, skill),
         project.config,
         source,
