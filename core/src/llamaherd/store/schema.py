@@ -374,6 +374,8 @@ class Schema(Connection):
                 f"newer than the plugin that registers them knows ({table_set.version}): "
                 "upgrade that plugin"
             )
+        if not have and any(model.table_exists() for model in tables.models):
+            have = 1  # adopted (core made it before a plugin owned it): the set's first version
         if have:
             migrations.upgrade(self._db, tables, have, table_set.migrations)
         self._db.create_tables(list(tables.models), safe=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply
+from llamaherd.api import WebhookReply, body_digest
 from llamaherd_webhooks.matching import filters_of, matching_agents
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -241,6 +241,7 @@ class Ingest:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
         delivery = str(fields.get("delivery"))
+        digest = self._digest(config, body)
         if fields.get("ignore"):
             status = int(fields.get("status", 200))
             self._record(
@@ -253,8 +254,16 @@ class Ingest:
         elif self.receipts.seen(config.name, delivery):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
             log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
+        elif digest is not None and self.receipts.seen_body(config.name, digest):
+            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            log.warning(
+                "webhook %s: delivery %s has the signed body of an earlier delivery (a replay): "
+                "dropped",
+                config.name,
+                delivery,
+            )
         else:
-            outcome = self._route(config, delivery, headers, body, fields)
+            outcome = self._route(config, delivery, headers, body, fields, digest)
         return answer(config, fields, outcome)
 
     def replay(self, receipt_id: int) -> Outcome:
@@ -300,6 +309,15 @@ class Ingest:
             return Outcome(400, {"error": "not a challenge this source answers"})
         return Outcome(reply.status, reply=reply)
 
+    @staticmethod
+    def _digest(config: SourceConfig, body: bytes) -> str | None:
+        """The digest a delivery's body is known by, for a source whose bodies are unique per
+        event (``dedupe_bodies``) and only when it was verified: on a source that also takes
+        unsigned deliveries anyone could send a genuine body first."""
+        if config.allow_unsigned or not getattr(config.source, "dedupe_bodies", False):
+            return None
+        return body_digest(body)
+
     def _verified(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> bool:
         secrets = source_secrets(self.engine.credentials, config)
         if not secrets:
@@ -317,6 +335,7 @@ class Ingest:
         headers: dict[str, str],
         body: bytes,
         fields: dict[str, Any],
+        digest: str | None = None,
     ) -> Outcome:
         agents = matching_agents(
             self.engine.project.agents, config.name, fields, filters_of(config.source)
@@ -324,7 +343,7 @@ class Ingest:
         # One write transaction for the whole fan-out and its receipt: N matched agents are N
         # items in one commit, and the 202 goes out after it.
         outcome, result = self.engine.store.write(
-            self._fan_out, config, delivery, headers, body, fields, agents
+            self._fan_out, config, delivery, headers, body, fields, agents, digest
         )
         # Logged once committed: a commit that fails (a full disk) is answered 503 and logged
         # as such, never as queued.
@@ -344,6 +363,7 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
         agents: list[str],
+        digest: str | None,
     ) -> tuple[Outcome, str]:
         """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
         (in the caller's write transaction): the 202 and what became of it."""
@@ -360,7 +380,7 @@ class Ingest:
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
-        self._record(config, delivery, headers, body, 202, result, agents)
+        self._record(config, delivery, headers, body, 202, result, agents, digest)
         outcome = Outcome(
             202,
             {
@@ -415,7 +435,8 @@ class Ingest:
         status: int,
         result: str,
         matched: list[str],
+        digest: str | None = None,
     ) -> None:
         self.receipts.record(
-            config.name, delivery, safe_headers(headers), body, status, result, matched
+            config.name, delivery, safe_headers(headers), body, status, result, matched, digest
         )
