@@ -22,7 +22,8 @@ What is here, by topic:
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields; provider HTTP
+  into normalised fields, and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
+  taken from outside); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
@@ -120,6 +121,7 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
+    from llamaherd.surrogates import clean as clean_text
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AuthError,
@@ -210,6 +212,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
+    "llamaherd.surrogates": ("clean_text:clean",),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
         "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",

@@ -8,7 +8,6 @@ its call, in the same transaction.
 from __future__ import annotations
 
 import functools
-import json
 import operator
 import secrets
 import statistics
@@ -29,6 +28,7 @@ from llamaherd.store.connection import (
     marks,
 )
 from llamaherd.store.schema import JSONText, dumps
+from llamaherd.surrogates import loads
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")
 FINAL_STATES = ("done", "error", "timeout", "killed")
@@ -396,7 +396,7 @@ class Runs(Connection):
         sql = self._sql.events
         rows = self._exec(sql, (run_id, after_id)).fetchall()
         return [
-            {"id": id, "at": at, "type": type, "data": json.loads(data) if data else {}}
+            {"id": id, "at": at, "type": type, "data": loads(data) if data else {}}
             for id, at, type, data in rows
         ]
 
@@ -437,7 +437,7 @@ class Runs(Connection):
         """(run id, agent, filter) of every waiting run, oldest first: what matching an event
         needs, without loading transcripts (emit calls this for every trigger)."""
         rows = self._exec(self._sql.wait_filters).fetchall()
-        return [(run_id, agent, json.loads(raw) if raw else None) for run_id, agent, raw in rows]
+        return [(run_id, agent, loads(raw) if raw else None) for run_id, agent, raw in rows]
 
     @guarded
     def expired_waits(self, now: float) -> list[RunRow]:

@@ -31,6 +31,7 @@ from llamaherd.store.connection import (
     explain,
     guarded,
 )
+from llamaherd.surrogates import loads
 
 if TYPE_CHECKING:
     from llamaherd.types import TableSet
@@ -51,7 +52,7 @@ class JSONText(pw.TextField):
         return None if value is None else dumps(value)
 
     def python_value(self, value: str | None) -> Any:
-        return None if value is None else json.loads(value)
+        return None if value is None else loads(value)
 
 
 def define_models(db: pw.Database) -> SimpleNamespace:

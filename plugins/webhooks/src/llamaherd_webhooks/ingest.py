@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply, body_digest
+from llamaherd.api import WebhookReply, body_digest, clean_text
 from llamaherd_webhooks.matching import filters_of, matching_agents
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -236,7 +236,8 @@ class Ingest:
         if not config.allow_unsigned and not self._verified(config, headers, body):
             return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
-            fields = config.source.parse(headers, body)
+            # Lone surrogates ("\ud800" in the JSON) made U+FFFD: stored, they break listings.
+            fields = clean_text(config.source.parse(headers, body))
         except ValueError as exc:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
