@@ -108,6 +108,12 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
         "status_messages": q(
             'SELECT id, "at", "text" FROM status_messages WHERE run_id = ? ORDER BY id'
         ),
+        "run_writes": q(
+            "SELECT (SELECT COUNT(*) FROM run_events WHERE run_id = ?) + "
+            "(SELECT COUNT(*) FROM status_messages WHERE run_id = ?), "
+            "(SELECT COALESCE(SUM(LENGTH(data)), 0) FROM run_events WHERE run_id = ?) + "
+            '(SELECT COALESCE(SUM(LENGTH("text")), 0) FROM status_messages WHERE run_id = ?)'
+        ),
     }
 
 
@@ -405,6 +411,13 @@ class Runs(Connection):
         """The run's status history, oldest first: {id, at, text}."""
         rows = self._exec(self._sql.status_messages, (run_id,)).fetchall()
         return [{"id": id, "at": at, "text": text} for id, at, text in rows]
+
+    @guarded
+    def run_writes(self, run_id: str) -> tuple[int, int]:
+        """How many events and status messages the run has, and their characters (what its
+        write budget counts: ``llamaherd.write_budget``)."""
+        records, size = self._exec(self._sql.run_writes, (run_id,) * 4).fetchone()
+        return int(records), int(size)
 
     @guarded
     def active_count(self, agent: str | None = None) -> int:
