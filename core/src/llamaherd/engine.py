@@ -75,6 +75,9 @@ class Engine:
         self.wakeup = threading.Event()  # set when work may be claimable
         self.gateway_url = ""
         self.gateway_socket: str | None = None
+        # Files of .al/ the scheduler's start found open to other users and made private
+        # (``statedir.secure``): a secret among them may have been copied.
+        self.made_private: list[Path] = []
         self._servers: list[Any] = []
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()

@@ -70,7 +70,9 @@ class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
+        # Checked (and fixed) at every start: .al/ holds transcripts. What had to be made
+        # private may have been read by others (``Engine.made_private``).
+        self.made_private = secure(state_dir)
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -157,6 +159,7 @@ class Scheduler(Engine):
         self.lock = SchedulerLock(project.state_dir)
         try:
             super().__init__(project)
+            self.made_private = self.lock.made_private
             # A database it cannot write stops it here, in one line, before it starts anything
             # (an orderly stop may leave the WAL file, with which SQLite opens read-only).
             self.store.check_writable()
