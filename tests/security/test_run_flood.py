@@ -23,6 +23,8 @@ from llamaherd.session import OUTPUT_CUT
 from llamaherd.testing import OfflineProject, wait_until
 from llamaherd.write_budget import MAX_RUN_BYTES, MAX_RUN_RECORDS, OUTPUT_OVER_BUDGET
 
+from .test_setenv_limits import _peak_rss_mib
+
 pytestmark = pytest.mark.timeout(240)
 
 FLOOD_SECONDS = 15
@@ -78,13 +80,6 @@ text = "done"
 
 def _size(directory: Path) -> int:
     return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
-
-
-def _peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_a_flood_of_setenv_and_status_leaves_the_scheduler_and_al_bounded(
