@@ -119,7 +119,7 @@ def test_a_flood_of_setenv_and_status_leaves_the_scheduler_and_al_bounded(
     assert peak < 300, peak
     assert grown < DOCUMENTED_AL_GROWTH, grown
     codes = flood["codes"]
-    assert codes["setenv-huge 413"] > 0 and codes["setenv 200"] > 0 and codes["setenv 413"] > 0
+    assert codes["setenv-huge 413"] > 0 and codes["setenv 200"] > 0
     # Every status and return value is taken, past the budget too (without history then).
     assert codes["status 200"] > 300 and codes["return 200"] > 300, codes
     # The budget was spent early: the last third of the flood grew .al by less than 1 MiB.
