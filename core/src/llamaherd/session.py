@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from llamaherd.budgets import BUDGET_EXIT, RunBudget
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
@@ -132,7 +133,7 @@ class ActiveRun:
     stopped: threading.Event | None = None
     # What the run may still write (``llamaherd.write_budget``): the runner's, shared by every
     # ActiveRun of the run in this process; taken on first use.
-    _budget: WriteBudget | None = field(default=None, repr=False, compare=False)
+    _writes: WriteBudget | None = field(default=None, repr=False, compare=False)
 
     @property
     def project(self) -> Project:
@@ -208,22 +209,22 @@ class ActiveRun:
         publish(self, type, data)
 
     @property
-    def budget(self) -> WriteBudget:
-        if self._budget is None:
+    def write_budget(self) -> WriteBudget:
+        if self._writes is None:
             if self.engine is not None:
-                self._budget = self.engine.runner.write_budget(self.run_id)
+                self._writes = self.engine.runner.write_budget(self.run_id)
             else:  # no engine (a preview, a test): from what the store holds of the run
                 held = self.store.run_writes(self.run_id) if self.store is not None else ()
-                self._budget = WriteBudget(*held)
-        return self._budget
+                self._writes = WriteBudget(*held)
+        return self._writes
 
     def within_budget(self, size: int, records: int = 1) -> bool:
         """Whether a write of ``records`` records and ``size`` bytes fits what the run may
         still write (counting it if so); the first that does not records the one notice."""
-        if self.budget.take(size, records):
+        if self.write_budget.take(size, records):
             return True
-        if self.budget.notice_due():
-            message = self.budget.notice()
+        if self.write_budget.notice_due():
+            message = self.write_budget.notice()
             log.warning("run %s: %s", self.run_id, message)
             notice = {"level": "warn", "origin": "scheduler", "event": "write_budget"}
             self._add_event("write_budget", {**notice, "message": message})
@@ -278,6 +279,7 @@ class Outcome:
     reason: str | None = None
     text: str = ""
     deferred: Deferred | None = None
+    exit_code: int | None = None  # when not the state's own (a budget stop)
 
 
 # ------------------------------------------------------------------------------ built-in tools
@@ -442,6 +444,8 @@ class Session:
         # The stored (redacted) form of the messages so far, and the redactor that made it.
         self._stored: list[dict[str, Any]] = []
         self._stored_with: Redactor | None = None
+        self.budget = RunBudget(ctx)
+        self._over_budget: str | None = None  # why the last model call spent the budget
 
     # -------------------------------------------------------------- state
 
@@ -598,6 +602,8 @@ class Session:
                 for name, value in _setenv_literals(tc):
                     with contextlib.suppress(LlamaherdError):  # refused when the call runs
                         self.ctx.keep_env(name, value)
+            if self._over_budget is not None and reply.tool_calls:  # work left it may not do
+                return self._budget_stop(reply)
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
@@ -623,6 +629,16 @@ class Session:
                 continue
             if deferred is not None:
                 return Outcome("waiting", deferred=deferred)
+
+    def _budget_stop(self, reply: Reply) -> Outcome:
+        """The model call just made reached a budget: its tool calls are not run, the
+        transcript is kept, the run ends (reason ``budget: ...``, exit ``BUDGET_EXIT``)."""
+        reason = self._over_budget or "budget"
+        for tc in reply.tool_calls:
+            self._answer(tc.id, f"not run: {reason}", True)
+        self.ctx.log("budget_stop", {"reason": reason, "turn": self.meta["turns"]})
+        self.checkpoint()
+        return Outcome("error", reason=reason, text=reply.text, exit_code=BUDGET_EXIT)
 
     def leftover_messages(self) -> list[str]:
         """Messages ``interrupt`` received too late for the turn that parked the run."""
@@ -687,6 +703,8 @@ class Session:
             reply = self.chain.complete(messages, specs, self.options)
         self.meta["turns"] += 1
         self._count_usage(reply.usage)
+        tokens = reply.usage.input_tokens + reply.usage.output_tokens
+        self._over_budget = self.budget.charge(self.meta, reply.usage.cost_usd, tokens)
         if reply.text.strip():
             self.ctx.log(
                 "assistant", {"text": truncate(reply.text, 2000), "turn": self.meta["turns"]}
