@@ -31,6 +31,8 @@ What is here, by topic:
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``, ``read_project_text``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``print_table``/``Column`` (every listing prints through it: one header style, one record
+  per line when piped, an ellipsis rather than a fold in a terminal),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
@@ -125,6 +127,7 @@ if TYPE_CHECKING:
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.surrogates import clean as clean_text
+    from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AdmissionCheck,
@@ -217,6 +220,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.surrogates": ("clean_text:clean",),
+    # Listings: one header style, one record per line when piped (``al runs | grep``).
+    "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
         "AdmissionCheck", "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",

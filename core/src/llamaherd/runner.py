@@ -39,7 +39,7 @@ from llamaherd.session import (
     truncate,
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.types import CommandFailed, LlamaherdError, RunResult, SandboxSpec, TriggerEvent
 from llamaherd.waits import SCRIPT_WAITS
 from llamaherd.write_budget import WriteBudget
 
@@ -51,7 +51,7 @@ CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
 CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
 
 
-class RunFailed(LlamaherdError):
+class RunFailed(CommandFailed):
     """A step of the run failed in a way that ends it as ``error`` with this reason."""
 
 
