@@ -2,7 +2,8 @@
 
 Isolation (DESIGN §6): read-only root fs; ``/tmp`` (the working dir ``/tmp/work``) and the home dir
 are tmpfs; ``/app/bin`` (the language-skill commands), ``/credentials`` (only the credentials the
-agent declares) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
+agent declares), ``/app/static/shared`` (the project's ``shared/`` files, as Action Llama bakes
+them in) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
 capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bridge`` or ``none``.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import SandboxError, SandboxSpec, StagedFile
+from llamaherd.api import SHARED_PATH, SandboxError, SandboxSpec, StagedFile
 from llamaherd_docker import images
 from llamaherd_docker.daemon import connect, docker_errors
 from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
@@ -159,31 +160,37 @@ def sandbox_env(spec: SandboxSpec, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:
-    """Write only the run's credential files to a fresh host dir, ``<type>/<instance>/<field>``.
+def stage_files(run_id: str, credentials: list[StagedFile], shared: list[StagedFile]) -> Path:
+    """Write only the run's credential files (``<type>/<instance>/<field>``) and the project's
+    ``shared/`` files to a fresh host dir.
 
     Returns the private parent dir (0700, so no other host user can reach the files); its
-    ``credentials`` subdir is what gets mounted. Inside it everything is world-readable because
-    the image's user, whatever its uid, must read them through the read-only bind (so the
-    types' own file modes do not apply here).
+    ``credentials`` and ``shared`` subdirs are what gets mounted. Inside them everything is
+    world-readable because the image's user, whatever its uid, must read them through the
+    read-only binds (so the credential types' own file modes do not apply here).
     """
     safe_run = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
     private = Path(tempfile.mkdtemp(prefix=f"al-docker-{safe_run}-"))
-    root = private / "credentials"
-    root.mkdir(mode=0o755)
-    root.chmod(0o755)
     try:
-        for staged in files:
-            target = root / staged.path
-            for directory in reversed(target.relative_to(root).parents[:-1]):
-                (root / directory).mkdir(mode=0o755, exist_ok=True)
-                (root / directory).chmod(0o755)
-            target.write_bytes(staged.content)
-            target.chmod(0o444)
+        _write_tree(private / "credentials", credentials)
+        if shared:
+            _write_tree(private / "shared", shared)
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
     return private
+
+
+def _write_tree(root: Path, files: list[StagedFile]) -> None:
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+    for staged in files:
+        target = root / staged.path
+        for directory in reversed(target.relative_to(root).parents[:-1]):
+            (root / directory).mkdir(mode=0o755, exist_ok=True)
+            (root / directory).chmod(0o755)
+        target.write_bytes(staged.content)
+        target.chmod(0o444)
 
 
 def _log_progress(line: str) -> None:
@@ -355,7 +362,7 @@ class ContainerRuntime:
         config = image["Config"] or {}
         if image["Id"] not in self._users:
             self._users[image["Id"]] = images.image_user(self.client(), tag, config.get("User"))
-        private = stage_credentials(spec.run_id, spec.credential_files)
+        private = stage_files(spec.run_id, spec.credential_files, spec.shared_files)
         try:
             container_id = self._create(spec, tag, config, self._users[image["Id"]], private)
         except BaseException:
@@ -391,6 +398,8 @@ class ContainerRuntime:
         }
         if spec.gateway_socket:
             volumes[os.path.dirname(spec.gateway_socket)] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        if (private / "shared").is_dir():
+            volumes[str(private / "shared")] = {"bind": SHARED_PATH, "mode": "ro"}
         labels = {
             LABEL_RUN: spec.run_id,
             LABEL_AGENT: spec.agent.name,
