@@ -24,12 +24,13 @@ What is here, by topic:
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields; provider HTTP
+  into normalised fields, and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
+  taken from outside); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
-  (``Project``, ``Agent``, ``load_project``, ``read_toml``);
+  (``Project``, ``Agent``, ``load_project``, ``read_toml``, ``read_project_text``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``environment_option`` (``-E/--env NAME``; ``AppContext.remote()`` and ``.binding()``),
   ``print_table``/``Column`` (every listing prints through it: one header style, one record
@@ -117,7 +118,7 @@ if TYPE_CHECKING:
     from llamaherd.logview import summary as event_summary
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
-    from llamaherd.project import Agent, Project, read_toml
+    from llamaherd.project import Agent, Project, read_project_text, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
         ModelKey,
@@ -145,6 +146,7 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
+    from llamaherd.surrogates import clean as clean_text
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
@@ -229,7 +231,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.logview": ("event_summary:summary",),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
-    "llamaherd.project": ("Agent", "Project", "read_toml"),
+    "llamaherd.project": ("Agent", "Project", "read_project_text", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
@@ -245,6 +247,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
+    "llamaherd.surrogates": ("clean_text:clean",),
     # Listings: one header style, one record per line when piped (``al runs | grep``).
     "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),

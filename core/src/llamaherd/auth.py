@@ -134,10 +134,12 @@ def require_token(handler: Handler) -> Handler:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
+    from llamaherd.surrogates import clean
+
     try:
         data = await request.json()
     except ValueError:
         raise LlamaherdError("request body must be JSON") from None
     if not isinstance(data, dict):
         raise LlamaherdError("request body must be a JSON object")
-    return data
+    return clean(data)  # lone surrogates made U+FFFD: stored, they break listings

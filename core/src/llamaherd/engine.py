@@ -7,7 +7,6 @@ scheduler adds trigger plugins, a dispatcher and crash recovery on top (``llamah
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -23,7 +22,7 @@ from llamaherd.clock import clock, host_id
 from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import CommandFailed, EmitResult, TriggerEvent
+from llamaherd.types import EmitResult, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
@@ -32,17 +31,19 @@ HELD_STATES = ("off", "error", "suspended")
 
 
 def socket_prefix(root: Path) -> Path:
-    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid."""
+    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid and a
+    random part (``<pid>-<random>``)."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"al-gw-{digest}-"
 
 
 def remove_stale_socket_dirs(prefix: Path) -> list[Path]:
-    """Remove this project's gateway socket directories (``<prefix><pid>``) left behind by
-    schedulers that died (``kill -9``, a failed start); only ours: our uid, a dead pid."""
+    """Remove this project's gateway socket directories (``<prefix><pid>-<random>``, or
+    ``<prefix><pid>`` of older versions) left behind by schedulers that died (``kill -9``, a
+    failed start); only ours: our uid, a dead pid."""
     removed = []
     for directory in prefix.parent.glob(prefix.name + "*"):
-        pid = directory.name.removeprefix(prefix.name)
+        pid = directory.name.removeprefix(prefix.name).split("-", 1)[0]
         try:
             info = directory.lstat()
         except FileNotFoundError:
@@ -75,6 +76,9 @@ class Engine:
         self.wakeup = threading.Event()  # set when work may be claimable
         self.gateway_url = ""
         self.gateway_socket: str | None = None
+        # Files of .al/ the scheduler's start found open to other users and made private
+        # (``statedir.secure``): a secret among them may have been copied.
+        self.made_private: list[Path] = []
         self._servers: list[Any] = []
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
@@ -109,18 +113,15 @@ class Engine:
 
     def _socket_path(self) -> str:
         # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per
-        # project and process: al-gw-<project digest>-<pid>.
+        # project and process: al-gw-<project digest>-<pid>-<random>. /tmp is shared and a
+        # pid is predictable (another user once created every pid's name in advance, and the
+        # scheduler could not start): mkdtemp picks a name nobody can guess and creates it
+        # ours, or tries another.
         prefix = socket_prefix(self.project.root)
         remove_stale_socket_dirs(prefix)
-        directory = Path(f"{prefix}{os.getpid()}")
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o755)
-        info = directory.lstat()
-        # /tmp is shared: a directory someone else planted there could hand out our socket.
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise CommandFailed(f"{directory} exists and is not ours: remove it and start again")
-        directory.chmod(0o755)  # sandbox users connect to the socket in it
-        return str(directory / "gateway.sock")
+        directory = tempfile.mkdtemp(prefix=f"{prefix.name}{os.getpid()}-", dir=prefix.parent)
+        os.chmod(directory, 0o755)  # sandbox users connect to the socket in it
+        return os.path.join(directory, "gateway.sock")
 
     def close(self) -> None:
         for server in reversed(self._servers):

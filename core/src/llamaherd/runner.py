@@ -43,6 +43,7 @@ from llamaherd.session import (
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import CommandFailed, LlamaherdError, RunResult, SandboxSpec, TriggerEvent
 from llamaherd.waits import SCRIPT_WAITS
+from llamaherd.write_budget import WriteBudget
 
 log = logging.getLogger("llamaherd.runner")
 
@@ -94,6 +95,8 @@ class Runner:
         self._live: dict[str, _Live] = {}
         # Sandboxes of waiting (or just re-attached) runs, kept for the next run() of the row.
         self._parked: dict[str, tuple[Any, _Prepared]] = {}
+        # What each run active or waiting here has written (``llamaherd.write_budget``).
+        self._budgets: dict[str, WriteBudget] = {}
         self._lock = threading.Lock()
 
     @property
@@ -113,6 +116,17 @@ class Runner:
         """The live handles of an active run (the gateway uses them for ``setenv``)."""
         with self._lock:
             return self._live.get(run_id)
+
+    def write_budget(self, run_id: str) -> WriteBudget:
+        """The run's write budget, shared by everything that writes for it in this process;
+        it starts from what the store holds of the run (a restart, a resume, another host)."""
+        with self._lock:
+            budget = self._budgets.get(run_id)
+        if budget is None:
+            budget = WriteBudget(*self.store.run_writes(run_id))
+            with self._lock:
+                budget = self._budgets.setdefault(run_id, budget)
+        return budget
 
     # ------------------------------------------------------------------ public API
 
@@ -152,6 +166,9 @@ class Runner:
             final = self.store.get_run(row.id)
         except StoreError:
             return None
+        if final is None or final.state in FINAL_STATES:
+            with self._lock:
+                self._budgets.pop(row.id, None)
         _log_end(final)
         return final
 
@@ -166,6 +183,8 @@ class Runner:
             return False
         if not self._transition(run_id, state, reason):
             return False
+        with self._lock:
+            self._budgets.pop(run_id, None)
         self._discard_sandbox(row)
         return True
 

@@ -80,7 +80,9 @@ class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
+        # Checked (and fixed) at every start: .al/ holds transcripts. What had to be made
+        # private may have been read by others (``Engine.made_private``).
+        self.made_private = secure(state_dir)
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -169,6 +171,7 @@ class Scheduler(Engine):
         self.lock = SchedulerLock(project.state_dir)
         try:
             super().__init__(project)
+            self.made_private = self.lock.made_private
             # A database it cannot write stops it here, in one line, before it starts anything
             # (an orderly stop may leave the WAL file, with which SQLite opens read-only).
             self.store.check_writable()
@@ -281,7 +284,9 @@ class Scheduler(Engine):
                 continue
             log.info("agent %s: ready%s", agent.name, f" ({prepared})" if prepared else "")
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, signum: int | None = None, *_: Any) -> None:
+        if signum is not None:
+            log.info("received %s: stopping", signal.Signals(signum).name)
         self.stopping.set()
         self.wakeup.set()
 
@@ -337,6 +342,13 @@ class Scheduler(Engine):
             self.triggers.append((trigger, host))
 
     # ------------------------------------------------------------------ live reload
+    @property
+    def disk_digest(self) -> str:
+        """The digest of the config files on disk as the watcher last read them (it looks on
+        every change, and every few seconds): what ``al stat`` compares with the loaded one,
+        so a request never reads a project file itself."""
+        return self._seen_digest
+
     def reload(self) -> None:
         """Apply the config files on disk when they changed since the last look (the
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
@@ -554,10 +566,16 @@ class Scheduler(Engine):
                 continue
             if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)
-                self.store.update_run(run.id, host=self.host)
-                self.start_thread(self.store.get_run(run.id))
+            elif not orphan and not run.sandbox and not run.transcript:
+                # Claimed, then its scheduler died before its sandbox was recorded: no command
+                # of it ran, so it starts now as itself rather than end error/interrupted
+                # beside a recovery run that does the same work.
+                log.info("run %s: starting it here (its scheduler died before it began)", run.id)
+            else:
+                self.interrupted(run)
                 continue
-            self.interrupted(run)
+            self.store.update_run(run.id, host=self.host)
+            self.start_thread(self.store.get_run(run.id))
 
     def _dead_hosts(self) -> set[str]:
         """Hosts presumed dead: a stale heartbeat, or a process of this machine that is gone."""

@@ -652,6 +652,8 @@ def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
         names = [n for option in expected for n in _as_list(option["type"])]
         wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in dict.fromkeys(names))
         yield [], f"expected {wanted}, got {_describe(value)}"
+    elif kind == "not" and "x-removed" in error.schema:  # a key retired with its reason
+        yield [], error.schema["x-removed"]
     elif kind == "enum":
         yield (
             [],

@@ -40,7 +40,11 @@ def build_app(engine: Any) -> Starlette:
     app.state.control_token = control_token(engine.project.state_dir)
     app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
     app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
+    # Why a plugin cannot serve safely (register_routes appends one line each): no start then.
+    app.state.refusals = []
     get_manager().call_each("register_routes", app=app)
+    if app.state.refusals:
+        raise LlamaherdError("; ".join(app.state.refusals))
     return app
 
 

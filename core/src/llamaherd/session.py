@@ -46,6 +46,7 @@ from llamaherd.types import (
     ToolSpec,
     Usage,
 )
+from llamaherd.write_budget import OUTPUT_OVER_BUDGET, WriteBudget
 
 if TYPE_CHECKING:
     from llamaherd.engine import Engine
@@ -93,6 +94,10 @@ INTERRUPTED = (
     "still need it"
 )
 CUT_SHORT = "ended early: a human interrupted this turn with a message (next)"
+OUTPUT_CUT = (
+    "output cut: this run has written as much as one run may; keep large output in files "
+    "and read what you need"
+)
 
 
 # ------------------------------------------------------------------------------ shared types
@@ -126,6 +131,9 @@ class ActiveRun:
     after_call: list[Callable[[], None]] = field(default_factory=list)
     # Set when the run is being stopped (the runner's); None: a store write is not retried.
     stopped: threading.Event | None = None
+    # What the run may still write (``llamaherd.write_budget``): the runner's, shared by every
+    # ActiveRun of the run in this process; taken on first use.
+    _writes: WriteBudget | None = field(default=None, repr=False, compare=False)
 
     @property
     def project(self) -> Project:
@@ -189,10 +197,38 @@ class ActiveRun:
         return self.redactor.redact(text) if self.redactor else text
 
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
-        """A structured run event, redacted; then offered to ``run_event`` plugins."""
+        """A structured run event, redacted; then offered to ``run_event`` plugins. Dropped
+        once the run's write budget is spent."""
         data = self.redact_obj(data or {})
+        if not self.within_budget(len(json.dumps(data, separators=(",", ":"), default=str))):
+            return
+        self._add_event(type, data)
+
+    def _add_event(self, type: str, data: dict[str, Any]) -> None:
         self.record(lambda: self.store.add_event(self.run_id, type, data))
         publish(self, type, data)
+
+    @property
+    def write_budget(self) -> WriteBudget:
+        if self._writes is None:
+            if self.engine is not None:
+                self._writes = self.engine.runner.write_budget(self.run_id)
+            else:  # no engine (a preview, a test): from what the store holds of the run
+                held = self.store.run_writes(self.run_id) if self.store is not None else ()
+                self._writes = WriteBudget(*held)
+        return self._writes
+
+    def within_budget(self, size: int, records: int = 1) -> bool:
+        """Whether a write of ``records`` records and ``size`` bytes fits what the run may
+        still write (counting it if so); the first that does not records the one notice."""
+        if self.write_budget.take(size, records):
+            return True
+        if self.write_budget.notice_due():
+            message = self.write_budget.notice()
+            log.warning("run %s: %s", self.run_id, message)
+            notice = {"level": "warn", "origin": "scheduler", "event": "write_budget"}
+            self._add_event("write_budget", {**notice, "message": message})
+        return False
 
     def record(self, write: Callable[[], T]) -> T:
         """``write()`` to the store; when the store cannot take it (a full disk, a lock held
@@ -744,6 +780,8 @@ class Session:
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
         text = self.ctx.redact_for_model(truncate(text))
+        if not self.ctx.within_budget(len(text), records=0) and len(text) > OUTPUT_OVER_BUDGET:
+            text = f"{truncate(text, OUTPUT_OVER_BUDGET)}\n[{OUTPUT_CUT}]"
         if is_error:
             self._count_auth_failure(tc.name, text)
         self.messages.append(Message("tool", text, tool_call_id=tc.id, is_error=is_error).to_dict())

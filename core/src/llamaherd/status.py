@@ -177,12 +177,15 @@ def config_digest(root: Path) -> str:
     cached = _DIGESTS.get(root)
     if cached is not None and cached[0] == signature:
         return cached[1]  # no file changed since: `al stat` asks on every call
+    from llamaherd.project import read_project_file
+    from llamaherd.types import ConfigError
+
     digest = hashlib.sha256()
     for path in paths:
         try:
-            data = path.read_bytes()
-        except OSError:  # no project config.toml, or a file removed meanwhile
-            continue
+            data = read_project_file(path)
+        except ConfigError as exc:  # no project config.toml, one removed meanwhile, a FIFO...
+            data = f"\0{exc.message}".encode()  # ...still a change when it comes or goes
         digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
         digest.update(data)
     _DIGESTS[root] = (signature, digest.hexdigest()[:16])
@@ -215,7 +218,10 @@ def _file_signature(path: Path) -> tuple[Any, ...]:
 
 
 def scheduler_status(
-    project: Any, info: dict[str, Any] | None, hosts: list[dict[str, Any]] = ()
+    project: Any,
+    info: dict[str, Any] | None,
+    hosts: list[dict[str, Any]] = (),
+    on_disk: str | None = None,
 ) -> dict[str, Any]:
     """Whether a scheduler serves ``project``: the one of this checkout (``info``, what it
     wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
@@ -225,7 +231,9 @@ def scheduler_status(
     refused the files on disk (``config_errors``; ``kept``: the agents whose last good version
     runs, ``refused_all``: the whole change was refused), when it last reloaded
     (``reloaded_at``), and what failed in it (``problems``: a trigger that did not start, a
-    plugin that did not load or was installed after it started)."""
+    plugin that did not load or was installed after it started). ``on_disk``: the digest of
+    the files on disk when the caller knows it (a scheduler's own watcher), else they are read
+    here."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -234,6 +242,8 @@ def scheduler_status(
     if info is None:
         return {"running": False}
     loaded = info.get("config_digest")
+    if loaded is not None and on_disk is None:
+        on_disk = config_digest(project.root)
     return {
         "running": True,
         "where": where,
@@ -242,7 +252,7 @@ def scheduler_status(
         "url": info.get("url"),
         "since": info.get("started_at"),
         "version": info.get("version"),
-        "config_current": None if loaded is None else loaded == config_digest(project.root),
+        "config_current": None if loaded is None else loaded == on_disk,
         "config_errors": list(info.get("config_errors") or []),
         "kept": list(info.get("kept") or []),
         "refused_all": bool(info.get("refused_all")),
@@ -287,7 +297,9 @@ def serving_status(engine: Any) -> dict[str, Any]:
     info = None
     if identity is not None:
         info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
-    status = scheduler_status(engine.project, info)
+    # A request thread never reads project files (a FIFO there once blocked every one): the
+    # scheduler's config watcher keeps the digest of what is on disk.
+    status = scheduler_status(engine.project, info, on_disk=getattr(engine, "disk_digest", None))
     status["paused"] = engine.store.paused()[0]
     status["hosts"] = [
         {"host": h["host"], "heartbeat_at": h["heartbeat_at"]} for h in engine.store.hosts()

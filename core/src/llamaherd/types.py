@@ -578,7 +578,8 @@ class WebhookSource(Protocol):
 
     Optional members (``OPTIONAL_MEMBERS``): ``filters`` (its ``[[webhooks]]`` filter keys),
     ``secret_field``, ``configured(table)``, ``request_headers(...)``, ``renew(body, delivery)``,
-    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``."""
+    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``,
+    ``dedupe_bodies``."""
 
     name: str
     description: str
@@ -599,7 +600,8 @@ class TableSet:
     ``define(db)`` declares the plugin's peewee models on the database it is given (each with
     ``class Meta: database = db``) and returns them; core calls it for each store it opens.
     ``version`` is the schema those models describe (start at 1). Opening a store creates tables
-    that are missing (an existing table of the same name is adopted as it is) and, when the
+    that are missing (an existing table of the same name is adopted as the set's version 1, and
+    brought forward by its steps) and, when the
     ``meta`` table records an older version for ``name``, runs each of ``migrations``
     (``(version, step(db, tables))``, ascending) above it, in one transaction with the new
     stamp. A step keeps every row and uses portable schema operations (SQLite and PostgreSQL);
@@ -766,6 +768,10 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # The sender signs with a private key and the stored credential holds only the public
         # key (Discord): `al webhooks test` needs the private key of a test key pair.
         "signs_with_private_key": bool,
+        # Every body is unique to its event (ids, times) and only the body is signed (GitHub,
+        # Sentry, Linear): a verified body the source delivered before, under any delivery id,
+        # is dropped as a duplicate (a replay).
+        "dedupe_bodies": bool,
     },
     Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
     # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not

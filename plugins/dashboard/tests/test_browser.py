@@ -400,7 +400,7 @@ def test_non_local_browser_signs_in_with_the_control_token(remote: Any, page: An
     screenshot(page, "login")
     page.fill("#token", "not-the-token")
     page.get_by_role("button", name="Sign in").click()
-    expect(page.locator(".flash.error")).to_have_text("wrong token")
+    expect(page.locator(".flash.error")).to_have_text("wrong token or password")
     page.fill("#token", remote.token)
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(remote.url + "/agents/slow")

@@ -181,6 +181,15 @@ def test_init_writes_the_project_mcp_json_and_keeps_other_servers(tmp_project, a
     assert entry["args"] == ["--project", str(tmp_project.root), "mcp", "serve"]
 
 
+@pytest.mark.parametrize("name", ["", "two words", "x" * 65, "a/b"])
+def test_init_refuses_a_name_no_client_takes(tmp_project, al, name):
+    tmp_project.config("")
+    result = al("mcp", "init", "--name", name, cwd=tmp_project.root)
+    assert result.returncode == 2 and "--name" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_project.root / ".mcp.json").exists()
+
+
 def test_init_refuses_a_broken_mcp_json(tmp_project, al):
     tmp_project.config("")
     (tmp_project.root / ".mcp.json").write_text("{not json")

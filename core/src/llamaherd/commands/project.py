@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
 
@@ -228,10 +229,15 @@ def new_command(
     choice = scaffold.ask_model() if interactive else scaffold.given_model(provider, model)
     key = scaffold.ask_key(choice) if interactive and choice else None
     values = {"user": getpass.getuser(), "models": scaffold.model_table(choice)}
-    for target, template in NEW_PROJECT_FILES.items():
-        path = directory / target
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Template(_template(*template)).safe_substitute(values), encoding="utf-8")
+    try:
+        for target, template in NEW_PROJECT_FILES.items():
+            path = directory / target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = Template(_template(*template)).safe_substitute(values)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = exc.filename or directory
+        raise CommandFailed(f"{where}: cannot create the project: {exc.strerror}") from None
     if key:
         scaffold.store_key(choice, key)
     if choice:
@@ -260,6 +266,13 @@ AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 @click.option(
     "--no-config", "no_config", is_flag=True, help="Accepted for Action Llama users (no prompts)."
 )
+@click.option(
+    "-y",
+    "--yes",
+    is_flag=True,
+    help="Install without asking when a fetched skill's config gives the agent powers "
+    "(run_as, hooks, credentials); needed to install such a skill without a terminal.",
+)
 @pass_app
 def add_command(
     app: AppContext,
@@ -268,12 +281,15 @@ def add_command(
     name: str | None,
     force: bool,
     no_config: bool,
+    yes: bool,
 ) -> None:
     """Install a skill as agents/<name>/ from a folder, a git URL or GitHub owner/repo.
 
     SOURCE#path picks a folder inside it; else every SKILL.md is found (at the root, in
     skills/*/ and agents/*/) and -a NAME picks one. A skill's own config.toml is kept, with
-    the model and webhook source names it uses fitted to this project.
+    the model and webhook source names it uses fitted to this project. A fetched skill whose
+    config sets run_as, hooks or credentials is shown, then installed only when you agree
+    (asked in a terminal; --yes otherwise).
     """
     from llamaherd import skill_sources
 
@@ -291,7 +307,7 @@ def add_command(
             raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
         recorded = source if fetched.subdir or not skill.where else f"{source}#{skill.where}"
         if fetched.cloned:
-            _warn_risky(skill.path / "config.toml", recorded, name)
+            _confirm_grants(skill.path, recorded, name, yes)
         config = _added_config(app, project, fetched, skill, recorded)
         if target.exists():
             shutil.rmtree(target)
@@ -300,33 +316,47 @@ def add_command(
     click.echo(f"added agents/{name} from {recorded}")
 
 
-def _warn_risky(path: Path, source: str, name: str) -> None:
-    """Say what a fetched config.toml lets the agent do before it is installed."""
-    from llamaherd import skill_sources
-    from llamaherd.project import read_toml
+def _confirm_grants(skill_dir: Path, source: str, name: str, yes: bool) -> None:
+    """Say what a fetched skill's config (its config.toml and SKILL.md frontmatter) grants
+    the agent, and go on only when the user agrees: asked in a terminal, ``--yes`` otherwise.
+    Someone else's repository must not get a root run_as, hooks or credentials on warnings."""
+    from llamaherd import compat, skill_sources
+    from llamaherd.project import parse_skill, read_toml
 
-    if not path.is_file():
-        return
+    own = skill_dir / "config.toml"
     try:
-        risky = skill_sources.risky_settings(read_toml(path))
+        meta, _ = parse_skill(skill_dir / "SKILL.md")
+        config, _, _ = compat.merge_frontmatter(meta, read_toml(own) if own.exists() else {})
     except LlamaherdError:
         return  # fitting it reports the problem
-    for item in risky:
-        click.echo(f"warning: agents/{name}/config.toml from {source} sets {item}", err=True)
-    if risky:
-        click.echo(f"warning: review agents/{name}/config.toml before running the agent", err=True)
+    grants = skill_sources.risky_settings(config)
+    if not grants:
+        return
+    click.echo(f"agents/{name} from {source} (review its config.toml and SKILL.md) sets:", err=True)
+    for item in grants:
+        click.echo(f"  {item}", err=True)
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise LlamaherdError(
+            f"agents/{name} was not installed: it sets what is listed above; "
+            "run again with --yes to install it anyway"
+        )
+    if not click.confirm(f"install agents/{name}?", default=False, err=True):
+        raise CommandFailed(f"agents/{name} was not installed")
 
 
 def _added_config(app: AppContext, project: Any, fetched: Any, skill: Any, source: str) -> str:
     """The new agent's config.toml: the skill's own, fitted to the project (each change and
     what is left to add is printed), else a commented one."""
     from llamaherd import skill_sources
+    from llamaherd.project import read_project_text
 
     own = skill.path / "config.toml"
-    if not own.is_file():
+    if not own.exists():
         return _agent_config(project, source)
     text, fitted = skill_sources.fit_config(
-        own.read_text(encoding="utf-8"),
+        read_project_text(own),
         skill_sources.source_config(fetched, skill),
         project.config,
         source,

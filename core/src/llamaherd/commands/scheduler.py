@@ -738,14 +738,20 @@ def _pause_command(paused: bool) -> click.Command:
     @environment_option
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
+        from llamaherd.client import ControlClient
+
         remote = app.remote()
-        if remote is not None:
-            with remote:
-                remote.post(f"/control/{verb}", {"agent": agent or ""})
-        else:
-            if agent:
-                app.project.agent(agent)
+        if remote is None and agent:
+            app.project.agent(agent)
+        # Through the scheduler (a deployed one with -E, else the local one when it runs):
+        # it wakes its dispatcher at once (a resume starts runs now) and, like every control
+        # call, checks the token; else in the store.
+        client = remote or ControlClient.find(app.project)
+        if client is None:
             _store(app).set_paused(agent, paused)
+        else:
+            with client:
+                client.post(f"/control/{verb}", {"agent": agent or ""})
         click.echo(f"{verb}d {agent or 'the scheduler'}")
 
     command.help = (

@@ -8,7 +8,6 @@ hosts, while items are taken with ``FOR UPDATE SKIP LOCKED``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
+from llamaherd.surrogates import loads
 
 log = logging.getLogger(__name__)
 
@@ -350,11 +350,11 @@ class Queue(Runs):
     @staticmethod
     def _item(row: tuple) -> WorkItemRow:
         item = WorkItemRow(*row)  # the columns are selected in field order (_ITEM_COLUMNS)
-        item.payload = json.loads(item.payload)
+        item.payload = loads(item.payload)
         if item.recovery is not None:
-            item.recovery = json.loads(item.recovery)
+            item.recovery = loads(item.recovery)
         if item.flow is not None:
-            item.flow = json.loads(item.flow)
+            item.flow = loads(item.flow)
         return item
 
     @guarded

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,6 +37,9 @@ from starlette.staticfiles import StaticFiles
 
 from llamaherd.api import FINAL, ago, until
 from llamaherd_dashboard import auth, views
+from llamaherd_dashboard.password import MAX_FAILURES, WINDOW, start_refusal
+
+log = logging.getLogger("llamaherd.dashboard")
 
 Handler = Callable[[Request], Awaitable[Response]]
 # A page's builder: (request, path parameters, query) -> (template, context), None for a 404.
@@ -277,7 +281,11 @@ def _safe_next(target: str) -> str:
 
 
 async def login_page(request: Request) -> Response:
-    """GET: the form. POST: check the token or password, start a signed-in session, go on."""
+    """GET: the form. POST: check the token or password, start a signed-in session, go on.
+
+    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds is answered 429
+    with ``Retry-After`` (before anything is checked); each wrong one is logged with the
+    client's address, never with what was typed."""
     if not auth.allowed_host(request):
         return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
@@ -286,18 +294,33 @@ async def login_page(request: Request) -> Response:
     reason = await auth.csrf_refusal(request)
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
+    client, throttle = auth.client_of(request), auth.throttle(request)
+    wait = throttle.retry_after(client)
+    if wait:
+        error = f"too many wrong sign-ins: try again in {wait} s"
+        refused = render(request, "login.html", status_code=429, next=target, error=error)
+        refused.headers["Retry-After"] = str(wait)
+        return refused
     form = await auth.form_fields(request)
-    if not auth.password_matches(request, form.get("token", "").strip()):
-        return render(request, "login.html", status_code=401, next=target, error="wrong token")
+    if not await run_in_threadpool(auth.password_matches, request, form.get("token", "").strip()):
+        count = throttle.failed(client)
+        log.warning(
+            "dashboard: wrong sign-in from %s (%d within %g s%s)",
+            client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
+        )  # fmt: skip
+        error = "wrong token or password"
+        return render(request, "login.html", status_code=401, next=target, error=error)
+    throttle.succeeded(client)
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
-    auth.sign_in(request, response)
+    await run_in_threadpool(auth.sign_in, request, response)
+    log.info("dashboard: signed in from %s", client)
     return response
 
 
 @mutation
 async def logout(request: Request) -> Response:
     response = RedirectResponse("/login", status_code=303)
-    auth.sign_out(response)
+    await run_in_threadpool(auth.sign_out, request, response)
     return response
 
 
@@ -670,7 +693,13 @@ ROUTES = [
 
 
 def add_routes(app: Any) -> None:
-    """Add the dashboard to the scheduler's Starlette app."""
+    """Add the dashboard to the scheduler's Starlette app, unless its password's verifier may
+    have been copied (then the server does not start: ``password.start_refusal``)."""
+    engine = app.state.engine
+    refusal = start_refusal(engine.project.state_dir, getattr(engine, "made_private", ()))
+    if refusal is not None:
+        app.state.refusals.append(refusal)
+        return
     static = StaticFiles(packages=[("llamaherd_dashboard", "static")])
     app.router.routes.extend(
         [*ROUTES, Mount("/static/dashboard", app=static, name="dashboard-static")]

@@ -38,7 +38,7 @@ class DockerCheck:
         dockerfile = agent.path / "Dockerfile"
         if not dockerfile.is_file():
             return True
-        return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+        return images.uses_base(images.rewrite_from(images.project_text(dockerfile), base), base)
 
     @staticmethod
     def _base(client: Any, base: str) -> Finding:

@@ -200,7 +200,7 @@ def _log_progress(line: str) -> None:
 def _uses_al_base(dockerfile: Path, project: Any) -> bool:
     """Whether an agent Dockerfile builds on our layers (``FROM al-agent`` or [local].image)."""
     base = project.local["image"]
-    return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+    return images.uses_base(images.rewrite_from(images.project_text(dockerfile), base), base)
 
 
 def _owner() -> str:

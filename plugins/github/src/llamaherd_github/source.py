@@ -31,6 +31,9 @@ class GitHubSource(HmacSource):
     name = "github"
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     filters = {
         **HmacSource.filters,

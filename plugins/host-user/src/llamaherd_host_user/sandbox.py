@@ -330,9 +330,7 @@ class HostUserSandbox:
     def cleanup(self) -> None:
         """Kill what is left, remove credentials and commands, and the working dir unless kept."""
         self.containment.remove()
-        self.layout.remove_private()
-        if not self.keep_workdir:
-            self.layout.remove_workdir()
+        self.layout.remove(self.keep_workdir)
         self._cleaned = True
 
     def handle(self) -> dict[str, Any]:

@@ -38,6 +38,9 @@ class LinearSource(HmacSource):
     name = "linear"
     description = "Linear webhooks (Linear-Signature, webhookTimestamp within a minute)."
     credential_type = "linear_webhook_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     signature_header = "Linear-Signature"
     signature_prefix = ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -14,6 +15,16 @@ from llamaherd.api import AppContext, LlamaherdError, environment_option, pass_a
 
 SERVER_NAME = "llamaherd"
 CONFIG_FILE = ".mcp.json"  # Claude Code's project-scoped MCP servers
+# What MCP clients accept as a server's name (a key of mcpServers, shown in their tool names).
+SERVER_NAME_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _server_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not SERVER_NAME_SHAPE.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r}: expected 1 to 64 letters, digits, '_' or '-'", param_hint="--name"
+        )
+    return value
 
 
 @click.group("mcp")
@@ -49,7 +60,13 @@ def serve(app: AppContext) -> None:
     help="Print the snippet for a client outside the project (Claude Desktop's "
     "claude_desktop_config.json) instead of writing .mcp.json.",
 )
-@click.option("--name", default=SERVER_NAME, show_default=True, help="The server's name.")
+@click.option(
+    "--name",
+    default=SERVER_NAME,
+    show_default=True,
+    callback=_server_name,
+    help="The server's name (letters, digits, '_' and '-').",
+)
 @pass_app
 def init(app: AppContext, print_only: bool, name: str) -> None:
     """Write the project's .mcp.json (Claude Code starts `al mcp serve` from it), keeping the

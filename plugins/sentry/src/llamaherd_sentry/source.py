@@ -19,6 +19,9 @@ class SentrySource(HmacSource):
     name = "sentry"
     description = "Sentry integration webhooks (Sentry-Hook-Signature)."
     credential_type = "sentry_client_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     signature_header = "Sentry-Hook-Signature"
     signature_prefix = ""

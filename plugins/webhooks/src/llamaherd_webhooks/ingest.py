@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply
+from llamaherd.api import WebhookReply, body_digest, clean_text
 from llamaherd_webhooks.matching import filters_of, matching_agents
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -236,11 +236,13 @@ class Ingest:
         if not config.allow_unsigned and not self._verified(config, headers, body):
             return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
-            fields = config.source.parse(headers, body)
+            # Lone surrogates ("\ud800" in the JSON) made U+FFFD: stored, they break listings.
+            fields = clean_text(config.source.parse(headers, body))
         except ValueError as exc:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
         delivery = str(fields.get("delivery"))
+        digest = self._digest(config, body)
         if fields.get("ignore"):
             status = int(fields.get("status", 200))
             self._record(
@@ -253,8 +255,16 @@ class Ingest:
         elif self.receipts.seen(config.name, delivery):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
             log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
+        elif digest is not None and self.receipts.seen_body(config.name, digest):
+            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            log.warning(
+                "webhook %s: delivery %s has the signed body of an earlier delivery (a replay): "
+                "dropped",
+                config.name,
+                delivery,
+            )
         else:
-            outcome = self._route(config, delivery, headers, body, fields)
+            outcome = self._route(config, delivery, headers, body, fields, digest)
         return answer(config, fields, outcome)
 
     def replay(self, receipt_id: int) -> Outcome:
@@ -300,6 +310,15 @@ class Ingest:
             return Outcome(400, {"error": "not a challenge this source answers"})
         return Outcome(reply.status, reply=reply)
 
+    @staticmethod
+    def _digest(config: SourceConfig, body: bytes) -> str | None:
+        """The digest a delivery's body is known by, for a source whose bodies are unique per
+        event (``dedupe_bodies``) and only when it was verified: on a source that also takes
+        unsigned deliveries anyone could send a genuine body first."""
+        if config.allow_unsigned or not getattr(config.source, "dedupe_bodies", False):
+            return None
+        return body_digest(body)
+
     def _verified(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> bool:
         secrets = source_secrets(self.engine.credentials, config)
         if not secrets:
@@ -317,15 +336,25 @@ class Ingest:
         headers: dict[str, str],
         body: bytes,
         fields: dict[str, Any],
+        digest: str | None = None,
     ) -> Outcome:
         agents = matching_agents(
             self.engine.project.agents, config.name, fields, filters_of(config.source)
         )
         # One write transaction for the whole fan-out and its receipt: N matched agents are N
         # items in one commit, and the 202 goes out after it.
-        return self.engine.store.write(
-            self._fan_out, config, delivery, headers, body, fields, agents
+        outcome, result = self.engine.store.write(
+            self._fan_out, config, delivery, headers, body, fields, agents, digest
         )
+        # Logged once committed: a commit that fails (a full disk) is answered 503 and logged
+        # as such, never as queued.
+        log.info(
+            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
+            config.name, delivery, fields.get("event") or "-", result,
+            ", ".join(outcome.body["queued"]) or "none",
+            ", ".join(outcome.body["resumed"]) or "none",
+        )  # fmt: skip
+        return outcome
 
     def _fan_out(
         self,
@@ -335,7 +364,10 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
         agents: list[str],
-    ) -> Outcome:
+        digest: str | None,
+    ) -> tuple[Outcome, str]:
+        """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
+        (in the caller's write transaction): the 202 and what became of it."""
         queued, refused, resumed, flow = [], {}, [], {}
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -353,13 +385,8 @@ class Ingest:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
-        self._record(config, delivery, headers, body, 202, result, agents)
-        log.info(
-            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
-            config.name, delivery, fields.get("event") or "-", result,
-            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
-        )  # fmt: skip
-        return Outcome(
+        self._record(config, delivery, headers, body, 202, result, agents, digest)
+        outcome = Outcome(
             202,
             {
                 "delivery": delivery,
@@ -371,6 +398,7 @@ class Ingest:
                 **({"flow": flow} if flow else {}),
             },
         )
+        return outcome, result
 
     def _reject(
         self,
@@ -413,7 +441,8 @@ class Ingest:
         status: int,
         result: str,
         matched: list[str],
+        digest: str | None = None,
     ) -> None:
         self.receipts.record(
-            config.name, delivery, safe_headers(headers), body, status, result, matched
+            config.name, delivery, safe_headers(headers), body, status, result, matched, digest
         )

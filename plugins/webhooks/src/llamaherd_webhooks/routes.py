@@ -58,7 +58,10 @@ async def receive(request: Request) -> Response:
     except Exception:  # a client must never see a 500, whatever went wrong
         log.exception("webhook %s: unexpected failure", request.path_params.get("name"))
         outcome = Outcome(422, {"error": "delivery could not be processed"})
-    return respond(outcome)
+    response = respond(outcome)
+    if outcome.status == 413:  # the rest of the body is not read (nor drained): hang up
+        response.headers["connection"] = "close"
+    return response
 
 
 async def challenge(request: Request) -> Response:
