@@ -10,12 +10,15 @@ What is here, by topic:
 - protocols a plugin implements, and the values that cross them: ``TriggerType`` with
   ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
-  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
+  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``ExecOutput``, an exec's
+  output streamed by line and kept bounded), ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
   on) and ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``);
-- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
+  (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
+  sandbox went away with its host),
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
@@ -34,6 +37,9 @@ What is here, by topic:
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
   ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
+- for runtimes on other machines: ``SshTarget`` (a validated host, user, port, key and
+  ``ssh_options``), ``SshMaster`` (one multiplexed OpenSSH connection: sessions, scripts,
+  socket forwards), ``SshMasters`` (one master per target for the process), ``SshError``;
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
@@ -90,8 +96,10 @@ if TYPE_CHECKING:
     from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
+    from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
+    from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
     from llamaherd.project import Agent, Project, load_project, read_toml
@@ -150,7 +158,9 @@ if TYPE_CHECKING:
         RunResult,
         Runtime,
         Sandbox,
+        SandboxBusy,
         SandboxError,
+        SandboxLost,
         SandboxSpec,
         StagedFile,
         TableSet,
@@ -191,7 +201,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
+    "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
+    # Runtimes on other machines: one multiplexed OpenSSH connection per host.
+    "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
     "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
@@ -216,7 +229,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
+        "RunResult", "Runtime", "Sandbox", "SandboxBusy", "SandboxError", "SandboxLost", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
