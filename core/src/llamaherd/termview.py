@@ -91,7 +91,16 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
     scheduler will fire them."""
-    return Group(scheduler_line(stat["scheduler"]), agents_table(stat))
+    return Group(scheduler_line(stat["scheduler"]), agents_table(stat), *runtime_lines(stat))
+
+
+def runtime_lines(stat: dict[str, Any]) -> list[str]:
+    """Below the table: what each agent's runtime says (a pool's hosts, one that is down)."""
+    return [
+        f"{escape(row['agent'])}: {escape(line)}"
+        for row in stat["agents"]
+        for line in row.get("runtime") or []
+    ]
 
 
 def agents_table(stat: dict[str, Any]) -> Table:
@@ -163,6 +172,7 @@ def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
         scheduler_line(view["scheduler"]),
         "",
         agents_table(view),
+        *runtime_lines(view),
         "",
         Text.from_markup(f"[bold]Active runs[/] ({len(view['active'])})"),
     ]

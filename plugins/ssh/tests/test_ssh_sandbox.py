@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llamaherd.api import SandboxLost, StagedFile
+from llamaherd.api import SandboxLost, StagedFile, load_project
 from llamaherd.testing import wait_until
 
 
@@ -151,3 +151,17 @@ def test_attach_finds_the_run_after_a_restart(host, runtime, make_agent, spec_fo
         assert again.attach(sandbox.handle(), None) is None
     finally:
         again.masters.close()
+
+
+def test_orphans_of_the_project_are_removed_at_start(host, start, runtime, tmp_path) -> None:
+    sandbox = start(host.runtime())
+    sandbox.exec("setsid sleep 700 >/dev/null 2>&1 &")
+    project = load_project(tmp_path / "project-worker")
+    assert runtime.cleanup_orphans({sandbox.id}, project) == 0  # live: kept
+    other = load_project(tmp_path / "project-worker")
+    other.root = tmp_path / "elsewhere"  # the same hosts, another project: never touched
+    assert runtime.cleanup_orphans(set(), other) == 0
+    assert "sleep 700" in host.ps()
+    assert runtime.cleanup_orphans(set(), project) == 1
+    wait_until(lambda: "sleep 700" not in host.ps(), 10, what="the orphan's processes gone")
+    assert host.files(".al-runs") == []

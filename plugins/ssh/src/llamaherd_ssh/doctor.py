@@ -48,7 +48,7 @@ def _host(masters: SshMasters, target: SshTarget, cwd: str, agents: list[str]) -
     try:
         master.connect()
     except SshError as exc:
-        return Finding.error(subject, str(exc))
+        return Finding.error(subject, str(exc).removeprefix(f"ssh {target.label}: "))
     try:
         found = dict(
             line.partition("=")[::2]

@@ -115,7 +115,9 @@ class SshRuntime:
         for view in Pool(store).views(settings.hosts):
             if view.up is False:
                 when = time.strftime("%H:%M:%S", time.localtime(view.since or 0))
-                lines.append(f"{view.key}: unreachable since {when}: {view.error}")
+                reason = (view.error or "").removeprefix(f"ssh {view.key}: ")
+                reason = reason.removeprefix("unreachable: ")
+                lines.append(f"{view.key}: unreachable since {when}: {reason}")
             elif settings.pool:
                 room = "no limit" if view.capacity is None else f"{view.capacity}"
                 lines.append(f"{view.key}: {view.active}/{room} runs")
