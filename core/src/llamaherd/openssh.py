@@ -384,14 +384,18 @@ class SshMaster:
             self._forwards[key] = (flag, spec)
 
     def _forward(self, key: str, flag: str, spec: str) -> None:
-        if flag == "-R":  # a remote socket left by a lost connection would refuse the bind
-            remote = spec.split(":", 1)[0]
+        # A socket left by a lost connection would refuse the bind.
+        listen = spec.split(":", 1)[0]
+        if flag == "-R":
             subprocess.run(
                 self.argv(),
-                input=_session_input(f"rm -f -- {shlex.quote(remote)}"),
+                input=_session_input(f"rm -f -- {shlex.quote(listen)}"),
                 capture_output=True,
                 timeout=30,
             )
+        elif listen.startswith("/"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(listen)
         done = subprocess.run(
             self.target.argv(self.control, "-O", "forward", flag, spec),
             stdin=subprocess.DEVNULL,
