@@ -367,7 +367,9 @@ class SshMaster:
             ) from None
         if done.returncode != 0:
             err = done.stderr.decode(errors="replace")
-            lines = [line for line in err.strip().splitlines() if line.strip()]
+            # What failed says why on stderr, or on stdout (nologin's "not available").
+            said = err.strip() or done.stdout.decode(errors="replace").strip()
+            lines = [line for line in said.splitlines() if line.strip()]
             if done.returncode == 255 and not self.alive():
                 raise failure(self.target, err)
             reason = lines[-1] if lines else f"exit status {done.returncode}"

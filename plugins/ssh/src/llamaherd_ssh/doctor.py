@@ -11,9 +11,6 @@ from llamaherd.api import ConfigError, Finding, SshError, SshMasters, SshTarget
 from llamaherd_ssh import remote
 from llamaherd_ssh.settings import Settings
 
-# Login shells that run nothing: the account cannot be used for runs.
-NO_SHELL = ("nologin", "false")
-
 
 class SshCheck:
     name = "ssh"
@@ -54,11 +51,10 @@ def _host(masters: SshMasters, target: SshTarget, cwd: str, agents: list[str]) -
             line.partition("=")[::2]
             for line in master.script(remote.probe_script(cwd)).decode().splitlines()
         )
-    except SshError as exc:
-        return Finding.error(subject, f"connected, but a command failed: {exc}")
+    except SshError as exc:  # a login shell such as nologin runs nothing
+        reason = str(exc).removeprefix(f"ssh {target.label}: ")
+        return Finding.error(subject, f"connected, but the account runs no commands: {reason}")
     shell = found.get("shell") or "unknown"
-    if shell.rsplit("/", 1)[-1] in NO_SHELL:
-        return Finding.error(subject, f"the login shell is {shell}: it runs no commands")
     if not found.get("cwd"):
         return Finding.error(subject, f"cwd {cwd!r} does not exist on the host")
     if not found.get("writable"):
