@@ -39,7 +39,8 @@ What is here, by topic:
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for runtimes on other machines: ``SshTarget`` (a validated host, user, port, key and
   ``ssh_options``), ``SshMaster`` (one multiplexed OpenSSH connection: sessions, scripts,
-  socket forwards), ``SshMasters`` (one master per target for the process), ``SshError``;
+  socket forwards), ``SshMasters`` (one master per target for the process), ``SshError``,
+  ``tar_archive`` (a run's files in one archive, modes kept);
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
@@ -99,7 +100,7 @@ if TYPE_CHECKING:
     from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
-    from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget
+    from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget, tar_archive
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
     from llamaherd.project import Agent, Project, load_project, read_toml
@@ -204,7 +205,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
     # Runtimes on other machines: one multiplexed OpenSSH connection per host.
-    "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget"),
+    "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget", "tar_archive"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
     "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),

@@ -25,14 +25,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import io
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -420,6 +422,35 @@ class SshMaster:
                 capture_output=True,
                 timeout=30,
             )
+
+
+def tar_archive(entries: Iterable[tuple[str, int, bytes | None]], parents: int = 0o700) -> bytes:
+    """A tar archive of ``(path, mode, data)`` entries (``data`` None: a directory), in order,
+    each preceded by the directories it needs that were not listed (mode ``parents``): how a
+    runtime sends a run's files in one session (``tar -xpf -`` on the host keeps the modes)."""
+    buffer = io.BytesIO()
+    made: set[str] = set()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+
+        def add(path: str, mode: int, data: bytes | None) -> None:
+            info = tarfile.TarInfo(path)
+            info.mode = mode
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                made.add(path)
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+        for path, mode, data in entries:
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                directory = "/".join(parts[:depth])
+                if directory not in made:
+                    add(directory, parents, None)
+            add(path, mode, data)
+    return buffer.getvalue()
 
 
 def _session_input(script: str, data: bytes = b"") -> bytes:

@@ -8,6 +8,9 @@ except under ``CI`` (which installs both), where they fail.
   no PAM) and returns an :class:`Sshd`: ``port``, ``known_hosts`` (a file holding just its host
   key), ``stop()`` (the host goes down: the listener and every session it serves are killed);
   each is stopped at teardown. ``sshd`` is one such server.
+- ``gateway_stub``: a unix socket standing in for the scheduler's gateway, to forward to a
+  remote run (``.path``; it answers ``pong`` to each connection and keeps what it got in
+  ``.received``).
 - ``ssh_user(server, groups=())`` creates an OS user with a home and a fresh key that
   ``server`` lets in, and returns an :class:`SshUser` (``name``, ``uid``, ``home``, ``key``,
   ``processes()``, ``files()``, ``runtime()``: the ``[runtime]`` keys that reach it); its
@@ -24,6 +27,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -248,3 +252,38 @@ def ssh_user(tmp_path: Path) -> Iterator[Callable[..., SshUser]]:
             while user.processes() and time.monotonic() < deadline:
                 time.sleep(0.05)
             subprocess.run(["userdel", "--remove", user.name], capture_output=True)
+
+
+@dataclass
+class GatewayStub:
+    path: str
+    received: list[bytes] = field(default_factory=list)
+
+
+@pytest.fixture
+def gateway_stub() -> Iterator[GatewayStub]:
+    """A unix socket in a fresh 0755 dir under /tmp (sandbox users must reach it) that
+    answers ``pong`` to each connection after reading its first chunk."""
+    directory = tempfile.mkdtemp(prefix="al-gw-stub-")
+    os.chmod(directory, 0o755)
+    stub = GatewayStub(os.path.join(directory, "gateway.sock"))
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(stub.path)
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                stub.received.append(conn.recv(1024))
+                conn.sendall(b"pong")
+
+    threading.Thread(target=serve, name="gateway-stub", daemon=True).start()
+    try:
+        yield stub
+    finally:
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)

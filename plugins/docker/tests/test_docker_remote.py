@@ -6,10 +6,6 @@ forwarded into it, and nothing is left there after the run."""
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -42,39 +38,12 @@ def remote_table(user) -> dict:
     }
 
 
-@pytest.fixture
-def gateway():
-    """A unix socket standing in for the scheduler's gateway: answers ``pong``."""
-    directory = tempfile.mkdtemp(prefix="al-gw-test-")
-    os.chmod(directory, 0o755)
-    path = os.path.join(directory, "gateway.sock")
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen()
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(64)
-                conn.sendall(b"pong")
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield path
-    server.close()
-    os.unlink(path)
-    os.rmdir(directory)
-
-
 def remote_private_dirs(user) -> list[Path]:
     return [p for p in Path("/tmp").glob("al-docker-*") if p.stat().st_uid == user.uid]
 
 
 def test_a_container_runs_on_the_remote_engine(
-    tmp_project, base_image, bin_dir, runtime, engine_user, gateway
+    tmp_project, base_image, bin_dir, runtime, engine_user, gateway_stub
 ) -> None:
     tmp_project.config(f'[local]\nimage = "{base_image}"\nmemory = "256m"\ncpus = 1\n')
     tmp_project.add_agent("worker", tomli_w.dumps({"runtime": remote_table(engine_user)}))
@@ -91,7 +60,7 @@ def test_a_container_runs_on_the_remote_engine(
         bin_dir=bin_dir,
         timeout=60,
         credential_env=lambda root: {"CRED_ROOT": root},
-        gateway_socket=gateway,
+        gateway_socket=gateway_stub.path,
     )
     sandbox = runtime.start(spec)
     try:

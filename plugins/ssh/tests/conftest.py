@@ -4,10 +4,6 @@ runner starts them."""
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,37 +39,6 @@ def make_agent(tmp_path: Path) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def gateway() -> Iterator[tuple[str, list[bytes]]]:
-    """A unix socket standing in for the scheduler's gateway: (its path, what it received).
-    Each connection gets ``pong`` back after its first read."""
-    directory = tempfile.mkdtemp(prefix="al-gw-test-")
-    os.chmod(directory, 0o755)
-    path = os.path.join(directory, "gateway.sock")
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen()
-    received: list[bytes] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                received.append(conn.recv(1024))
-                conn.sendall(b"pong")
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield path, received
-    finally:
-        server.close()
-        os.unlink(path)
-        os.rmdir(directory)
-
-
-@pytest.fixture
 def runtime() -> Iterator[SshRuntime]:
     found = SshRuntime()
     try:
@@ -83,7 +48,7 @@ def runtime() -> Iterator[SshRuntime]:
 
 
 @pytest.fixture
-def spec_for(gateway, tmp_path: Path) -> Callable[..., SandboxSpec]:
+def spec_for(gateway_stub, tmp_path: Path) -> Callable[..., SandboxSpec]:
     """``spec_for(agent, files=(), env=None, run_id=...)``: the SandboxSpec the runner gives."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -106,7 +71,7 @@ def spec_for(gateway, tmp_path: Path) -> Callable[..., SandboxSpec]:
             bin_dir=bin_dir,
             timeout=60,
             credential_env=lambda root: {"CRED_ROOT": root},
-            gateway_socket=gateway[0],
+            gateway_socket=gateway_stub.path,
             store=store,
         )
 

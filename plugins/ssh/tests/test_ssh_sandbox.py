@@ -67,7 +67,7 @@ def test_credentials_are_staged_0700_and_removed_with_the_run(host, start) -> No
     assert host.files(".al-runs") == []  # and the runs dir it made is gone too
 
 
-def test_the_gateway_is_forwarded_into_the_run_dir(host, start, gateway) -> None:
+def test_the_gateway_is_forwarded_into_the_run_dir(host, start, gateway_stub) -> None:
     sandbox = start(host.runtime())
     socket_path = f"{host.home}/.al-runs/worker-0001/gw.sock"
     result = sandbox.exec(
@@ -75,7 +75,7 @@ def test_the_gateway_is_forwarded_into_the_run_dir(host, start, gateway) -> None
         "s.connect(os.environ['AL_GATEWAY_URL'][7:]); s.sendall(b'ping'); print(s.recv(9))\""
     )
     assert result.output.strip() == "b'pong'", result.output
-    assert gateway[1] == [b"ping"]
+    assert gateway_stub.received == [b"ping"]
     assert sandbox.env["AL_GATEWAY_URL"] == f"unix://{socket_path}"
 
 

@@ -18,12 +18,10 @@ but name: give it a host of its own.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shlex
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +35,7 @@ from llamaherd.api import (
     SshMasters,
     SshTarget,
     StagedFile,
+    tar_archive,
 )
 from llamaherd_docker.daemon import POOL_SIZE, connect, docker_host
 
@@ -60,36 +59,19 @@ class Staged:
 
 def _credentials_archive(files: list[StagedFile], bin_dir: Path | None) -> bytes:
     """``credentials/`` (readable by any uid through the read-only mount: the image's user,
-    whatever it is, must read them) and ``bin/`` (the commands), as a tar archive."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-
-        def add(name: str, mode: int, data: bytes | None = None) -> None:
-            info = tarfile.TarInfo(name)
-            info.mode = mode
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-        made: set[str] = set()
-        for directory in ("credentials", "bin", "gw"):
-            add(directory, 0o755)
-        for staged in files:
-            parts = staged.path.split("/")
-            for depth in range(1, len(parts)):
-                name = "credentials/" + "/".join(parts[:depth])
-                if name not in made:
-                    made.add(name)
-                    add(name, 0o755)
-            add(f"credentials/{staged.path}", 0o444, staged.content)
-        if bin_dir is not None and bin_dir.is_dir():
-            for path in sorted(bin_dir.iterdir()):
-                if path.is_file():
-                    add(f"bin/{path.name}", 0o755, path.read_bytes())
-    return buffer.getvalue()
+    whatever it is, must read them), ``bin/`` (the commands) and ``gw/`` (the gateway's
+    socket), as a tar archive."""
+    entries: list[tuple[str, int, bytes | None]] = [
+        (directory, 0o755, None) for directory in ("credentials", "bin", "gw")
+    ]
+    entries += [(f"credentials/{f.path}", 0o444, f.content) for f in files]
+    if bin_dir is not None and bin_dir.is_dir():
+        entries += [
+            (f"bin/{path.name}", 0o755, path.read_bytes())
+            for path in sorted(bin_dir.iterdir())
+            if path.is_file()
+        ]
+    return tar_archive(entries, parents=0o755)
 
 
 def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:

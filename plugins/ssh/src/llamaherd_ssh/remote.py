@@ -20,15 +20,13 @@ environment or a working dir inside the run's dir (Linux ``/proc``).
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
-import tarfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from llamaherd.api import StagedFile
+from llamaherd.api import StagedFile, tar_archive
 
 RUNS_DIR = ".al-runs"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -63,36 +61,19 @@ printf '%s\\n' "$run"
 
 def archive(owner: Mapping[str, object], bin_dir: Path | None, files: list[StagedFile]) -> bytes:
     """The tar archive ``start_script`` unpacks: ``owner.json``, ``bin/``, ``credentials/``."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-
-        def add(name: str, mode: int, data: bytes | None = None) -> None:
-            info = tarfile.TarInfo(name)
-            info.mode = mode
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-
-        add("owner.json", 0o600, json.dumps(owner).encode() + b"\n")
-        add("bin", 0o755)
-        if bin_dir is not None and bin_dir.is_dir():
-            for path in sorted(bin_dir.iterdir()):
-                if path.is_file():
-                    add(f"bin/{path.name}", 0o755, path.read_bytes())
-        add("credentials", 0o700)
-        made = set()
-        for staged in files:
-            *dirs, _ = staged.path.split("/")
-            for depth in range(1, len(dirs) + 1):
-                directory = "/".join(dirs[:depth])
-                if directory not in made:
-                    made.add(directory)
-                    add(f"credentials/{directory}", 0o700)
-            add(f"credentials/{staged.path}", staged.mode, staged.content)
-    return buffer.getvalue()
+    entries: list[tuple[str, int, bytes | None]] = [
+        ("owner.json", 0o600, json.dumps(owner).encode() + b"\n"),
+        ("bin", 0o755, None),
+    ]
+    if bin_dir is not None and bin_dir.is_dir():
+        entries += [
+            (f"bin/{path.name}", 0o755, path.read_bytes())
+            for path in sorted(bin_dir.iterdir())
+            if path.is_file()
+        ]
+    entries.append(("credentials", 0o700, None))
+    entries += [(f"credentials/{f.path}", f.mode, f.content) for f in files]
+    return tar_archive(entries, parents=0o700)
 
 
 def exports(env: Mapping[str, str]) -> str:
