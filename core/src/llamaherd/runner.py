@@ -264,7 +264,9 @@ class Runner:
             sandbox, prepared = self._sandbox(row, agent, resumed)
         except SandboxBusy as exc:
             if not resumed and self.store.unclaim(row.id):
-                log.info("run of %s put back in its queue: %s", row.agent, exc)
+                log.info(
+                    "run %s of %s put back in its queue, unstarted: %s", row.id, row.agent, exc
+                )
                 self.engine.defer(row.agent, exc.retry_after)
                 return
             self._transition(row.id, "error", live.ctx.redact(str(exc)))

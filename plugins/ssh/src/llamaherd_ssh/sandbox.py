@@ -285,10 +285,10 @@ class SshSandbox:
             return False
 
     def kill(self) -> None:
-        """End every process of the run on the host; its files stay until cleanup."""
+        """End every process of the run on the host; its files stay until cleanup. A host
+        that cannot be reached is a warning: what runs there now is the orphan cleanup's."""
         groups = self._groups()
-        self._script(remote.signal_script("KILL", self._marker, groups, self.run_dir))
-        self._script(remote.signal_script("CONT", self._marker, (), self.run_dir), quiet=True)
+        self._script(remote.signal_script("KILL", self._marker, groups, self.run_dir), quiet=True)
 
     def cleanup(self) -> None:
         """Kill what is left, remove the run's dir (its work dir kept with ``keepWorkdir``),
