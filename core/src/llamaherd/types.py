@@ -765,7 +765,7 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
     Runtime: {
         "validate": METHOD,  # (agent, project) -> list[ConfigError]
         # (agent, store) -> list[str]: where the agent's runs go now, one line each, for
-        # `al stat` and the dashboard ("build-1 unreachable since 12:03: ..."); [] for nothing.
+        # `al stat` and the dashboard ("build-1: down since 12:03: ..."); [] for nothing.
         "status": METHOD,
     },
     # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not

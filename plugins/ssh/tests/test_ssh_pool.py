@@ -108,10 +108,11 @@ def test_a_host_that_goes_down_is_skipped_and_its_run_requeued(
     never_overlap(intervals(up))
     assert not intervals(down)  # the run there never finished
     stat = project.al("stat").stdout
-    assert f"{down.name}@127.0.0.1:{down.server.port}: unreachable since" in stat, stat
+    assert f"{down.name}@127.0.0.1:{down.server.port}: down since" in stat, stat
+    assert "unreachable: connect to host 127.0.0.1" in stat
     if importlib.util.find_spec("llamaherd_dashboard"):  # not in `tox -e plugin-ssh`
         page = started.get("/agents/worker")
-        assert page.status_code == 200 and "unreachable since" in page.text, page.text[:500]
+        assert page.status_code == 200 and "down since" in page.text, page.text[:500]
     doctor = project.al("doctor").stdout
     assert f"ssh host {down.name}@127.0.0.1:{down.server.port}" in doctor
     assert "unreachable" in doctor, started.read_log()

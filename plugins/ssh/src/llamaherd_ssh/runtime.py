@@ -116,8 +116,7 @@ class SshRuntime:
             if view.up is False:
                 when = time.strftime("%H:%M:%S", time.localtime(view.since or 0))
                 reason = (view.error or "").removeprefix(f"ssh {view.key}: ")
-                reason = reason.removeprefix("unreachable: ")
-                lines.append(f"{view.key}: unreachable since {when}: {reason}")
+                lines.append(f"{view.key}: down since {when}: {reason}")
             elif settings.pool:
                 room = "no limit" if view.capacity is None else f"{view.capacity}"
                 lines.append(f"{view.key}: {view.active}/{room} runs")
