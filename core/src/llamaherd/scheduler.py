@@ -426,6 +426,7 @@ class Scheduler(Engine):
         self.heartbeat()
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
+        self.deliver_flow_messages()
         dead = self._dead_hosts()
         running = self.store.runs(states=("running",), limit=10_000)
         self.reconcile(running, startup=False, dead=dead)

@@ -48,6 +48,9 @@ class WorkItemRow:
     recovery: dict[str, Any] | None  # set when requeued after a crash: the interrupted run's times
     rerun_count: int
     created_at: float
+    priority: float | None = None
+    not_before: float | None = None
+    flow: dict[str, Any] | None = None  # flow control: per-control keys, what it absorbed
 
 
 _ITEM_COLUMNS = tuple(f.name for f in fields(WorkItemRow))
@@ -134,6 +137,7 @@ class Queue(Runs):
         recovery: dict[str, Any] | None = None,
         rerun_count: int = 0,
         coalesce: bool = False,
+        flow: Any = None,
     ) -> int | None:
         """Commit a work item; return its id, or None when ``dedupe_key`` was seen before or
         ``coalesce`` found an equivalent pending item (same agent and kind, still queued).
@@ -158,6 +162,8 @@ class Queue(Runs):
                 "rerun_count": rerun_count, "created_at": self._clock(), "dedupe_key": dedupe_key,
                 "state": "queued",
             }  # fmt: skip
+            if flow is not None:
+                return self._flow_enqueue(item, flow)
             # DO NOTHING: a dedupe key a concurrent host committed since the check gives no row.
             inserted = self._insert("work_items", item, "ON CONFLICT DO NOTHING RETURNING id")
             row = inserted.fetchone()
@@ -188,6 +194,7 @@ class Queue(Runs):
         global_scale: int | None,
         host: str,
         paused: set[str] | None = None,
+        flows: dict[str, Any] | None = None,
     ) -> tuple[WorkItemRow, RunRow] | None:
         """Atomically take the oldest claimable item (FIFO per agent; agents fairly) whose agent
         has fewer than ``scales[agent]`` runs in state ``running`` and with fewer than
@@ -197,7 +204,9 @@ class Queue(Runs):
         when nothing can be claimed.
 
         Fairness: among agents with room, the one with the fewest running runs goes first, ties
-        to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped."""
+        to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped.
+        ``flows``: the ``llamaherd.flow.FlowPolicy`` of agents with a ``[flow]``; their item is
+        the one flow control lets start (``FlowStore._flow_head``), not simply the oldest."""
         skip = paused or set()
         wanted = {
             agent: scale for agent, scale in scales.items() if scale > 0 and agent not in skip
@@ -219,12 +228,16 @@ class Queue(Runs):
                     for row in self._heads(room, host)
                 )
                 for _, _, head in heads:
+                    policy = flows.get(head[1]) if flows else None
                     # Only the first agent's lock is waited for: this transaction holds none yet.
-                    item = self._lock_head(head, scales[head[1]], host, wait=not tried)
+                    if policy is not None and policy.claim_time:
+                        item = self._flow_head(head[1], policy, scales[head[1]], host, not tried)
+                    else:
+                        item = self._lock_head(head, scales[head[1]], host, wait=not tried)
                     tried = True
                     if item is None:
                         continue
-                    claimed = self._take(item, host)
+                    claimed = self._take(item, host, policy)
                     if claimed is not None:
                         return claimed
                     break
@@ -290,7 +303,9 @@ class Queue(Runs):
         row = self._exec(self._sql.take, (agent, host)).fetchone()
         return None if row is None else self._item(row)
 
-    def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
+    def _take(
+        self, item: WorkItemRow, host: str, policy: Any = None
+    ) -> tuple[WorkItemRow, RunRow] | None:
         now = self._clock()
         if item.kind == "resume":
             return self._take_resume(item, host, now)
@@ -311,6 +326,8 @@ class Queue(Runs):
         run = self._blank_run(item.agent, item.kind, host, now, trigger)
         run.item_id, run.call_id, run.rerun_count = item.id, item.call_id, item.rerun_count
         run.caller_run, run.call_depth = caller_run, depth
+        if policy is not None:
+            self._flow_claimed(item, run, policy, now)
         self._insert_run(run, "claimed")
         self._exec(self._sql.item_state, ("claimed", item.id))
         if item.call_id is not None:
@@ -338,6 +355,8 @@ class Queue(Runs):
         item.payload = json.loads(item.payload)
         if item.recovery is not None:
             item.recovery = json.loads(item.recovery)
+        if item.flow is not None:
+            item.flow = json.loads(item.flow)
         return item
 
     @guarded
