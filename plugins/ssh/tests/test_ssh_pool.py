@@ -87,7 +87,6 @@ def test_runs_fill_each_host_up_to_its_capacity(tmp_path, two_hosts, scheduler) 
         assert len(spans) == 2, started.read_log()  # least-loaded first: two runs each
         never_overlap(spans)
     assert {r.id for r in runs} == {s[2] for u in two_hosts for s in intervals(u)}
-    assert "put back in its queue" in started.read_log()  # 4 queued, room for 2 at a time
     for user in two_hosts:  # each sandbox is removed just after its run's end is recorded
         wait_until(lambda user=user: user.files(".al-runs") == [], 15, what="no files left")
 

@@ -25,3 +25,10 @@ def register_doctor_checks(register):
     from llamaherd_ssh.doctor import SshCheck
 
     register(SshCheck())
+
+
+@hookimpl
+def register_admission_checks(register):
+    from llamaherd_ssh.pool import PoolAdmission
+
+    register(PoolAdmission())

@@ -24,8 +24,8 @@ from typing import Any
 
 import peewee as pw
 
-from llamaherd.api import Store, Tables, TableSet
-from llamaherd_ssh.settings import Host
+from llamaherd.api import ConfigError, Store, Tables, TableSet
+from llamaherd_ssh.settings import Host, Settings
 
 NAME = "ssh"
 RETRY_DOWN_AFTER = 30.0  # seconds a host that failed to connect is passed over
@@ -183,6 +183,33 @@ class Pool:
             )
             return {row.host for row in rows}
 
+    def blocked(self, hosts: Sequence[Host]) -> str | None:
+        """Why no host of ``hosts`` can take a run now (each full, or down less than
+        ``RETRY_DOWN_AFTER`` ago), or None when one can. Leases of runs that are no longer
+        running or waiting do not count (their slots are taken back at the next placement)."""
+        t = self._t()
+        down = self.down(hosts)
+        with self.store.guard():
+            leases = list(
+                t.Lease.select(t.Lease.host, t.Lease.run_id).where(
+                    t.Lease.host.in_([h.key for h in hosts])
+                )
+            )
+        used: dict[str, int] = {}
+        for lease in leases:
+            run = self.store.get_run(lease.run_id)
+            if run is not None and run.state in _LIVE:
+                used[lease.host] = used.get(lease.host, 0) + 1
+        why = []
+        for host in hosts:
+            if host.key in down:
+                why.append(f"{host.key} down")
+            elif host.capacity is None or used.get(host.key, 0) < host.capacity:
+                return None
+            else:
+                why.append(f"{host.key} {used[host.key]}/{host.capacity}")
+        return f"every host of its pool is full or down ({', '.join(why)})"
+
     def views(self, hosts: Sequence[Host]) -> list[HostView]:
         t = self._t()
         keys = [h.key for h in hosts]
@@ -205,3 +232,21 @@ class Pool:
                 )
             )
         return views
+
+
+class PoolAdmission:
+    """Holds a pool agent's queued runs while every host of its pool is full or down, so the
+    dispatcher does not claim runs only to put them back (``al stat`` shows why it waits). A
+    race between schedulers still ends in ``SandboxBusy``: the lease decides."""
+
+    name = "ssh"
+    description = "An ssh pool agent's runs wait while every host of its pool is full or down."
+
+    def hold(self, agent: Any, store: Any, now: float) -> str | None:
+        if agent.runtime.get("type") != "ssh":
+            return None
+        try:
+            settings = Settings.of(agent)
+        except ConfigError:
+            return None  # `al validate` says why; its runs fail with that
+        return Pool(store).blocked(settings.hosts) if settings.pool else None
