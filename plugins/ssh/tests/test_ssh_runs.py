@@ -132,9 +132,10 @@ def test_a_crashed_schedulers_leftovers_go_at_the_next_start(tmp_path, host, sch
     project.write("agents/worker/script.toml", LONG_SCRIPT)
     first = scheduler(project)
     project.al("run", "worker", "--no-follow", check=True)
-    wait_until(lambda: list(host.home.glob(".al-runs/*/work/begun.txt")), 30, what="run begun")
+    wait_until(lambda: "sleep 900" in host.ps(), 30, what="run begun")
     first.kill9()
-    assert "sleep 900" in host.ps()  # left behind, running, with its files
+    assert list(host.home.glob(".al-runs/*/work/begun.txt"))  # left behind with its files
+    assert "sleep 900" in host.ps()  # and still running
     second = scheduler(project)
     # The new scheduler adopts the run (its sandbox is still there): the interrupted command
     # is answered as such, the run goes on to its end, and its sandbox goes with it.
