@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from llamaherd import hookimpl
-from llamaherd.api import ControlChannel, LlamaherdError
+from llamaherd.api import CommandFailed, ControlChannel
 
 PROJECT = Path({project!r})
 CLOSED = Path({closed!r})
@@ -32,7 +32,7 @@ def open_control_channel(environment):
     if environment == "broken":
         raise RuntimeError("boom")
     if environment == "down":
-        raise LlamaherdError("down: no scheduler is running there")
+        raise CommandFailed("down: no scheduler is running there")
     if environment != "prod":
         return None
     info = json.loads((PROJECT / ".al" / "scheduler.json").read_text())
@@ -108,14 +108,17 @@ def test_env_errors_are_one_line(project, scheduler, tmp_path):
     site = tmp_path / "site"
     code = RELAY.format(project=str(project.root), closed=str(tmp_path / "closed"))
     fake_distribution(site, "llamaherd-relay", "relay", "llamaherd_relay", code)
-    cases = {
-        "staging": "error: --env staging: no such environment (`al env ls` lists them)",
-        "down": "error: down: no scheduler is running there",
-        "broken": "error: --env broken: a plugin failed to open the channel: RuntimeError: boom",
+    cases = {  # an unknown name is a usage error (2); a failure to reach it, an operation's (1)
+        "staging": (2, "error: --env staging: no such environment (`al env ls` lists them)"),
+        "down": (1, "error: down: no scheduler is running there"),
+        "broken": (
+            1,
+            "error: --env broken: a plugin failed to open the channel: RuntimeError: boom",
+        ),
     }
-    for name, message in cases.items():
+    for name, expected in cases.items():
         result = al("stat", "--env", name, cwd=tmp_path, site=site)
-        assert (result.returncode, result.stderr.strip()) == (2, message)
+        assert (result.returncode, result.stderr.strip()) == expected
     unknown = al("logs", "nobody", "--env", "prod", cwd=tmp_path, site=site)
     assert unknown.stderr.strip() == "error: no such run or agent 'nobody' (see `al runs`)"
     runs = al("runs", "nobody", "--env", "prod", cwd=tmp_path, site=site)

@@ -219,7 +219,7 @@ def test_a_hibernating_agent_refuses_manual_runs_unless_woken(tmp_path, schedule
     project.al("resume", "sleepy", check=True)
 
     refused = project.al("run", "sleepy")
-    assert refused.returncode == 2
+    assert refused.returncode == 1  # the agent's state refuses it: an operation failure
     assert "hibernating" in refused.stderr and "`al state sleepy idle`" in refused.stderr
     assert events_of(store, "sleepy", "trigger.refused")[-1]["data"]["kind"] == "manual"
     assert not runs_of(store, "sleepy")

@@ -33,6 +33,8 @@ What is here, by topic:
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``print_table``/``Column`` (every listing prints through it: one header style, one record
+  per line when piped, an ellipsis rather than a fold in a terminal),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
@@ -132,6 +134,7 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
+    from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         AdmissionCheck,
@@ -228,6 +231,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
+    # Listings: one header style, one record per line when piped (``al runs | grep``).
+    "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
         "AdmissionCheck", "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",

@@ -115,8 +115,9 @@ class ControlClient:
             answer = {"error": data[:200].decode(errors="replace")}
         if status >= 400:
             error = answer.get("error") if isinstance(answer, dict) else None
-            # 4xx: the request was wrong (a usage error); 5xx: the scheduler failed.
-            failed = CommandFailed if status >= 500 else LlamaherdError
+            # 400/404: the request was wrong (a usage error, exit 2); the state refused it
+            # (409), the token was refused (401/403) or the scheduler failed (5xx): exit 1.
+            failed = LlamaherdError if status in (400, 404, 413, 422) else CommandFailed
             raise failed(error or f"scheduler answered HTTP {status}")
         return answer
 
@@ -186,7 +187,7 @@ def open_channel(environment: str) -> ControlChannel:
     except LlamaherdError:
         raise
     except Exception as exc:  # a plugin's bug: one line, not a traceback
-        raise LlamaherdError(
+        raise CommandFailed(
             f"--env {environment}: a plugin failed to open the channel: {type(exc).__name__}: {exc}"
         ) from None
     if channel is None:

@@ -423,6 +423,11 @@ class SchedulerCheck:
         if not status["running"]:
             return [Finding.ok("scheduler", "not running here (`al start` runs it)")]
         subject = f"scheduler pid {status['pid']}"
+        failures = [Finding.error(subject, problem) for problem in status["problems"]]
+        return failures + self._config(subject, status)
+
+    @staticmethod
+    def _config(subject: str, status: dict[str, Any]) -> list[Finding]:
         if status["config_errors"]:
             problems = "; ".join(status["config_errors"])
             return [

@@ -24,7 +24,7 @@ from llamaherd.clock import clock, host_id
 from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
+from llamaherd.types import CommandFailed, EmitResult, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
@@ -121,7 +121,7 @@ class Engine:
         info = directory.lstat()
         # /tmp is shared: a directory someone else planted there could hand out our socket.
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise LlamaherdError(f"{directory} exists and is not ours: remove it and start again")
+            raise CommandFailed(f"{directory} exists and is not ours: remove it and start again")
         directory.chmod(0o755)  # sandbox users connect to the socket in it
         return str(directory / "gateway.sock")
 

@@ -1,5 +1,6 @@
 """Live reload: a running scheduler notices edits of ``config.toml`` and ``agents/`` and applies
-them without a restart (``Scheduler.reload``).
+them without a restart (``Scheduler.reload``). A refused config is judged again when what it
+may have lacked appears (``Inputs``: a credential added, a plugin installed, a ``touch``).
 
 ``ConfigWatcher`` only says "something may have changed": with ``watchfiles`` (inotify and its
 kin) when it can watch the project, else by polling. ``candidate`` loads the project afresh and
@@ -107,6 +108,34 @@ class ConfigWatcher:
             self.on_change()
         except Exception:  # a reload must never end the watching
             log.exception("live reload failed")
+
+
+class Inputs:
+    """What the validity of a config depends on besides its files' contents: the files
+    themselves (a ``touch`` asks for a new look), the credential store (a refusal may name a
+    credential to add) and the installed distributions (a plugin's keys). ``changed()`` says
+    which of them changed since it last looked."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._seen = self._look()
+
+    def _look(self) -> dict[str, tuple[Any, ...]]:
+        from llamaherd.credentials import CredentialStore
+        from llamaherd.plugins import install_signature
+        from llamaherd.status import config_signature
+
+        return {
+            "files": config_signature(self.root),
+            "credentials": CredentialStore().signature(),
+            "plugins": install_signature(),
+        }
+
+    def changed(self) -> set[str]:
+        now = self._look()
+        changed = {name for name, value in now.items() if value != self._seen[name]}
+        self._seen = now
+        return changed
 
 
 @dataclass

@@ -40,6 +40,7 @@ from llamaherd.session import (
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
 from llamaherd.types import (
+    CommandFailed,
     LlamaherdError,
     RunResult,
     SandboxBusy,
@@ -57,7 +58,7 @@ CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
 CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
 
 
-class RunFailed(LlamaherdError):
+class RunFailed(CommandFailed):
     """A step of the run failed in a way that ends it as ``error`` with this reason."""
 
 

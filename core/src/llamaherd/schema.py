@@ -264,6 +264,22 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": schedlog.DEFAULTS["level"],
                 "description": "Least severe level the scheduler logs. `$AL_LOG_LEVEL` wins.",
             },
+            "maxBytes": {
+                "type": "integer",
+                "minimum": 0,
+                "default": schedlog.ROTATION["maxBytes"],
+                "description": "Size at which `.al/scheduler.log` is rotated to "
+                "`scheduler.log.1` (the older ones shifted to `.2`, ...). 0: never rotated by "
+                "the scheduler, but reopened when moved away, for logrotate (no "
+                "`copytruncate` needed).",
+            },
+            "backups": {
+                "type": "integer",
+                "minimum": 0,
+                "default": schedlog.ROTATION["backups"],
+                "description": "Rotated files kept (`scheduler.log.1` ... `.N`); older ones are "
+                "deleted.",
+            },
         },
         "The scheduler's log: run starts and ends, webhook receipts, triggers refused.",
     ),
@@ -287,7 +303,10 @@ PROJECT_KEYS: dict[str, Any] = {
         "Default `wait_for_trigger` timeout in seconds.", DEFAULTS["defaultWaitTimeout"]
     ),
     "historyRetentionDays": _int(
-        "Days finished runs are kept.", default=DEFAULTS["historyRetentionDays"]
+        "Days finished runs (with their events), agent events, finished calls and plugins' "
+        "rows such as webhook deliveries and dead letters are kept; the scheduler deletes "
+        "older ones every hour.",
+        default=DEFAULTS["historyRetentionDays"],
     ),
     "timezone": {
         "type": "string",

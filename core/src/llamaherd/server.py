@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
 from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
-from llamaherd.types import Conflict, LlamaherdError
+from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
 
@@ -97,7 +97,7 @@ class ServerThread:
         while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.005)
         if not self.server.started:
-            raise LlamaherdError("HTTP server failed to start")
+            raise CommandFailed("HTTP server failed to start")
         return self
 
     def stop(self) -> None:
@@ -167,7 +167,7 @@ def _bind(host: str, port: int, uds: str | None) -> socket.socket:
         try:
             sock.bind((host, port))
         except OSError as exc:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"cannot listen on {host}:{port}: {exc.strerror} "
                 "(set [gateway] port in config.toml, or stop what uses it)"
             ) from None

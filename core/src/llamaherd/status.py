@@ -185,11 +185,8 @@ def config_digest(root: Path) -> str:
     each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
     one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
-    agents = root / "agents"
-    paths = sorted(
-        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
-    )
-    signature = tuple(_file_signature(path) for path in paths)
+    signature = config_signature(root)
+    paths = [found[0] for found in signature]
     cached = _DIGESTS.get(root)
     if cached is not None and cached[0] == signature:
         return cached[1]  # no file changed since: `al stat` asks on every call
@@ -208,6 +205,15 @@ def config_digest(root: Path) -> str:
 _DIGESTS: dict[Path, tuple[tuple[Any, ...], str]] = {}  # root -> (files' signature, digest)
 
 
+def config_signature(root: Path) -> tuple[Any, ...]:
+    """Each config file's path, mtime, size and inode: changes on any write, ``touch`` too."""
+    agents = root / "agents"
+    paths = sorted(
+        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+    )
+    return tuple(_file_signature(path) for path in paths)
+
+
 def _file_signature(path: Path) -> tuple[Any, ...]:
     try:
         found = path.stat()
@@ -224,7 +230,10 @@ def scheduler_status(
     machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
     its llamaherd version, and whether the config it loaded is the one on disk here
     (``config_current``; None when it did not say), with the problems for which a live reload
-    refused the files on disk (``config_errors``) and when it last reloaded (``reloaded_at``)."""
+    refused the files on disk (``config_errors``; ``kept``: the agents whose last good version
+    runs, ``refused_all``: the whole change was refused), when it last reloaded
+    (``reloaded_at``), and what failed in it (``problems``: a trigger that did not start, a
+    plugin that did not load or was installed after it started)."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -243,8 +252,38 @@ def scheduler_status(
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == config_digest(project.root),
         "config_errors": list(info.get("config_errors") or []),
+        "kept": list(info.get("kept") or []),
+        "refused_all": bool(info.get("refused_all")),
         "reloaded_at": info.get("reloaded_at"),
+        "problems": list(info.get("problems") or []),
     }
+
+
+def database_status(project: Any, store: Any) -> dict[str, Any]:
+    """The database ``al stat`` names: where, its size in bytes, and how many days of
+    history the scheduler keeps (``historyRetentionDays``: older runs are pruned hourly)."""
+    where = store.url_display
+    try:  # a SQLite file of the project: as the config names it (.al/work-queue.db)
+        where = str(Path(where).relative_to(project.root))
+    except ValueError:
+        pass
+    return {
+        "where": where,
+        "bytes": store.size(),
+        "retention_days": project.setting("historyRetentionDays"),
+    }
+
+
+def size_text(size: int | None) -> str:
+    """``1.4 MiB``."""
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def serving_status(engine: Any) -> dict[str, Any]:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 class LlamaherdError(Exception):
     """Base class for errors shown to users as one clear line (no traceback). ``al`` exits
-    with ``exit_code``: 2, a usage or configuration error, unless a subclass says otherwise."""
+    with ``exit_code``: 2, a usage or configuration error (what the user typed or wrote is
+    wrong), unless a subclass says otherwise. The contract is in docs/cli.md."""
 
     exit_code = 2
 
@@ -40,9 +41,9 @@ class CommandFailed(LlamaherdError):
     exit_code = 1
 
 
-class Conflict(LlamaherdError):
+class Conflict(CommandFailed):
     """A valid request the current state refuses (an agent that is off, a run that is not
-    waiting for an answer): the control API answers 409 with the message."""
+    waiting for an answer): the control API answers 409 with the message; ``al`` exits 1."""
 
 
 class ConfigError(LlamaherdError):
@@ -54,7 +55,7 @@ class ConfigError(LlamaherdError):
         super().__init__(where + message)
 
 
-class ProviderError(LlamaherdError):
+class ProviderError(CommandFailed):
     """A model call failed. Subclasses tell the session whether to retry or abort."""
 
 
@@ -86,11 +87,11 @@ class Aborted(ProviderError):
     human's message): neither retried nor the provider's fault."""
 
 
-class CredentialInvalid(LlamaherdError):
+class CredentialInvalid(CommandFailed):
     """Raised by a CredentialType's ``validate(values)`` when the service refuses the credential."""
 
 
-class SandboxError(LlamaherdError):
+class SandboxError(CommandFailed):
     """A runtime could not start or drive a sandbox (structural failure)."""
 
 
@@ -331,10 +332,10 @@ class TriggerType(Protocol):
     events; default ``name``), ``while_hibernating`` (its events still start runs of a
     hibernating agent; default False, so a hibernating agent refuses them and drops those
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
-    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``,
-    ``bind(registry)``, ``reconfigure(ctx)`` (a live reload changed the config of its agents:
-    ``ctx.agents`` is the new set; without it the scheduler calls ``stop()`` then
-    ``start(ctx)`` again)."""
+    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
+    ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
     description: str
@@ -755,7 +756,6 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "validate": METHOD,  # (agent) -> list[ConfigError]
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
-        "describe": METHOD,  # (agent) -> str | None: one line for `al stat` and the dashboard
         # (registry) -> None: called once the registry holding it is complete, for a type built
         # on other plugins' objects (the webhooks trigger on every installed webhook source).
         "bind": METHOD,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 import tomllib
 
@@ -28,10 +29,16 @@ def test_add_ls_show_rm(deploy_al, tmp_path):
         }
     }
     assert deploy_al("env", "add", "staging", "--host", "staging.example").returncode == 0
-    listing = deploy_al("env", "ls").stdout.splitlines()
+    listing = [line.split() for line in deploy_al("env", "ls").stdout.splitlines()]
     assert listing == [
-        "prod  deploy@203.0.113.7:/srv/agents port 2200",
-        "staging  root@staging.example:/opt/action-llama",
+        ["NAME", "SERVER", "PORT"],
+        ["prod", "deploy@203.0.113.7:/srv/agents", "2200"],
+        ["staging", "root@staging.example:/opt/action-llama", "22"],
+    ]
+    listed = json.loads(deploy_al("env", "ls", "--json").stdout)
+    assert [(e["name"], e["host"], e["port"], e["path"]) for e in listed] == [
+        ("prod", "203.0.113.7", 2200, "/srv/agents"),
+        ("staging", "staging.example", 22, "/opt/action-llama"),
     ]
     shown = deploy_al("env", "show", "staging").stdout
     assert "path        /opt/action-llama (default)" in shown
@@ -49,7 +56,11 @@ def test_add_ls_show_rm(deploy_al, tmp_path):
 
 def test_a_non_root_user_deploys_under_its_home_by_default(deploy_al):
     deploy_al("env", "add", "box", "--host", "box", "--user", "me")
-    assert deploy_al("env", "ls").stdout.strip() == "box  me@box:~/action-llama"
+    assert deploy_al("env", "ls").stdout.splitlines()[1].split() == [
+        "box",
+        "me@box:~/action-llama",
+        "22",
+    ]
 
 
 def test_an_environment_the_peer_wrote_is_read_as_it_is(deploy_al, tmp_path):
@@ -59,7 +70,11 @@ def test_an_environment_the_peer_wrote_is_read_as_it_is(deploy_al, tmp_path):
         'basePath = "/opt/action-llama"\nkeyPath = "~/.ssh/id_ed25519"\n'
         'provider = "vps"\nvultrInstanceId = "abc"\n\n[gateway]\nurl = "http://198.51.100.4:8080"\n'
     )
-    assert deploy_al("env", "ls").stdout.strip() == "peer  root@198.51.100.4:/opt/action-llama"
+    assert deploy_al("env", "ls").stdout.splitlines()[1].split() == [
+        "peer",
+        "root@198.51.100.4:/opt/action-llama",
+        "22",
+    ]
     assert "key         ~/.ssh/id_ed25519" in deploy_al("env", "show", "peer").stdout
 
 
@@ -94,7 +109,7 @@ def test_check_of_an_unreachable_host_says_why(deploy_al, tmp_path):
     port = free_port()  # nothing listens there
     deploy_al("env", "add", "down", "--host", "127.0.0.1", "--port", str(port), "--user", "x")
     result = deploy_al("env", "check", "down")
-    assert result.returncode == 2
+    assert result.returncode == 1  # unreachable: an operation failure
     assert result.stderr.startswith(
         f"error: ssh x@127.0.0.1: ssh: connect to host 127.0.0.1 port {port}"
     )

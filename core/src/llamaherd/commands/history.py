@@ -12,7 +12,6 @@ import click
 from llamaherd.cli import AppContext, pass_app
 from llamaherd.commands.scheduler import (
     FINAL,
-    _console,
     _print_events,
     _reader,
     _searchable,
@@ -43,65 +42,68 @@ def runs_command(
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    _console().print(_runs_table(rows))
+    from llamaherd.tables import show
+
+    show(_runs_table(rows))
     if not_run:
-        _console().print(_not_run_table(not_run))
+        show(_not_run_table(not_run))
 
 
 def _not_run_table(rows: list[dict[str, Any]]) -> Any:
     """Triggers flow control did not run (skipped, dropped, superseded), with why."""
-    from rich.table import Table
     from rich.text import Text
 
     from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.tables import table
 
-    table = Table(
-        box=None, header_style="bold", title="not run (flow control)", title_justify="left"
+    return table(
+        ["WHEN", "AGENT", "WHAT", "TRIGGER", "REASON"],
+        (
+            (
+                ago(row["at"]),
+                Text(row["agent"]),
+                Text(row["what"]),
+                Text(clean(str(row["trigger"] or "-"))),
+                Text(clean(row["reason"] or "")),
+            )
+            for row in rows
+        ),
+        title="not run (flow control)",
     )
-    for column in ("WHEN", "AGENT", "WHAT", "TRIGGER"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("REASON", overflow="fold")
-    for row in rows:
-        table.add_row(
-            ago(row["at"]),
-            row["agent"],
-            row["what"],
-            Text(clean(str(row["trigger"] or "-"))),
-            Text(clean(row["reason"] or "")),
-        )
-    return table
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:
-    """Runs as a table: run ids whole whatever the width (a script or a person copies them),
-    the reason folded instead; what a run wrote (its reason) without terminal escapes."""
-    from rich.table import Table
+    """Runs as a table: run ids whole whatever the width (a script or a person copies them);
+    what a run wrote (its reason) without terminal escapes."""
     from rich.text import Text
 
     from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.tables import Column, table
     from llamaherd.termview import STATE_STYLES
 
-    table = Table(box=None, header_style="bold")
-    widest = max((len(run["id"]) for run in rows), default=3)
-    table.add_column("RUN", no_wrap=True, min_width=widest)
-    for column in ("AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("REASON", overflow="fold")
-    for run in rows:
-        started, finished = run["started_at"], run["finished_at"]
-        table.add_row(
-            run["id"],
-            run["agent"],
-            Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
-            "-" if run["exit_code"] is None else str(run["exit_code"]),
-            run["trigger_kind"],
-            ago(started),
-            f"{finished - started:.1f}s" if finished and started else "-",
-            Text(clean(run["reason"] or "")),
-        )
-    return table
+    columns = [Column("RUN", keep=True), "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED"]
+    return table(
+        [*columns, "DURATION", "REASON"],
+        (
+            (
+                run["id"],
+                Text(run["agent"]),
+                Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
+                "-" if run["exit_code"] is None else str(run["exit_code"]),
+                Text(run["trigger_kind"]),
+                ago(run["started_at"]),
+                _took(run["started_at"], run["finished_at"]),
+                Text(clean(run["reason"] or "")),
+            )
+            for run in rows
+        ),
+    )
+
+
+def _took(started: float | None, finished: float | None) -> str:
+    return f"{finished - started:.1f}s" if finished and started else "-"
 
 
 def _resolve_run(reader: Any, target: str) -> str:
@@ -317,44 +319,47 @@ def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
 
 
 def _print_stats(data: dict[str, Any], since: str) -> None:
-    from rich.table import Table
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.text import Text
 
     from llamaherd.status import budget_line
+    from llamaherd.tables import Column, show, table
 
-    console = _console()
+    parts: list[Any] = []
     if "agents" in data:
-        console.print(f"[bold]runs since {since}[/]")
-        console.print(_agents_stats_table(data) if data["runs"] else "  none")
+        parts += [f"[bold]runs since {escape(since)}[/]"]
+        parts += [_agents_stats_table(data) if data["runs"] else "  none", ""]
     if data.get("budgets"):
-        console.print("\n[bold]budgets[/]")
+        parts.append("[bold]budgets[/]")
         for name, spend in data["budgets"].items():
             for budget in spend["budget"]:
-                console.print(f"  {name}: {budget_line(budget, spend['now'])}", markup=False)
+                parts.append(Text(f"  {name}: {budget_line(budget, spend['now'])}"))
             if spend["held"]:
-                console.print(f"  {name} waits: {spend['held']}", markup=False, style="yellow")
-    table = Table(box=None, header_style="bold", title_justify="left")
-    for column in ("CALLER", "", "TARGET", "CALLS"):
-        table.add_column(column, justify="right" if column == "CALLS" else "left")
-    for call in data["calls"]:
-        table.add_row(call["caller"], "→", call["target"], str(call["count"]))
-    console.print("\n[bold]agent calls[/]")
-    console.print(table if data["calls"] else "  none")
+                parts.append(Text(f"  {name} waits: {spend['held']}", style="yellow"))
+        parts.append("")
+    calls = table(
+        ["CALLER", "", "TARGET", Column("CALLS", justify="right")],
+        ((escape(c["caller"]), "→", escape(c["target"]), str(c["count"])) for c in data["calls"]),
+    )
+    parts += ["[bold]agent calls[/]", calls if data["calls"] else "  none"]
     if data.get("recent"):
-        console.print("\n[bold]latest runs[/]")
-        console.print(_runs_table(data["recent"]))
+        parts += ["", "[bold]latest runs[/]", _runs_table(data["recent"])]
+    show(Group(*parts))
 
 
 def _agents_stats_table(data: dict[str, Any]) -> Any:
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table(box=None, header_style="bold", show_footer=len(data["agents"]) > 1)
-    columns = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
-    total = _stats_cells("all agents", data)
-    for i, column in enumerate(columns):
-        table.add_column(column, footer=total[i], justify="left" if i == 0 else "right")
-    for name, row in data["agents"].items():
-        table.add_row(*_stats_cells(name, row))
-    return table
+    from llamaherd.tables import Column, table
+
+    names = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
+    total = _stats_cells("all agents", data) if len(data["agents"]) > 1 else [""] * len(names)
+    columns = [
+        Column(name, justify="left" if i == 0 else "right", footer=total[i])
+        for i, name in enumerate(names)
+    ]
+    return table(columns, (_stats_cells(escape(name), row) for name, row in data["agents"].items()))
 
 
 def _stats_cells(name: str, row: dict[str, Any]) -> list[str]:

@@ -28,22 +28,17 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table("name", "distribution", "version", box=None, pad_edge=False)
-    table.add_column("registers", overflow="fold")  # never cut a name off with "…"
-    for row in rows:
-        table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
-    console = Console(soft_wrap=True)
-    if console.is_terminal:
-        console.print(table)
-        return
-    # Piped: one line per plugin whatever its length (for grep), without trailing padding.
-    wide = Console(soft_wrap=True, width=100_000)
-    with wide.capture() as captured:
-        wide.print(table)
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+    from llamaherd.tables import Column, print_table
+
+    print_table(
+        [Column("NAME", keep=True), "DISTRIBUTION", "VERSION", "REGISTERS"],
+        (
+            (row["name"], row["distribution"] or "", row["version"] or "", escape(_registers(row)))
+            for row in rows
+        ),
+    )
 
 
 def _registers(row: dict[str, Any]) -> str:
@@ -62,31 +57,93 @@ def _registers(row: dict[str, Any]) -> str:
 
 @click.command("validate")
 @click.argument("agents", nargs=-1)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the findings as JSON (file, key, message, severity).",
+)
 @pass_app
-def validate_command(app: AppContext, agents: tuple[str, ...]) -> None:
+def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) -> None:
     """Check the project and agent configs; exit 2 on any error.
 
     With AGENT names, check only those agents (and the project config).
     """
-    from llamaherd.schema import validate_project
+    from llamaherd.schema import Problem, validate_project
 
-    project = _load(app)
+    try:
+        project = _load(app)
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        problems = [Problem(exc.file, exc.key, exc.message)]
+        _print_findings(problems, [])
+        raise SystemExit(2) from None
     problems = validate_project(project, app.registry, agents or None)
+    problems += _running_scheduler(project)
     broken = {p.agent for p in problems if p.agent}  # includes agents that failed to parse
     for name in agents:
         if name not in broken:
             project.agent(name)  # an unknown name is one clear error
-    for problem in problems:
-        if problem.agent is None:
-            click.echo(str(problem))
-    for name in agents or sorted(set(project.agents) | broken):
-        own = [p for p in problems if p.agent == name]
-        for problem in own:
-            click.echo(str(problem))
-        if not any(p.is_error for p in own):
-            click.echo(f"ok  agents/{name}")
+    names = list(agents) or sorted(set(project.agents) | broken)
+    if as_json:
+        _print_findings(problems, names)
+    else:
+        for problem in problems:
+            if problem.agent is None:
+                click.echo(str(problem))
+        for name in names:
+            own = [p for p in problems if p.agent == name]
+            for problem in own:
+                click.echo(str(problem))
+            if not any(p.is_error for p in own):
+                click.echo(f"ok  agents/{name}")
     if any(p.is_error for p in problems):
         raise SystemExit(2)
+
+
+def _running_scheduler(project: Any) -> list[Any]:
+    """Warnings about the scheduler running this project here: plugins installed since it
+    started (it knows none of their keys: restart it), and its refusal of the files on disk."""
+    from llamaherd.local import scheduler_info
+    from llamaherd.plugins import installed_plugins
+    from llamaherd.schema import Problem
+
+    info = scheduler_info(project.state_dir)
+    if not info or "plugins" not in info:
+        return []
+    subject = f"scheduler pid {info.get('pid', '?')}"
+    found = []
+    new = sorted(installed_plugins() - set(info["plugins"]))
+    if new:
+        message = (
+            f"plugin(s) {', '.join(new)} installed after it started: restart it "
+            "(`al stop && al start`) to use them"
+        )
+        found.append(Problem(subject, "", message, "warning"))
+    for refusal in info.get("config_errors") or []:
+        found.append(Problem(subject, "", f"refused the config on disk: {refusal}", "warning"))
+    return found
+
+
+def _print_findings(problems: list[Any], agents: list[str]) -> None:
+    """``al validate --json``: whether it passed, each finding, and each agent's verdict."""
+    failed = {p.agent for p in problems if p.is_error}
+    found = {
+        "ok": not any(p.is_error for p in problems),
+        "findings": [
+            {
+                "file": p.file,
+                "key": p.key,
+                "message": p.message,
+                "severity": p.severity,
+                "agent": p.agent,
+            }
+            for p in problems
+        ],
+        "agents": [{"agent": name, "ok": name not in failed} for name in agents],
+    }
+    click.echo(json.dumps(found, indent=2))
 
 
 def _load(app: AppContext) -> Any:

@@ -18,7 +18,7 @@ import click
 
 from llamaherd.cli import AppContext, pass_app
 from llamaherd.statedir import open_private, private_dir
-from llamaherd.types import CommandFailed, LlamaherdError
+from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
 DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
@@ -323,6 +323,12 @@ def _exits_within(pid: int | None, seconds: float) -> bool:
 )
 @click.option("--wake", is_flag=True, help="Set a hibernating or off agent idle first.")
 @click.option(
+    "--last-good",
+    is_flag=True,
+    help="When the running scheduler refused AGENT's config on disk, run the last good "
+    "version it keeps (said on stderr) instead of refusing.",
+)
+@click.option(
     "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
 )
 @pass_app
@@ -334,6 +340,7 @@ def run_command(
     no_follow: bool,
     detach: bool,
     wake: bool,
+    last_good: bool,
     headless: bool,
 ) -> None:
     """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
@@ -354,6 +361,7 @@ def run_command(
         data["prompt"] = prompt
     client = ControlClient.find(project)
     if client is not None:
+        _check_on_disk(app, agent, last_good)
         body = {"agent": agent, "payload": data, "wake": wake}
         item = client.post("/control/run", body)["items"][0]
     elif _live_hosts(app):
@@ -382,6 +390,31 @@ def run_command(
         sys.exit(follow(reader, run_id))
     except KeyboardInterrupt:
         sys.exit(_interrupted(store, client, item, detach))
+
+
+def _check_on_disk(app: AppContext, agent: str, last_good: bool) -> None:
+    """Never run a config other than the one on disk without saying so: when the running
+    scheduler refused ``agent``'s files (it runs their last good version), refuse, or with
+    ``last_good`` say which version runs."""
+    from llamaherd.local import scheduler_info
+    from llamaherd.status import scheduler_status
+
+    status = scheduler_status(app.project, scheduler_info(app.project.state_dir))
+    if not status["running"] or not (status["refused_all"] or agent in status["kept"]):
+        return
+    mine = [p for p in status["config_errors"] if p.startswith(f"agents/{agent}/")]
+    problems = "".join(f"\n  {p}" for p in (mine or status["config_errors"]))
+    if not last_good:
+        raise LlamaherdError(
+            f"the running scheduler refused the config on disk for {agent}:{problems}\n"
+            f"fix it (`al validate {agent}`), or run the last good version it keeps with "
+            f"`al run {agent} --last-good`"
+        )
+    click.echo(
+        f"note: running the last good config of {agent}; the scheduler refused the one on "
+        f"disk:{problems}",
+        err=True,
+    )
 
 
 def _why_queued(reader: Any, agent: str) -> str:
@@ -435,7 +468,7 @@ def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any],
     finally:
         engine.close()
     if result.refused:
-        raise LlamaherdError(result.refused)
+        raise Conflict(result.refused)
     return result.queued
 
 
@@ -495,7 +528,7 @@ def run_foreground(
             raise LlamaherdError("\n".join(str(p) for p in errors))
         result = queue(engine)
         if result.refused:
-            raise LlamaherdError(result.refused)
+            raise Conflict(result.refused)
         engine.serve("127.0.0.1", 0)
         reader = StoreReader(engine.store, project, engine.registry)
 
@@ -607,7 +640,9 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(stat_view(stat()))
+            from llamaherd.tables import show
+
+            show(stat_view(stat()))
             return
         _watch(reader, agent)
 
@@ -617,11 +652,14 @@ def _watch(reader: Any, agent: str | None) -> None:
     else printed anew every second) until Ctrl-C."""
     from contextlib import nullcontext
 
+    from rich.console import Console
     from rich.live import Live
 
     from llamaherd.termview import redraw_after, render, snapshot
 
-    console = _console()
+    # Wrapped at spaces (not soft_wrap): a live display crops what is wider than the terminal,
+    # which cut the scheduler line mid-URL.
+    console = Console(highlight=False)
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     try:
         with live or nullcontext():

@@ -133,6 +133,25 @@ class Overview(Queue):
         return [self._item(row) for row in self._exec(sql, (agent, limit)).fetchall()]
 
     @guarded
+    def runs_of_keys(self, keys: list[str]) -> dict[str, list[str]]:
+        """The runs (ids, oldest first) started from the work items queued with each of
+        ``keys`` (their ``dedupe_key``): where a trigger's event went, e.g. a webhook
+        delivery's runs on the dashboard."""
+        if not keys:
+            return {}
+        sql = self._statement(
+            ("runs_of_keys", len(keys)),
+            lambda: (
+                "SELECT w.dedupe_key, r.id FROM work_items w JOIN runs r ON r.item_id = w.id "
+                f"WHERE w.dedupe_key IN ({marks(keys)}) ORDER BY r.created_at"
+            ),
+        )
+        found: dict[str, list[str]] = {}
+        for key, run_id in self._exec(sql, list(keys)).fetchall():
+            found.setdefault(key, []).append(run_id)
+        return found
+
+    @guarded
     def drop_queued(self, item_id: int, reason: str = "removed from the queue") -> bool:
         """Delete one queued item (False when it is no longer queued); an agent call it carried
         is settled as an error with ``reason``, so its caller stops waiting."""

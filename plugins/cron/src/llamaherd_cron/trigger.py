@@ -227,16 +227,6 @@ class CronTrigger:
         plan = self.plan(agent)
         return plan.following(now) if plan else None
 
-    def describe(self, agent: Agent) -> str | None:
-        """``schedule */5 * * * * (Europe/Berlin)`` or ``every 2m``, for ``al stat``."""
-        config = agent.config
-        if config.get("schedule") is not None:
-            zone = f" ({config['timezone']})" if config.get("timezone") else ""
-            return f"schedule {config['schedule']}{zone}"
-        if config.get("every") is not None:
-            return f"every {config['every']}"
-        return None
-
     def prompt_block(self, trigger: dict[str, Any]) -> str:
         return SCHEDULED_TEXT
 

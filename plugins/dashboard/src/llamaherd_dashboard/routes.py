@@ -488,8 +488,13 @@ async def run_agent(request: Request) -> Response:
     result = results[0]
     if result.refused:
         return failed(request, 409, result.refused)
+    answer: dict[str, Any] = {"queued": result.queued}
+    paused_all, paused = await run_in_threadpool(_engine(request).store.paused)
+    if paused_all or name in paused:
+        what = "the scheduler is paused (Resume all)" if paused_all else f"{name} is paused"
+        answer["note"] = f"queued as work item {result.queued}: {what}; it starts on resume"
     back = f"/agents/{quote(name)}?queued={result.queued}"
-    return done(request, {"queued": result.queued}, back, status=202)
+    return done(request, answer, back, status=202)
 
 
 async def _fields(request: Request) -> dict[str, Any]:
@@ -533,16 +538,21 @@ async def remove_queued(request: Request) -> Response:
 
 
 def _pause(paused: bool) -> Handler:
-    """Pause or resume the whole scheduler: queued work waits, triggers still queue."""
+    """Pause or resume the whole scheduler, or one agent (``/api/agents/{name}/...``, as
+    ``al pause AGENT``): queued work waits, triggers still queue."""
 
     @mutation
     async def endpoint(request: Request) -> Response:
         engine = _engine(request)
-        await run_in_threadpool(engine.store.set_paused, None, paused)
+        name, missing = _agent_or_404(request) if "name" in request.path_params else (None, None)
+        if missing:
+            return missing
+        await run_in_threadpool(engine.store.set_paused, name, paused)
         wakeup = getattr(engine, "wakeup", None)
         if wakeup is not None:
             wakeup.set()
-        return done(request, {"paused": paused}, "/")
+        back = f"/agents/{quote(name)}" if name else "/"
+        return done(request, {"paused": paused, "agent": name}, back)
 
     endpoint.__name__ = "pause" if paused else "resume"
     return endpoint
@@ -642,6 +652,8 @@ ROUTES = [
     Route("/api/agents/{name}/run", run_agent, methods=["POST"]),
     Route("/api/agents/{name}/state", set_state, methods=["POST"]),
     Route("/api/agents/{name}/queue/{item}/remove", remove_queued, methods=["POST"]),
+    Route("/api/agents/{name}/pause", _pause(True), methods=["POST"]),
+    Route("/api/agents/{name}/resume", _pause(False), methods=["POST"]),
     Route("/api/scheduler/pause", _pause(True), methods=["POST"]),
     Route("/api/scheduler/resume", _pause(False), methods=["POST"]),
     Route("/api/runs", api_runs, methods=["GET"]),

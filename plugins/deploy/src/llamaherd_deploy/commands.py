@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
 from llamaherd_deploy import environments
 
 # --------------------------------------------------------------------------- al env
@@ -79,20 +81,50 @@ def env_add(
 
 
 @env_group.command("ls")
-def env_ls() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def env_ls(as_json: bool) -> None:
     """List the environments."""
-    names = environments.names()
-    if not names:
+    rows = [_env_row(name) for name in environments.names()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
         click.echo("no environments; add one with `al env add NAME --host HOST`")
         return
-    for name in names:
-        try:
-            env = environments.load(name)
-        except LlamaherdError as exc:
-            click.echo(f"{name}  (invalid: {exc})")
-            continue
-        port = f" port {env.port}" if env.port != environments.DEFAULT_PORT else ""
-        click.echo(f"{name}  {env.where}{port}")
+    from rich.markup import escape
+
+    from llamaherd.api import Column, print_table
+
+    print_table(
+        [Column("NAME", keep=True), "SERVER", Column("PORT", justify="right")],
+        (
+            (row["name"], row["server"], str(row["port"]))
+            if not row["error"]
+            else (row["name"], f"(invalid: {escape(row['error'])})", "-")
+            for row in rows
+        ),
+    )
+
+
+def _env_row(name: str) -> dict[str, Any]:
+    """Environment ``name`` as ``al env ls --json`` lists it (``error``: why it is unreadable)."""
+    try:
+        env = environments.load(name)
+    except LlamaherdError as exc:
+        return {"name": name, "error": str(exc)}
+    return {
+        "name": name,
+        "server": env.where,
+        "host": env.host,
+        "user": env.user,
+        "port": env.port,
+        "path": env.base,
+        "key": env.key,
+        "ssh_options": list(env.ssh_options),
+        "python": env.python,
+        "file": str(env.file),
+        "error": None,
+    }
 
 
 @env_group.command("show")
@@ -146,7 +178,7 @@ def env_check(name: str) -> None:
             click.echo(f"  deployed: nothing yet; `al push {name}` deploys the project")
     failed = [line for ok, line in checks if not ok]
     if failed:
-        raise LlamaherdError(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
+        raise CommandFailed(f"{env.where}: {len(failed)} check(s) failed (marked ✗ above)")
 
 
 # --------------------------------------------------------------------------- al push

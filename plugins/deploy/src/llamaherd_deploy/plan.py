@@ -18,6 +18,7 @@ from typing import Any
 
 from llamaherd import __version__
 from llamaherd.api import (
+    CommandFailed,
     CredentialStore,
     LlamaherdError,
     Problem,
@@ -77,7 +78,7 @@ def project_files(root: Path, scope: str | None = None) -> dict[str, LocalFile]:
 
 def _git_listing(root: Path) -> list[str]:
     if shutil.which("git") is None:
-        raise LlamaherdError(
+        raise CommandFailed(
             "al push needs git to read the project's .gitignore files (apt-get install git)"
         )
     inside = _git(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], check=False)
@@ -94,7 +95,7 @@ def _git_listing(root: Path) -> list[str]:
 def _git(command: list[str], check: bool = True) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run(command, capture_output=True, timeout=120)
     if check and result.returncode != 0:
-        raise LlamaherdError(
+        raise CommandFailed(
             f"{' '.join(command[:4])}: {result.stderr.decode(errors='replace').strip()}"
         )
     return result

@@ -35,7 +35,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
-from llamaherd.api import LlamaherdError
+from llamaherd.api import CommandFailed
 from llamaherd_deploy.environments import Environment
 
 CONNECT_TIMEOUT = 20  # seconds, for TCP connect plus authentication
@@ -59,7 +59,7 @@ class Connection:
 
     def __init__(self, env: Environment):
         if shutil.which("ssh") is None:
-            raise LlamaherdError(
+            raise CommandFailed(
                 "the ssh command is not installed (llamaherd-deploy uses OpenSSH: "
                 "apt-get install openssh-client)"
             )
@@ -106,10 +106,10 @@ class Connection:
                     self.master.stderr.read().decode(errors="replace") if self.master.stderr else ""
                 )
                 self.close()
-                raise LlamaherdError(f"ssh {self.env.user}@{self.env.host}: {_last_line(error)}")
+                raise CommandFailed(f"ssh {self.env.user}@{self.env.host}: {_last_line(error)}")
             if time.monotonic() > deadline:
                 self.close()
-                raise LlamaherdError(
+                raise CommandFailed(
                     f"ssh {self.env.user}@{self.env.host}: no connection after "
                     f"{CONNECT_TIMEOUT + 10} s"
                 )
@@ -162,7 +162,7 @@ class Connection:
             timeout=30,
         )
         if result.returncode != 0:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"ssh {self.env.user}@{self.env.host}: cannot forward to {remote_host}:"
                 f"{remote_port}: {_last_line(result.stderr.decode(errors='replace'))}"
             )
@@ -199,7 +199,7 @@ class Connection:
             finally:
                 timer.cancel()
             if proc.returncode == -9:
-                raise LlamaherdError(
+                raise CommandFailed(
                     f"{self.env.where}: step {op!r} did not finish within {timeout:g} s"
                 )
         return self._answer(op, proc.returncode, out, stderr_tail)
@@ -232,15 +232,15 @@ class Connection:
         except ValueError:
             answer = None
         if isinstance(answer, dict) and "error" in answer:
-            raise LlamaherdError(f"{self.env.where}: {answer['error']}")
+            raise CommandFailed(f"{self.env.where}: {answer['error']}")
         if code == 127 and not lines:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"{self.env.where}: {self.env.python!r} not found on the server (install "
                 "Python 3.11 or later, or set the environment's python)"
             )
         if code != 0 or not isinstance(answer, dict):
             detail = _last_line("\n".join(tail)) or f"exit status {code}"
-            raise LlamaherdError(f"{self.env.where}: step {op!r} failed: {detail}")
+            raise CommandFailed(f"{self.env.where}: step {op!r} failed: {detail}")
         return answer
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from llamaherd.api import (
+    CommandFailed,
     ControlClient,
     Engine,
     LlamaherdError,
@@ -139,7 +140,7 @@ class Herd:
         self.project().agent(agent)
         client = self.client()
         if client is None:
-            raise LlamaherdError(NO_SCHEDULER)
+            raise CommandFailed(NO_SCHEDULER)
         payload = {"prompt": prompt} if prompt else {}
         return client.post("/control/run", {"agent": agent, "payload": payload})["items"][0]
 
@@ -158,7 +159,7 @@ class Herd:
     def kill(self, target: str) -> list[str]:
         client = self.client()
         if client is None:
-            raise LlamaherdError(NO_SCHEDULER + " (without one, no run is live)")
+            raise CommandFailed(NO_SCHEDULER + " (without one, no run is live)")
         return client.post("/control/kill", {"target": target})["killed"]
 
     def pause(self, agent: str | None, paused: bool) -> None:
@@ -208,7 +209,7 @@ class Herd:
             env=os.environ.copy(),
         )
         if done.returncode != 0:
-            raise LlamaherdError((done.stderr or done.stdout).strip() or "al start failed")
+            raise CommandFailed((done.stderr or done.stdout).strip() or "al start failed")
         return done.stdout.strip()
 
     def stop_scheduler(self) -> str:

@@ -128,8 +128,14 @@ def make_event(agent: str, source: str, kind: str, fields: dict[str, Any]) -> Tr
         kind="webhook",
         payload={"source": source, "source_type": kind, **fields},
         source=source,
-        dedupe_key=f"{source}:{fields.get('delivery')}:{agent}",
+        dedupe_key=dedupe_key(source, fields.get("delivery"), agent),
     )
+
+
+def dedupe_key(source: str, delivery: Any, agent: str) -> str:
+    """The work item key of ``agent``'s event for one delivery: a redelivery queues nothing
+    new, and the dashboard finds the runs a delivery started by it."""
+    return f"{source}:{delivery}:{agent}"
 
 
 def _scalar(value: Any) -> str:
@@ -176,19 +182,6 @@ class WebhooksTrigger:
         raw = data.get("payload", data)
         lines.append("payload:\n" + json.dumps(raw, indent=2, sort_keys=True, default=str))
         return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>"
-
-    def describe(self, agent: Agent) -> str | None:
-        """``webhooks: github (issues.opened), sentry``, for ``al stat``."""
-        entries = agent.config.get("webhooks") or []
-        if not entries:
-            return None
-        parts = []
-        for entry in entries:
-            events = entry.get("events")
-            events = [events] if isinstance(events, str) else events or []
-            suffix = f" ({', '.join(map(str, events))})" if events else ""
-            parts.append(f"{entry.get('source', '?')}{suffix}")
-        return "webhooks: " + ", ".join(parts)
 
     def stop(self) -> None:
         """Nothing to stop."""
