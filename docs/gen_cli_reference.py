@@ -33,6 +33,11 @@ Every `al` command, with its options, as `al COMMAND --help` prints them. Comman
 name the distribution that provides them. Options of `al` itself go before the command:
 `al --project DIR stat`.
 
+`-E NAME` / `--env NAME` (default `$AL_ENV`, then the project's `.env.toml` binding) picks an
+environment: its settings layer over the project's (see [where settings come
+from](configuration.md#where-the-projects-settings-come-from)), and when it is a deployed server
+the commands that talk to a scheduler talk to the one there.
+
 ## Exit status
 
 Every command, core's and plugins', keeps to one contract, so a script can tell a failure to

@@ -10,8 +10,9 @@ What is here, by topic:
 - protocols a plugin implements, and the values that cross them: ``TriggerType`` with
   ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
-  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``ExecOutput``, an exec's
-  output streamed by line and kept bounded), ``CredentialType``/``CredentialField``,
+  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``SHARED_PATH``, where a
+  sandbox shows the project's ``shared/`` files; ``ExecOutput``, an exec's output streamed by
+  line and kept bounded), ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
@@ -33,12 +34,16 @@ What is here, by topic:
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
   (``Project``, ``Agent``, ``load_project``, ``read_toml``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``environment_option`` (``-E/--env NAME``; ``AppContext.remote()`` and ``.binding()``),
   ``print_table``/``Column`` (every listing prints through it: one header style, one record
   per line when piped, an ellipsis rather than a fold in a terminal),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
-  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
+  environments (``environments_dir``, ``environment_names``, ``environment_file``,
+  ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
+  ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
 - for runtimes on other machines: ``SshTarget`` (a validated host, user, port, key and
   ``ssh_options``), ``SshMaster`` (one multiplexed OpenSSH connection: sessions, scripts,
@@ -86,7 +91,7 @@ if TYPE_CHECKING:
         require_token,
         token_matches,
     )
-    from llamaherd.cli import AppContext, pass_app
+    from llamaherd.cli import AppContext, environment_option, pass_app
     from llamaherd.client import ControlClient
     from llamaherd.clock import clock, host_id
     from llamaherd.credentials import (
@@ -100,13 +105,28 @@ if TYPE_CHECKING:
     from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
+    from llamaherd.environments import (
+        ENV_TOML,
+        Binding,
+        deep_merge,
+        environment_file,
+        environments_dir,
+        is_deployed,
+        load_project,
+        read_env_toml,
+        read_environment,
+    )
+    from llamaherd.environments import bind as bind_environment
+    from llamaherd.environments import check_name as check_environment_name
+    from llamaherd.environments import names as environment_names
+    from llamaherd.environments import resolve as resolve_environment
     from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget, tar_archive
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
-    from llamaherd.project import Agent, Project, load_project, read_toml
+    from llamaherd.project import Agent, Project, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
         ModelKey,
@@ -137,6 +157,7 @@ if TYPE_CHECKING:
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
+        SHARED_PATH,
         AdmissionCheck,
         AuthError,
         CommandFailed,
@@ -200,7 +221,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
         "require_token", "token_matches",
     ),
-    "llamaherd.cli": ("AppContext", "pass_app"),
+    "llamaherd.cli": ("AppContext", "environment_option", "pass_app"),
     "llamaherd.client": ("ControlClient",),
     "llamaherd.clock": ("clock", "host_id"),
     "llamaherd.credentials": (
@@ -209,13 +230,20 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
+    # Environments' layering (``llamaherd-deploy``'s `al env`, `al push`).
+    "llamaherd.environments": (
+        "Binding", "ENV_TOML", "bind_environment:bind", "check_environment_name:check_name",
+        "deep_merge", "environment_file", "environment_names:names", "environments_dir",
+        "is_deployed", "load_project", "read_env_toml", "read_environment",
+        "resolve_environment:resolve",
+    ),
     "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
     # Runtimes on other machines: one multiplexed OpenSSH connection per host.
     "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget", "tar_archive"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
-    "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
+    "llamaherd.project": ("Agent", "Project", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
@@ -239,7 +267,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "Sandbox", "SandboxBusy", "SandboxError", "SandboxLost", "SandboxSpec", "StagedFile", "TableSet",
+        "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxBusy", "SandboxError", "SandboxLost", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",

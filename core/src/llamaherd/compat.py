@@ -192,16 +192,6 @@ def project_notes(config: Mapping[str, Any]) -> list[Note]:
     return notes
 
 
-def env_toml_notes(env: Mapping[str, Any]) -> list[Note]:
-    """Warnings for Action Llama's ``.env.toml`` (its per-machine overrides): llamaherd reads
-    ``projectName`` from it and nothing else."""
-    return [
-        (key, "not read: llamaherd reads settings from config.toml (move it there)")
-        for key in env
-        if key != "projectName"
-    ]
-
-
 def agent_notes(config: Mapping[str, Any]) -> list[Note]:
     """Warnings for the peer's agent keys that llamaherd does not act on."""
     return _harness_notes("harness", config.get("harness"))

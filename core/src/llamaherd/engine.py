@@ -332,6 +332,12 @@ class Engine:
         ``suspended``) still queue."""
         state = self.store.agent_state(agent)
         refused = None
+        found = self.project.agents.get(agent)
+        if found is not None and found.disabled:
+            # Not an agent event: its triggers are not started, so this is a manual run, a call
+            # or a webhook delivery, each of which says so itself.
+            where = found.project.relative(found.config_file)
+            return f"agent {agent!r} is disabled (scale = 0 in {where})"
         if state == "off":
             refused = f"agent {agent!r} is off (turn it on with `al state {agent} idle`)"
         elif state == "hibernate" and kind not in self.hibernating_kinds():

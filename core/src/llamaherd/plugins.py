@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.skills",
     "llamaherd.gateway",
     "llamaherd.control",
+    "llamaherd.control_compat",
     "llamaherd.doctor",
     "llamaherd.budgets",
 )

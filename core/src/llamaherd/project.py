@@ -46,7 +46,6 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
-ENV_TOML = ".env.toml"  # Action Llama's per-machine overrides
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
@@ -162,6 +161,15 @@ class Agent:
         return int(self.config.get("scale", self.project.setting("defaultAgentScale")))
 
     @property
+    def disabled(self) -> bool:
+        """``scale = 0``: the agent never runs (Action Llama's way to switch one off in its
+        config). An invalid scale is not "disabled": validation reports it."""
+        try:
+            return self.scale == 0
+        except (TypeError, ValueError):
+            return False
+
+    @property
     def timeout(self) -> float:
         local = self.project.config.get("local", {})
         return float(self.config.get("timeout", local.get("timeout", RUN_TIMEOUT)))
@@ -220,8 +228,10 @@ class Agent:
 @dataclass
 class Project:
     root: Path
+    # The merged configuration: config.toml, then .env.toml, then the environment's file.
     config: dict[str, Any] = field(default_factory=dict)
     errors: list[ConfigError] = field(default_factory=list)
+    layering: Any = None  # llamaherd.environments.Layered: where the config's layers came from
 
     @property
     def config_file(self) -> Path:
@@ -235,18 +245,38 @@ class Project:
         """A top-level setting (or its deprecated Action Llama spelling), else its default."""
         return compat.setting(self.config, key, DEFAULTS.get(key))
 
-    @cached_property
-    def env_toml(self) -> dict[str, Any]:
-        """Action Llama's ``.env.toml`` (per-machine overrides), when present: only its
-        ``projectName`` is read (``llamaherd.compat.env_toml_notes``)."""
-        path = self.root / ENV_TOML
-        return read_toml(path) if path.is_file() else {}
+    @property
+    def environment(self) -> str | None:
+        """The environment whose file is merged into the config (``llamaherd.environments``)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None else None
+
+    @property
+    def requested_environment(self) -> str | None:
+        """The environment asked for with ``-E`` (a reload asks for it again; ``$AL_ENV`` and
+        ``.env.toml`` are read afresh)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None and binding.source == "--env" else None
+
+    def scale_overflow(self) -> tuple[int, int] | None:
+        """(the agents' scales added up, the project's ``scale``) when the sum exceeds the cap:
+        agents are then throttled, as Action Llama warns. Invalid scales count as none (their
+        own error says why)."""
+        cap = self.setting("scale")
+        if not isinstance(cap, int) or isinstance(cap, bool):
+            return None
+        total = 0
+        for agent in self.agents.values():
+            try:
+                total += agent.scale
+            except (TypeError, ValueError):
+                continue
+        return (total, cap) if total > cap else None
 
     @property
     def name(self) -> str:
-        """``projectName`` (config.toml, then .env.toml), else the directory's name."""
-        named = self.config.get("projectName") or self.env_toml.get("projectName")
-        return str(named or self.root.name)
+        """``projectName`` (from the merged config), else the directory's name."""
+        return str(self.config.get("projectName") or self.root.name)
 
     @property
     def public_url(self) -> str | None:
@@ -321,7 +351,9 @@ def find_root(start: Path | None = None) -> Path | None:
 
 
 def load_project(root: Path | None = None) -> Project:
-    """Load the project at ``root`` (or found from cwd). Raises ConfigError for the root config."""
+    """Load the project at ``root`` (or found from cwd) with ``config.toml`` alone; raises
+    ConfigError for the root config. ``llamaherd.environments.load_project`` (what the CLI and
+    plugins use) adds the layers over it: ``.env.toml`` and the environment's file."""
     if root is None:
         found = find_root()
         if found is None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.project import Project, load_project
+from llamaherd.environments import load_project
+from llamaherd.project import Project
 from llamaherd.types import ConfigError
 
 log = logging.getLogger("llamaherd.reload")
@@ -44,12 +45,13 @@ RESTART_SETTINGS = {
 
 def is_config_path(root: Path, path: str) -> bool:
     """Whether ``path`` is (or may contain) a file the project's config is loaded from: the
-    project ``config.toml``, an agent folder, its ``SKILL.md`` or ``config.toml``."""
+    project ``config.toml`` or ``.env.toml``, an agent folder, its ``SKILL.md`` or
+    ``config.toml``."""
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
         return False
-    if parts == ("config.toml",):
+    if parts in (("config.toml",), (".env.toml",)):
         return True
     return bool(parts) and parts[0] == "agents" and len(parts) <= 3
 
@@ -154,7 +156,7 @@ def candidate(current: Project, registry: Any, overrides: dict[str, Any]) -> Can
     from llamaherd.schema import validate_project
 
     try:
-        project = load_project(current.root)
+        project = load_project(current.root, current.requested_environment)
     except ConfigError as exc:
         return Candidate(None, [str(exc)])
     apply_overrides(project, overrides)

@@ -25,12 +25,14 @@ from llamaherd.agents import (
     set_agent_state,
     suspend_timeout,
 )
+from llamaherd.injection import inject_context
 from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, loop_mode, max_turns, suspends
 from llamaherd.session import (
     CUT_SHORT,
     ENV_NAME,
     HUMAN,
+    MARK_STDOUT,
     ActiveRun,
     Deferred,
     Outcome,
@@ -328,6 +330,7 @@ class Runner:
             secret_values,
         )
         from llamaherd.redact import Redactor
+        from llamaherd.shared_dir import shared_files
 
         types = self.engine.registry.credential_types
         creds = load_for_agent(agent, self.engine.registry, self.engine.credentials)
@@ -350,6 +353,7 @@ class Runner:
             timeout=agent.timeout,
             credential_env=lambda root: credential_env(types, creds, root),
             gateway_socket=self.engine.gateway_socket,
+            shared_files=shared_files(self.engine.project.root)[0],
             store=self.store,
         )
         return _Prepared(creds, redactor, spec, token)
@@ -385,6 +389,7 @@ class Runner:
             self._hooks(live, "pre")
             if ctx.state_change is not None:  # a pre hook ran `state ...`: no session
                 return Outcome("done", reason=f"the agent set its state to {ctx.state_change}")
+            body = inject_context(ctx, live.pending_env, live.cancel)
             system, user = build_prompts(
                 ctx.agent,
                 self.engine.registry,
@@ -397,6 +402,7 @@ class Runner:
                     turn_limit_pauses=suspends(ctx.agent),
                 ),
                 credential_store=self.engine.credentials,
+                body=body,
             )
             live.session = Session.start(ctx, chain, system, user, **session_kw)
             for name, value in live.pending_env.items():
@@ -471,7 +477,7 @@ class Runner:
             if live.cancel.is_set() or ctx.state_change == "off":  # off: at once
                 return
             result = ctx.sandbox.exec(
-                "/bin/sh -c " + shlex.quote(command),
+                "/bin/sh -c " + shlex.quote(MARK_STDOUT + command),
                 cwd=ctx.sandbox.workdir,
                 timeout=HOOK_TIMEOUT,
             )

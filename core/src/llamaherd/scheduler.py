@@ -136,7 +136,9 @@ class TriggerHost:
 
     @property
     def agents(self) -> list[Any]:
-        return agents_using(self._trigger, self._engine.project.agents.values())
+        """Its agents, but those with ``scale = 0``: they never fire."""
+        agents = self._engine.project.agents.values()
+        return [agent for agent in agents_using(self._trigger, agents) if not agent.disabled]
 
     def configs(self) -> dict[str, dict[str, Any]]:
         """Its agents' values of the keys its trigger type adds: what a reload compares."""
@@ -267,6 +269,9 @@ class Scheduler(Engine):
         agents = self.project.agents
         for agent in [agents[n] for n in names if n in agents] if names else agents.values():
             runtime = self.registry.runtimes.get(agent.runtime["type"])
+            if agent.disabled:
+                log.info("agent %s: disabled (scale = 0): it never runs", agent.name)
+                continue
             if runtime is None or self.store.agent_state(agent.name) == "error":
                 continue
             try:

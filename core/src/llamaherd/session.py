@@ -19,7 +19,6 @@ import base64
 import contextlib
 import json
 import logging
-import posixpath
 import re
 import secrets
 import shlex
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llamaherd.budgets import BUDGET_EXIT, RunBudget
+from llamaherd.file_tools import FILE_HANDLERS, FILE_TOOLS
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
@@ -249,6 +249,7 @@ class Outcome:
 
 # ------------------------------------------------------------------------------ built-in tools
 
+# Action Llama's default harness offers bash, read, write, edit, grep, find and ls.
 BUILTIN_TOOLS = [
     ToolSpec(
         "bash",
@@ -264,20 +265,7 @@ BUILTIN_TOOLS = [
             "required": ["command"],
         },
     ),
-    ToolSpec(
-        "read_file",
-        "Read a text file from the sandbox (relative paths are from the working directory).",
-        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    ),
-    ToolSpec(
-        "write_file",
-        "Write a text file in the sandbox, creating parent directories.",
-        {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    ),
+    *FILE_TOOLS,
 ]
 
 
@@ -317,6 +305,12 @@ def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
 
 
+# The first line of every tool call and hook command: which pipe its output goes to, so the
+# `state` command can tell it is captured (`x=$(state off)`, a redirect) and only read the
+# state then. `$$` is the outer shell even inside `$(...)`.
+MARK_STDOUT = 'AL_CALL_STDOUT="$(readlink /proc/$$/fd/1 2>/dev/null)"; export AL_CALL_STDOUT\n'
+
+
 def wrap_command(command: str, cwd: str, nonce: str) -> str:
     """A bash script that runs ``command`` in ``cwd`` and reports the final cwd and setenv vars.
 
@@ -333,7 +327,7 @@ if [ "$(printf %s "${{2-}}" | wc -c)" -gt {MAX_ENV_VALUE} ]; then
 echo "setenv $1: one value may have at most {MAX_ENV_VALUE} bytes" >&2; return 1; fi
 export "$1=${{2-}}" && __AL_SETENV="$__AL_SETENV $1"; }}
 cd -- {shlex.quote(cwd)} 2>/dev/null
-{command}
+{MARK_STDOUT}{command}
 """
     return "exec bash -c " + shlex.quote(script)
 
@@ -814,23 +808,6 @@ class Session:
             output += f"\n[exit code {result.exit_code}]"
         return truncate(output) or "(no output)", result.exit_code
 
-    def read_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        data = self.ctx.sandbox.get_file(self._path(args["path"]))
-        return truncate(data.decode("utf-8", "replace")), 0
-
-    def write_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        path = self._path(args["path"])
-        data = str(args["content"]).encode()
-        parent = posixpath.dirname(path)
-        made = self.ctx.sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=30)
-        if made.exit_code != 0:
-            return f"cannot create {parent}: {made.output.strip()}", made.exit_code
-        self.ctx.sandbox.put_file(path, data)
-        return f"wrote {len(data)} bytes to {path}", 0
-
-    def _path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.cwd, str(path)))
-
     # -------------------------------------------------------------- turn tools
 
     def respond(self, args: dict[str, Any]) -> Any:
@@ -865,8 +842,10 @@ class Session:
 
 BUILTIN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], tuple[str, int]]] = {
     "bash": Session.bash,
-    "read_file": Session.read_file,
-    "write_file": Session.write_file,
+    **FILE_HANDLERS,
+    # Earlier names of read and write, still answered (not offered).
+    "read_file": FILE_HANDLERS["read"],
+    "write_file": FILE_HANDLERS["write"],
 }
 
 

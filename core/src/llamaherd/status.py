@@ -66,6 +66,8 @@ def agent_rows(
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
+        if agent.disabled and not running:
+            state = "disabled"  # scale = 0: nothing fires, queues or runs
         rows.append(
             {
                 "agent": name,
@@ -80,7 +82,7 @@ def agent_rows(
                 "last_exit": last_exit,
                 "last_finished_at": last_at,
                 "last_duration": _duration(last_at, last_started),
-                "next_fire": next_fire(registry, agent, now),
+                "next_fire": None if agent.disabled else next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
                 "runtime": runtime_status(registry, agent, store),
                 **flow_fields(agent, store, registry),
@@ -181,9 +183,9 @@ def until(when: float | None, now: float | None = None) -> str:
 
 
 def config_digest(root: Path) -> str:
-    """A digest of the files a scheduler loads its config from: the project ``config.toml`` and
-    each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
-    one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
+    """A digest of the files a scheduler loads its config from: the project ``config.toml``,
+    ``.env.toml`` and each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A
+    scheduler records the one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
     signature = config_signature(root)
     paths = [found[0] for found in signature]
@@ -209,7 +211,12 @@ def config_signature(root: Path) -> tuple[Any, ...]:
     """Each config file's path, mtime, size and inode: changes on any write, ``touch`` too."""
     agents = root / "agents"
     paths = sorted(
-        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
+        [
+            root / "config.toml",
+            root / ".env.toml",
+            *agents.glob("*/SKILL.md"),
+            *agents.glob("*/config.toml"),
+        ]
     )
     return tuple(_file_signature(path) for path in paths)
 

@@ -40,6 +40,7 @@ STATE_STYLES = {
     "hibernate": "blue",
     "suspended": "yellow",
     "paused": "yellow",
+    "disabled": "dim",
     "done": "green",
     "timeout": "red",
     "killed": "red",

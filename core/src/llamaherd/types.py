@@ -409,11 +409,16 @@ class Sandbox(Protocol):
 
 @dataclass
 class StagedFile:
-    """One credential file a runtime writes for a run, at ``<staged root>/<path>``."""
+    """One file a runtime writes for a run, at ``<staged root>/<path>``: a credential, or a
+    file of the project's ``shared/`` directory."""
 
-    path: str  # "<type>/<instance>/<field>": each part a checked, single path segment
-    content: bytes  # the value plus a newline, as in the credential store
-    mode: int  # the credential type's ``file_modes`` entry, else 0o400
+    path: str  # credentials: "<type>/<instance>/<field>", each part a checked single segment
+    content: bytes  # a credential: the value plus a newline, as in the credential store
+    mode: int  # a credential: its type's ``file_modes`` entry, else 0o400
+
+
+# Where a sandbox shows the project's shared/ files, read-only (Action Llama's path).
+SHARED_PATH = "/app/static/shared"
 
 
 @dataclass
@@ -431,6 +436,8 @@ class SandboxSpec:
     # credential types export (GITHUB_TOKEN, GIT_SSH_COMMAND, ...).
     credential_env: Callable[[str], dict[str, str]] = lambda root: {}
     gateway_socket: str | None = None  # host path of the gateway's unix socket (containers)
+    # The project's shared/ files (paths relative to it): read-only at SHARED_PATH.
+    shared_files: list[StagedFile] = field(default_factory=list)
     # The project's store, for a runtime that keeps state of its own (``register_tables``): a
     # host pool's leases. None where no store is at hand.
     store: Any = None

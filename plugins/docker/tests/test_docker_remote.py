@@ -61,6 +61,7 @@ def test_a_container_runs_on_the_remote_engine(
         timeout=60,
         credential_env=lambda root: {"CRED_ROOT": root},
         gateway_socket=gateway_stub.path,
+        shared_files=[StagedFile("team/conventions.md", b"tabs\n", 0o444)],
     )
     sandbox = runtime.start(spec)
     try:
@@ -70,15 +71,16 @@ def test_a_container_runs_on_the_remote_engine(
         assert Path(private).stat().st_uid == engine_user.uid  # staged by the remote user
         out = sandbox.exec(
             "cat /marker; cat /credentials/fake_token/default/token; al-hello; "
+            "cat /app/static/shared/team/conventions.md; "
             "touch /etc/x 2>&1 | tail -1; grep CapEff /proc/self/status; "
             'python3 -c "import socket; s=socket.socket(socket.AF_UNIX); '
             "s.connect('$AL_GATEWAY_URL'[7:]); s.sendall(b'ping'); print(s.recv(9))\""
         )
         lines = out.output.splitlines()
-        assert lines[:3] == ["built-on-the-engine", "remote-secret", "hello from worker"]
-        assert "Read-only file system" in lines[3]
-        assert lines[4].split() == ["CapEff:", "0000000000000000"]
-        assert lines[5] == "b'pong'", out.output
+        assert lines[:4] == ["built-on-the-engine", "remote-secret", "hello from worker", "tabs"]
+        assert "Read-only file system" in lines[4]
+        assert lines[5].split() == ["CapEff:", "0000000000000000"]
+        assert lines[6] == "b'pong'", out.output
         container = runtime.client(agent).api.inspect_container(handle["container"])
         assert container["Config"]["Image"] == tag
         assert container["HostConfig"]["ReadonlyRootfs"] is True

@@ -45,7 +45,9 @@ text = "done"
 """
 
 
-def ssh_project(root: Path, host, runtime: dict | None = None, **agent) -> OfflineProject:
+def ssh_project(
+    root: Path, host, runtime: dict | None = None, body: str = "Do the thing.", **agent
+) -> OfflineProject:
     """A project whose agent ``worker`` runs on ``host`` (scripted model, fake_token)."""
     project = OfflineProject(
         root, env={"AL_PLUGINS": FAKES, "OPENAI_API_KEY": MODEL_KEY}, creds=root.parent / "creds"
@@ -56,7 +58,7 @@ def ssh_project(root: Path, host, runtime: dict | None = None, **agent) -> Offli
         "runtime": runtime or host.runtime(),
         **agent,
     }
-    project.add_agent("worker", tomli_w.dumps(config))
+    project.add_agent("worker", tomli_w.dumps(config), body=body)
     CredentialStore(project.creds).write("fake_token", "default", {"token": TOKEN})
     return project
 
@@ -70,9 +72,11 @@ def test_an_agent_runs_end_to_end_on_the_host(tmp_path, host) -> None:
     project = ssh_project(
         tmp_path / "project",
         host,
+        body='Context: !`id -un` and !`cat "$AL_SHARED_PATH/conventions.md"`.',
         hooks={"pre": ["echo pre-hook > pre.txt"], "post": ["echo post-hook ran"]},
     )
     project.write("agents/worker/script.toml", SCRIPT)
+    project.write("shared/conventions.md", "tabs, never spaces")
     run = project.al("run", "worker")
     assert run.returncode == 0, run.stdout + run.stderr
     found = events(project)
@@ -85,6 +89,12 @@ def test_an_agent_runs_end_to_end_on_the_host(tmp_path, host) -> None:
     # cwd and env kept between calls (a setenv value is masked when stored, as any)
     assert outputs[1].splitlines() == [f"{first[0]}/sub", "where=***"]
     assert outputs[3] == "written remotely"
+    # !`command` context ran on the host, after hooks.pre, with the project's shared/ files
+    context = [(e["data"]["command"], e["data"]["output"]) for e in found if e["type"] == "context"]
+    assert context == [
+        ("id -un", host.name),
+        ('cat "$AL_SHARED_PATH/conventions.md"', "tabs, never spaces"),
+    ]
     hooks = [e["data"] for e in found if e["type"] == "hook"]
     assert [(h["phase"], h["exit_code"]) for h in hooks] == [("pre", 0), ("post", 0)]
     store = project.store()

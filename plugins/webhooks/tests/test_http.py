@@ -47,7 +47,7 @@ def test_oversized_body_is_413(server):
 
 def test_filters_by_action_repo_branch_and_labels(server):
     assert server.send("github", server.pull_request(action="closed")).json()["agents"] == []
-    assert server.send("github", server.pull_request(base="develop")).json()["agents"] == []
+    assert server.send("github", server.pull_request(head="develop")).json()["agents"] == []
     assert server.send("github", server.pull_request(repo="acme/other")).json()["agents"] == []
     labelled = server.send("github", server.pull_request(repo="acme/other", labels=["triage"]))
     assert labelled.json()["agents"] == ["labeller"]

@@ -200,18 +200,42 @@ NEW_PROJECT_FILES: dict[str, tuple[str, ...]] = {
 
 @click.command("new")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-def new_command(directory: Path) -> None:
-    """Create a project in DIRECTORY with one example agent that runs offline."""
+@click.option(
+    "--interactive/--no-interactive",
+    default=None,
+    help="Ask for the model provider, model and key (default: when in a terminal).",
+)
+@click.option("--provider", help="Model provider of the project's model (anthropic, openai, ...).")
+@click.option("--model", help="Model name (default: the provider's recommended one).")
+def new_command(
+    directory: Path, interactive: bool | None, provider: str | None, model: str | None
+) -> None:
+    """Create a project in DIRECTORY with one example agent that runs offline.
+
+    As Action Llama's `al new`: in a terminal it asks for the model provider, the model and its
+    API key; --no-interactive --provider P --model M sets them without asking. The example
+    agent keeps the offline `scripted` model, so `al run hello` works at once.
+    """
     import getpass
     from string import Template
 
+    from llamaherd import scaffold
+
     if directory.exists() and any(directory.iterdir()):
         raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
-    values = {"user": getpass.getuser()}
+    if interactive is None:
+        interactive = provider is None and click.get_text_stream("stdin").isatty()
+    choice = scaffold.ask_model() if interactive else scaffold.given_model(provider, model)
+    key = scaffold.ask_key(choice) if interactive and choice else None
+    values = {"user": getpass.getuser(), "models": scaffold.model_table(choice)}
     for target, template in NEW_PROJECT_FILES.items():
         path = directory / target
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(Template(_template(*template)).safe_substitute(values), encoding="utf-8")
+    if key:
+        scaffold.store_key(choice, key)
+    if choice:
+        click.echo(scaffold.summary(choice, directory, stored=bool(key)))
     click.echo(f"created {directory}: cd {directory} && al validate && al run hello")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.statedir import open_private, private_dir
 from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
@@ -30,29 +30,18 @@ def _store(app: AppContext) -> Any:
     return Store.open(app.project.database_url, str(app.project.root))
 
 
-def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``-E/--env NAME``: read from the scheduler deployed as NAME instead of this project."""
-    return click.option(
-        "-E",
-        "--env",
-        "environment",
-        envvar="AL_ENV",
-        metavar="NAME",
-        help="Read from the scheduler deployed as environment NAME (through its plugin, "
-        "e.g. over SSH) instead of this project's store.",
-    )(command)
-
-
 @contextmanager
-def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
-    """The control API of ``environment``'s scheduler; else of this project's running
-    scheduler (its rows are ready: no project to load, no store to open); else the store."""
+def _reader(app: AppContext) -> Iterator[Any]:
+    """The control API of the command's deployed environment (``app.remote()``); else of this
+    project's running scheduler (its rows are ready: no project to load, no store to open);
+    else the store."""
     from llamaherd.client import ControlClient
     from llamaherd.readers import ControlReader, StoreReader
 
-    if environment:
-        with ControlClient.for_environment(environment) as client:
-            yield ControlReader(client)
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            yield ControlReader(remote)
         return
     state_dir = app.state_dir
     local = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
@@ -150,6 +139,7 @@ def complete_run_or_agent(ctx: click.Context, param: click.Parameter, incomplete
     help="Accepted for Action Llama users: the dashboard is served (at /) whenever "
     "llamaherd-dashboard is installed.",
 )
+@environment_option
 @pass_app
 def start_command(
     app: AppContext,
@@ -212,6 +202,8 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     private_dir(project.state_dir)
     args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
     args += ["--grace", str(grace)]
+    if project.requested_environment:
+        args += ["--env", project.requested_environment]
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
@@ -257,12 +249,19 @@ def _start_error(path: Path, offset: int) -> str:
 
 
 @click.command("stop")
+@environment_option
 @pass_app
 def stop_command(app: AppContext) -> None:
     """Stop the running scheduler (active runs get its grace period)."""
     from llamaherd.client import ControlClient
     from llamaherd.processes import pid_alive
 
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            remote.post("/control/stop")
+        click.echo(f"stop requested: the scheduler at {remote.url} stops once its runs end")
+        return
     client = ControlClient.find(app.project)
     if client is None:
         raise CommandFailed("no scheduler is running for this project")
@@ -331,6 +330,7 @@ def _exits_within(pid: int | None, seconds: float) -> bool:
 @click.option(
     "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
 )
+@environment_option
 @pass_app
 def run_command(
     app: AppContext,
@@ -354,11 +354,16 @@ def run_command(
     from llamaherd.agents import queue_manual
     from llamaherd.client import ControlClient
 
-    project = app.project
-    project.agent(agent)
     data = _load_payload(payload)
     if prompt is not None:
         data["prompt"] = prompt
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            sys.exit(_run_remote(remote, agent, {"agent": agent, "payload": data, "wake": wake},
+                                 no_follow))  # fmt: skip
+    project = app.project
+    project.agent(agent)
     client = ControlClient.find(project)
     if client is not None:
         _check_on_disk(app, agent, last_good)
@@ -390,6 +395,26 @@ def run_command(
         sys.exit(follow(reader, run_id))
     except KeyboardInterrupt:
         sys.exit(_interrupted(store, client, item, detach))
+
+
+def _run_remote(client: Any, agent: str, body: dict[str, Any], no_follow: bool) -> int:
+    """``al run -E NAME``: queue the run on the deployed scheduler and follow it there."""
+    from llamaherd.readers import ControlReader
+
+    reader = ControlReader(client)
+    item = client.post("/control/run", body)["items"][0]
+    while True:
+        run_id = next((r["id"] for r in reader.runs(agent, 50) if r["item_id"] == item), None)
+        if run_id is not None:
+            break
+        if no_follow:
+            click.echo(f"queued on {client.url} (work item {item})", err=True)
+            return 0
+        time.sleep(0.2)
+    if no_follow:
+        click.echo(run_id)
+        return 0
+    return follow(reader, run_id, poll=0.5)
 
 
 def _check_on_disk(app: AppContext, agent: str, last_good: bool) -> None:
@@ -617,17 +642,15 @@ def follow(
 @click.option(
     "--watch", is_flag=True, help="Live view (active runs, recent results), redrawn every second."
 )
-@env_option
+@environment_option
 @pass_app
-def stat_command(
-    app: AppContext, agent: str | None, as_json: bool, watch: bool, environment: str | None
-) -> None:
+def stat_command(app: AppContext, agent: str | None, as_json: bool, watch: bool) -> None:
     """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire;
     with --watch, the live view `al start` shows in a terminal (active runs with their
     status, recent results, queue depth)."""
     from llamaherd.termview import stat_view
 
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
 
@@ -679,26 +702,31 @@ def _searchable(event: dict[str, Any]) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
-def _print_events(events: list[dict[str, Any]], run_id: str, full: bool) -> None:
+def _print_events(
+    events: list[dict[str, Any]], run_id: str, full: bool, everything: bool = False
+) -> None:
+    """The conversation view of a run's events (``everything``: none left out)."""
     from llamaherd.logview import format_event, worth_showing
 
     console = _console()
-    for event in filter(worth_showing, events):
+    for event in events if everything else filter(worth_showing, events):
         console.print(format_event(event, full=full, run_id=run_id))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
 @click.command("kill")
 @click.argument("target", shell_complete=complete_run_or_agent)
+@environment_option
 @pass_app
 def kill_command(app: AppContext, target: str) -> None:
     """Kill a run (id or prefix), or every live run of an agent."""
     from llamaherd.client import ControlClient
 
-    client = ControlClient.find(app.project)
+    client = app.remote() or ControlClient.find(app.project)
     if client is None:
         raise CommandFailed("no scheduler is running for this project (`al start`)")
-    killed = client.post("/control/kill", {"target": target})["killed"]
+    with client:
+        killed = client.post("/control/kill", {"target": target})["killed"]
     click.echo(f"killed {len(killed)} run(s): {', '.join(killed) or '-'}")
 
 
@@ -707,11 +735,17 @@ def _pause_command(paused: bool) -> click.Command:
 
     @click.command(verb)
     @click.argument("agent", required=False, shell_complete=complete_agent)
+    @environment_option
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
-        if agent:
-            app.project.agent(agent)
-        _store(app).set_paused(agent, paused)
+        remote = app.remote()
+        if remote is not None:
+            with remote:
+                remote.post(f"/control/{verb}", {"agent": agent or ""})
+        else:
+            if agent:
+                app.project.agent(agent)
+            _store(app).set_paused(agent, paused)
         click.echo(f"{verb}d {agent or 'the scheduler'}")
 
     command.help = (

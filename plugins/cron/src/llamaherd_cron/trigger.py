@@ -1,4 +1,5 @@
-"""The ``cron`` trigger type: ``schedule`` (5-field cron) or ``every`` ("10m") per agent.
+"""The ``cron`` trigger type: ``schedule`` (cron, as Action Llama parses it) or ``every``
+("10m") per agent.
 
 Ticks are absolute epoch times computed from the expression, so every scheduler host derives the
 same ticks and ``TriggerContext.emit_once`` makes each fire happen exactly once, across restarts
@@ -14,7 +15,8 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
+from functools import cached_property
 from typing import Any
 
 from llamaherd.api import (
@@ -24,8 +26,10 @@ from llamaherd.api import (
     TriggerContext,
     TriggerEvent,
     TriggerInfo,
+    clock,
     parse_duration,
 )
+from llamaherd_cron.pattern import CronError, CronPattern
 
 log = logging.getLogger("llamaherd.cron")
 
@@ -41,7 +45,10 @@ SCHEDULED_TEXT = (
 SCHEMA: dict[str, Any] = {
     "schedule": {
         "type": "string",
-        "description": 'Cron expression, 5 fields ("*/15 * * * *") or a macro such as "@hourly".',
+        "description": (
+            'Cron expression: 5 fields ("*/15 * * * *"), 6 with seconds first ("*/10 * * * * *"),'
+            ' 7 with a year last, or a macro such as "@hourly".'
+        ),
     },
     "every": {
         "type": ["string", "integer"],
@@ -86,17 +93,13 @@ def parse_timezone(name: str | None) -> tzinfo:
         ) from None
 
 
-def check_cron(expr: str) -> None:
-    """Raise ValueError unless ``expr`` is a valid 5-field cron expression or an @macro."""
-    from croniter import croniter
-
-    fields = expr.split()
-    if not expr.strip().startswith("@") and len(fields) != 5:
-        raise ValueError(
-            f"expected 5 fields (minute hour day month weekday), got {len(fields)} in {expr!r}"
-        )
-    if not croniter.is_valid(expr):
-        raise ValueError(f"invalid cron expression {expr!r}")
+def check_cron(expr: str) -> CronPattern:
+    """The pattern of ``expr``; ValueError (a CronError) naming the field when it is invalid,
+    or when it never fires (``0 0 30 2 *``)."""
+    pattern = CronPattern.parse(expr)
+    if pattern.following(clock(), UTC) is None:
+        raise CronError(f"{expr!r} never fires (no such date)")
+    return pattern
 
 
 def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -143,24 +146,24 @@ class Plan:
         zone = parse_timezone(config.get("timezone"))
         return cls(name, expr, interval, zone, bool(config.get("catchUp", True)))
 
+    @cached_property
+    def pattern(self) -> CronPattern:
+        assert self.expr is not None
+        return CronPattern.parse(self.expr)
+
     def latest(self, now: float) -> float:
-        """The latest tick at or before ``now``."""
+        """The latest tick at or before ``now`` (-inf when the schedule never fired)."""
         if self.interval is not None:
             return math.floor(now / self.interval) * self.interval
-        from croniter import croniter
-
-        # Cron ticks fall on whole seconds, so the latest tick <= now is the one strictly
-        # before floor(now) + 0.5 (croniter's get_prev is strict).
-        start = datetime.fromtimestamp(math.floor(now) + 0.5, self.tz)
-        return float(croniter(self.expr, start).get_prev(float))
+        tick = self.pattern.latest(now, self.tz)
+        return -math.inf if tick is None else tick
 
     def following(self, now: float) -> float:
-        """The earliest tick strictly after ``now``."""
+        """The earliest tick strictly after ``now`` (inf when none comes: a year passed)."""
         if self.interval is not None:
             return (math.floor(now / self.interval) + 1) * self.interval
-        from croniter import croniter
-
-        return float(croniter(self.expr, datetime.fromtimestamp(now, self.tz)).get_next(float))
+        tick = self.pattern.following(now, self.tz)
+        return math.inf if tick is None else tick
 
 
 def _config(agent: Agent) -> tuple[str, dict[str, Any]]:
@@ -179,7 +182,8 @@ def describe_plan(agent: Agent, now: float) -> list[TriggerInfo]:
     details = {"timezone": str(config["timezone"])} if config.get("timezone") else {}
     kind = "schedule" if config.get("schedule") is not None else "every"
     summary = str(config[kind])
-    return [TriggerInfo(kind, summary, details, plan.following(now))]
+    following = plan.following(now)
+    return [TriggerInfo(kind, summary, details, following if math.isfinite(following) else None)]
 
 
 class CronTrigger:
@@ -225,7 +229,8 @@ class CronTrigger:
         if due is not None and due > now:
             return due
         plan = self.plan(agent)
-        return plan.following(now) if plan else None
+        following = plan.following(now) if plan else math.inf
+        return following if math.isfinite(following) else None
 
     def prompt_block(self, trigger: dict[str, Any]) -> str:
         return SCHEDULED_TEXT

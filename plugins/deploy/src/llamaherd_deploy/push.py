@@ -141,6 +141,11 @@ class Push:
         self.echo(f"push {self.agent or 'the project'} to {self.env.where} (env {self.env.name})")
         self.check_project()
         files = {} if opts.creds_only else plans.project_files(self.project.root, self.scope)
+        generated = (
+            None if opts.creds_only or self.scope else plans.server_env_toml(self.project, self.env)
+        )
+        if generated is not None:
+            files[generated.path] = generated
         creds = {} if opts.files_only else plans.credential_files(
             self.project, self.registry, self.agents
         )  # fmt: skip
@@ -365,7 +370,7 @@ def write_archive(
     ``wheels/<name>``."""
     with tarfile.open(fileobj=stream, mode="w|") as tar:
         for local in files:
-            content = local.source.read_bytes()
+            content = local.read()
             if plans.sha256_bytes(content) != local.sha:
                 raise CommandFailed(f"{local.path} changed during the push; push again")
             _add(tar, f"files/{local.path}", content, 0o755 if local.executable else 0o644)

@@ -31,7 +31,7 @@ from llamaherd.api import (
     pid_alive,
     scheduler_info,
 )
-from llamaherd_deploy.helper import service_mode
+from llamaherd_deploy.helper import service_mode, unit_name
 
 START_TIMEOUT = 120.0
 STOP_MARGIN = 60.0  # beyond the grace period, for the scheduler to write its last state
@@ -77,7 +77,7 @@ class Service:
             al, root = (sys.executable, "-m", "llamaherd"), given
         mode = service_mode()
         return cls(
-            name="llamaherd-" + (re.sub(r"[^A-Za-z0-9]+", "-", str(root)).strip("-") or "root"),
+            name=unit_name(root),
             mode=mode["mode"],
             why=mode["why"],
             project=str(given),

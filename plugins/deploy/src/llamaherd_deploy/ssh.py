@@ -63,6 +63,11 @@ class Connection:
                 "the ssh command is not installed (llamaherd-deploy uses OpenSSH: "
                 "apt-get install openssh-client)"
             )
+        if env.pending:
+            raise CommandFailed(
+                f"environment {env.name}: its server has no address yet (`al env prov` did not "
+                f"finish): `al env deprov {env.name}` deletes what was made"
+            )
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="al-ssh-")  # 0700: the control and forward sockets
         self.control = os.path.join(self.dir, "master")
@@ -70,7 +75,8 @@ class Connection:
 
     # ------------------------------------------------------------------ connection
     def args(self, *extra: str) -> list[str]:
-        """``ssh`` with the environment's options and our control socket, before the host."""
+        """``ssh`` with the environment's options and our control socket, ending with ``--``:
+        what follows (the host, then the remote command) is never read as an option."""
         env = self.env
         args = ["ssh"]
         # ssh keeps the first value it gets for an option: the user's own options win.
@@ -88,7 +94,7 @@ class Connection:
         ]  # fmt: skip
         if env.key:
             args += ["-i", str(Path(env.key).expanduser()), "-o", "IdentitiesOnly=yes"]
-        return [*args, *extra]
+        return [*args, *extra, "--"]
 
     def open(self) -> Connection:
         """Authenticate once; later commands reuse the connection."""
@@ -204,6 +210,31 @@ class Connection:
                 )
         return self._answer(op, proc.returncode, out, stderr_tail)
 
+    def stream(self, op: str, request: dict[str, Any], echo: Callable[[str], None]) -> int:
+        """Run the helper's ``op``, which becomes a command whose output lines go to ``echo``
+        as they come (``logs``); its exit status. The helper's own refusal is raised."""
+        source = helper_source()
+        command = f"{shlex.quote(self.env.python)} -c '{BOOTSTRAP}'"
+        proc = subprocess.Popen(
+            [*self.args(), self.env.host, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(b"%d\n" % len(source) + source)
+            proc.stdin.write(json.dumps({"op": op, **request}).encode() + b"\n")
+            proc.stdin.close()
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                refusal = _refusal(line)
+                if refusal is not None:
+                    raise CommandFailed(f"{self.env.where}: {refusal}")
+                echo(line)
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
     @contextmanager
     def _process(
         self, command: str, progress: Callable[[str], None] | None
@@ -256,6 +287,16 @@ def _relay(
         del tail[:-20]
         if progress is not None and line:
             progress(line)
+
+
+def _refusal(line: str) -> str | None:
+    """The helper's error answer (``{"error": ...}``), when ``line`` is one."""
+    if not line.startswith('{"error"'):
+        return None
+    try:
+        return str(json.loads(line)["error"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _last_line(text: str) -> str:

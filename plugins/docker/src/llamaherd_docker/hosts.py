@@ -49,22 +49,25 @@ SSH_URL = re.compile(
 class Staged:
     """A run's files on the engine's host: ``private`` is removed with the run; the others are
     mounted (``credentials`` at /credentials, ``bin`` at /app/bin, ``gateway``'s dir at
-    /run/al-gateway)."""
+    /run/al-gateway, ``shared`` at /app/static/shared)."""
 
     private: str
     credentials: str
     bin: str
     gateway: str | None
+    shared: str | None = None
 
 
-def _credentials_archive(files: list[StagedFile], bin_dir: Path | None) -> bytes:
-    """``credentials/`` (readable by any uid through the read-only mount: the image's user,
-    whatever it is, must read them), ``bin/`` (the commands) and ``gw/`` (the gateway's
-    socket), as a tar archive."""
+def _archive(spec: SandboxSpec) -> bytes:
+    """``credentials/`` and ``shared/`` (readable by any uid through the read-only mounts: the
+    image's user, whatever it is, must read them), ``bin/`` (the commands) and ``gw/`` (the
+    gateway's socket), as a tar archive."""
+    bin_dir = spec.bin_dir
     entries: list[tuple[str, int, bytes | None]] = [
-        (directory, 0o755, None) for directory in ("credentials", "bin", "gw")
+        (directory, 0o755, None) for directory in ("credentials", "bin", "gw", "shared")
     ]
-    entries += [(f"credentials/{f.path}", 0o444, f.content) for f in files]
+    entries += [(f"credentials/{f.path}", 0o444, f.content) for f in spec.credential_files]
+    entries += [(f"shared/{f.path}", 0o444, f.content) for f in spec.shared_files]
     if bin_dir is not None and bin_dir.is_dir():
         entries += [
             (f"bin/{path.name}", 0o755, path.read_bytes())
@@ -74,31 +77,37 @@ def _credentials_archive(files: list[StagedFile], bin_dir: Path | None) -> bytes
     return tar_archive(entries, parents=0o755)
 
 
-def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:
-    """Write only the run's credential files to a fresh host dir, ``<type>/<instance>/<field>``.
+def stage_files(run_id: str, credentials: list[StagedFile], shared: list[StagedFile]) -> Path:
+    """Write only the run's credential files (``<type>/<instance>/<field>``) and the project's
+    ``shared/`` files to a fresh host dir.
 
     Returns the private parent dir (0700, so no other host user can reach the files); its
-    ``credentials`` subdir is what gets mounted. Inside it everything is world-readable because
-    the image's user, whatever its uid, must read them through the read-only bind (so the
-    types' own file modes do not apply here).
+    ``credentials`` and ``shared`` subdirs are what gets mounted. Inside them everything is
+    world-readable because the image's user, whatever its uid, must read them through the
+    read-only binds (so the credential types' own file modes do not apply here).
     """
     safe_run = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
     private = Path(tempfile.mkdtemp(prefix=f"al-docker-{safe_run}-"))
-    root = private / "credentials"
-    root.mkdir(mode=0o755)
-    root.chmod(0o755)
     try:
-        for staged in files:
-            target = root / staged.path
-            for directory in reversed(target.relative_to(root).parents[:-1]):
-                (root / directory).mkdir(mode=0o755, exist_ok=True)
-                (root / directory).chmod(0o755)
-            target.write_bytes(staged.content)
-            target.chmod(0o444)
+        _write_tree(private / "credentials", credentials)
+        if shared:
+            _write_tree(private / "shared", shared)
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
     return private
+
+
+def _write_tree(root: Path, files: list[StagedFile]) -> None:
+    root.mkdir(mode=0o755)
+    root.chmod(0o755)
+    for staged in files:
+        target = root / staged.path
+        for directory in reversed(target.relative_to(root).parents[:-1]):
+            (root / directory).mkdir(mode=0o755, exist_ok=True)
+            (root / directory).chmod(0o755)
+        target.write_bytes(staged.content)
+        target.chmod(0o444)
 
 
 class LocalEngine:
@@ -122,9 +131,10 @@ class LocalEngine:
         return {}
 
     def stage(self, spec: SandboxSpec) -> Staged:
-        private = str(stage_credentials(spec.run_id, spec.credential_files))
+        private = str(stage_files(spec.run_id, spec.credential_files, spec.shared_files))
         gateway = os.path.dirname(spec.gateway_socket) if spec.gateway_socket else None
-        return Staged(private, f"{private}/credentials", str(spec.bin_dir), gateway)
+        shared = f"{private}/shared" if spec.shared_files else None
+        return Staged(private, f"{private}/credentials", str(spec.bin_dir), gateway, shared)
 
     def unstage(self, private: str | None) -> None:
         if private:
@@ -176,7 +186,7 @@ class RemoteEngine:
             "set -e\numask 077\nprivate=$(mktemp -d /tmp/al-docker-XXXXXXXX)\n"
             'cd -- "$private"\ntar -xpf -\nprintf "%s\\n" "$private"\n'
         )
-        data = _credentials_archive(spec.credential_files, spec.bin_dir)
+        data = _archive(spec)
         out = self.master.script(script, data, timeout=120)
         private = out.decode(errors="replace").strip().splitlines()[-1]
         gateway = None
@@ -191,7 +201,8 @@ class RemoteEngine:
             except BaseException:
                 self.unstage(private)
                 raise
-        return Staged(private, f"{private}/credentials", f"{private}/bin", gateway)
+        shared = f"{private}/shared" if spec.shared_files else None
+        return Staged(private, f"{private}/credentials", f"{private}/bin", gateway, shared)
 
     def unstage(self, private: str | None) -> None:
         if not private:

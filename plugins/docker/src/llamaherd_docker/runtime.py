@@ -2,7 +2,8 @@
 
 Isolation (DESIGN §6): read-only root fs; ``/tmp`` (the working dir ``/tmp/work``) and the home dir
 are tmpfs; ``/app/bin`` (the language-skill commands), ``/credentials`` (only the credentials the
-agent declares) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
+agent declares), ``/app/static/shared`` (the project's ``shared/`` files, as Action Llama bakes
+them in) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
 capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bridge`` or ``none``.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.api import (
+    SHARED_PATH,
     ConfigError,
     SandboxError,
     SandboxSpec,
@@ -410,6 +412,8 @@ class ContainerRuntime:
         }
         if staged.gateway:
             volumes[staged.gateway] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        if staged.shared:
+            volumes[staged.shared] = {"bind": SHARED_PATH, "mode": "ro"}
         labels = {
             LABEL_RUN: spec.run_id,
             LABEL_AGENT: spec.agent.name,

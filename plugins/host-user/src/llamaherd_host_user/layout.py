@@ -9,6 +9,8 @@
         bin/                        root, 0755: copies of the language-skill commands
         credentials/<type>/<instance>/<field>   agent user, dirs 0700, files 0400
         tmp/                        agent user, 0700: $TMPDIR
+        static/shared/              root, 0755, files 0444: the project's shared/ files,
+                                    shown at /app/static/shared (``shared.py``)
 
 Without root (``run_as`` = the current user) the base is ``/tmp/al-runs-<uid>/`` (0700), since
 ``/tmp/al-runs`` may belong to root.
@@ -102,6 +104,10 @@ class Layout:
     @property
     def tmp(self) -> Path:
         return self.private / "tmp"
+
+    @property
+    def static(self) -> Path:
+        return self.private / "static"
 
     @property
     def owner_file(self) -> Path:

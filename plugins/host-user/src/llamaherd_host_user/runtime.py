@@ -10,6 +10,7 @@ from typing import Any
 
 from llamaherd.api import SandboxError, SandboxSpec
 from llamaherd_host_user import identity as identities
+from llamaherd_host_user import shared
 from llamaherd_host_user.containment import (
     CGROUP_PARENT,
     CgroupContainment,
@@ -86,6 +87,17 @@ class HostUserRuntime:
         """Check that the agent's user exists and that we can switch to it."""
         settings = Settings.of(agent)
         identities.resolve(settings.run_as, settings.groups, settings.where)
+
+    def validate(self, agent: Any, project: Any) -> list[str]:
+        """``al validate``: a warning when the project's ``shared/`` files cannot be shown at
+        /app/static/shared in this agent's runs (``shared.py``)."""
+        why = shared.unavailable()
+        if why is None or not (project.root / "shared").is_dir():
+            return []
+        return [
+            f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
+            f"/app/static/shared: {why}"
+        ]
 
     def warnings(self, agent: Any, project: Any = None) -> list[str]:
         """Problems worth a warning in ``al validate`` that do not stop a run."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from llamaherd.api import ExecOutput, ExecResult, SandboxError
+from llamaherd_host_user import shared
 from llamaherd_host_user.containment import CgroupContainment, ProcContainment
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout
@@ -131,15 +132,16 @@ class HostUserSandbox:
         gate_r, gate_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
+            argv, as_agent = self._argv(["/bin/sh", "-c", GATE, "al-exec", command, cwd])
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", GATE, "al-exec", command, cwd],
+                argv,
                 stdin=gate_r,
                 stdout=out_w,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,  # so a relative cwd is relative to the working dir
                 env=full_env,
                 start_new_session=True,
-                **self.identity.popen_kwargs(),
+                **as_agent,
             )
         except OSError as exc:
             os.close(out_r)
@@ -195,18 +197,26 @@ class HostUserSandbox:
             os.close(pidfd)
         return False, eof
 
+    def _argv(self, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """How to start ``argv`` as the agent user: (argv, Popen's user arguments). With shared
+        files it starts as root in a mount namespace showing them, and switches itself."""
+        if shared.staged(self.layout):
+            return shared.wrap(argv, self.layout, self.identity), {}
+        return argv, self.identity.popen_kwargs()
+
     # ------------------------------------------------------------------ files
     def _as_agent(self, script: str, args: list[str], data: bytes = b"") -> bytes:
         """Run a tiny file operation as the agent user, so its permissions apply (not root's)."""
+        argv, as_agent = self._argv(["/bin/sh", "-c", script, "al-file", *args])
         with subprocess.Popen(
-            ["/bin/sh", "-c", script, "al-file", *args],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=self.workdir,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             start_new_session=True,
-            **self.identity.popen_kwargs(),
+            **as_agent,
         ) as proc:
             try:
                 out, err = proc.communicate(data, timeout=FILE_TIMEOUT)

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from llamaherd.api import SandboxSpec, StagedFile
+from llamaherd_host_user import shared
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout
 
@@ -72,6 +73,8 @@ def provision_private(layout: Layout, identity: Identity, spec: SandboxSpec | No
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
+    if spec is not None and spec.shared_files and shared.unavailable() is None:
+        shared.stage(layout, spec.shared_files)
 
 
 def build_env(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> dict[str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, pass_app
+from llamaherd.api import AppContext, LlamaherdError, environment_option, pass_app
 
 SERVER_NAME = "llamaherd"
 CONFIG_FILE = ".mcp.json"  # Claude Code's project-scoped MCP servers
@@ -22,6 +22,7 @@ def mcp() -> None:
 
 
 @mcp.command("serve")
+@environment_option
 @pass_app
 def serve(app: AppContext) -> None:
     """Serve the project over MCP on stdin/stdout (the client starts this command).
@@ -33,7 +34,11 @@ def serve(app: AppContext) -> None:
     from llamaherd_mcp.herd import Herd
     from llamaherd_mcp.server import build_server
 
-    build_server(Herd(app.project.root, app.registry)).run("stdio")
+    herd = Herd(app.project.root, app.registry, app.environment)
+    try:
+        build_server(herd).run("stdio")
+    finally:
+        herd.close()
 
 
 @mcp.command("init")

@@ -32,6 +32,8 @@ from llamaherd.api import (
     agent_rows,
     answer_suspension,
     load_project,
+    pid_alive,
+    resolve_environment,
     run_dict,
     set_agent_state,
     state_of,
@@ -44,19 +46,33 @@ NO_SCHEDULER = "no scheduler is running for this project: start one with the al_
 class Herd:
     """One project, as the MCP tools operate it (see the module docstring)."""
 
-    def __init__(self, root: Path, registry: Any):
+    def __init__(self, root: Path, registry: Any, environment: str | None = None):
         self.root = root
         self.registry = registry
+        self.environment = environment  # -E NAME (else $AL_ENV, else .env.toml's binding)
         self._store: Any = None
+        self._remote: Any = None  # the deployed environment's scheduler, once reached
+        self._looked = False
 
     # ------------------------------------------------------------------ where answers come from
 
     def project(self) -> Any:
-        """The project as it is on disk now (agents may come and go while the server runs)."""
-        return load_project(self.root)
+        """The project as it is on disk now (agents may come and go while the server runs),
+        with its environment's layers."""
+        return load_project(self.root, self.environment)
 
     def client(self) -> ControlClient | None:
-        return ControlClient.find(self.project())
+        """The deployed environment's scheduler (its channel kept open while the server
+        runs), else the project's running one here."""
+        if not self._looked:
+            binding = resolve_environment(self.environment, self.root)
+            self._remote = binding and ControlClient.for_environment(binding)
+            self._looked = True
+        return self._remote or ControlClient.find(self.project())
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
 
     def store(self) -> Any:
         if self._store is None:
@@ -67,7 +83,9 @@ class Herd:
     def source(self) -> str:
         """Where answers come from now, for the tools' replies."""
         client = self.client()
-        return f"scheduler pid {client.pid}" if client else "the project's store (no scheduler)"
+        if client is None:
+            return "the project's store (no scheduler)"
+        return f"scheduler pid {client.pid}" if client.pid else f"the scheduler at {client.url}"
 
     @contextmanager
     def _engine(self) -> Iterator[Any]:
@@ -202,6 +220,7 @@ class Herd:
                 str(project.root),
                 "start",
                 "--detach",
+                *(["--env", self.environment] if self.environment else []),
             ],
             capture_output=True,
             text=True,
@@ -216,5 +235,14 @@ class Herd:
         client = self.client()
         if client is None:
             return "no scheduler is running for this project"
-        client.post("/control/stop")
-        return f"scheduler {client.pid} is stopping (active runs get its grace period)"
+        try:
+            client.post("/control/stop")
+        except CommandFailed:
+            # The stop may have been taken and the scheduler gone before its answer reached us.
+            deadline = time.monotonic() + 5.0
+            while client.pid is not None and pid_alive(client.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if client.pid is None or pid_alive(client.pid):
+                raise
+        which = f"scheduler {client.pid}" if client.pid else f"the scheduler at {client.url}"
+        return f"{which} is stopping (active runs get its grace period)"

@@ -7,6 +7,7 @@
         owner.json                  which project and scheduler process started the run
         bin/                        the language-skill commands, first on $PATH
         credentials/<type>/<instance>/<field>   0700 dirs, files 0400: $AL_CREDENTIALS_PATH
+        shared/                     the project's shared/ files, read-only: $AL_SHARED_PATH
         tmp/                        $TMPDIR
         work/                       the working dir (kept with keepWorkdir)
         gw.sock                     the scheduler's gateway, forwarded over the connection
@@ -59,8 +60,14 @@ printf '%s\\n' "$run"
 """
 
 
-def archive(owner: Mapping[str, object], bin_dir: Path | None, files: list[StagedFile]) -> bytes:
-    """The tar archive ``start_script`` unpacks: ``owner.json``, ``bin/``, ``credentials/``."""
+def archive(
+    owner: Mapping[str, object],
+    bin_dir: Path | None,
+    files: list[StagedFile],
+    shared: list[StagedFile] | None = None,
+) -> bytes:
+    """The tar archive ``start_script`` unpacks: ``owner.json``, ``bin/``, ``credentials/``
+    and, when the project has any, ``shared/`` (read-only copies of its ``shared/`` files)."""
     entries: list[tuple[str, int, bytes | None]] = [
         ("owner.json", 0o600, json.dumps(owner).encode() + b"\n"),
         ("bin", 0o755, None),
@@ -73,6 +80,12 @@ def archive(owner: Mapping[str, object], bin_dir: Path | None, files: list[Stage
         ]
     entries.append(("credentials", 0o700, None))
     entries += [(f"credentials/{f.path}", f.mode, f.content) for f in files]
+    if shared:  # readable by anyone the login user lets in, as in a container
+        dirs = {
+            "/".join(f.path.split("/")[:n]) for f in shared for n in range(1, f.path.count("/") + 1)
+        }
+        entries += [("shared", 0o755, None), *((f"shared/{d}", 0o755, None) for d in sorted(dirs))]
+        entries += [(f"shared/{f.path}", 0o444, f.content) for f in shared]
     return tar_archive(entries, parents=0o700)
 
 

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from llamaherd.api import (
+    SHARED_PATH,
     ConfigError,
     SandboxBusy,
     SandboxError,
@@ -58,13 +59,16 @@ def _env(spec: SandboxSpec, run_dir: str, socket_path: str) -> dict[str, str]:
     """The environment of every exec: the run's ``AL_*`` variables and credential env, with
     paths on the host."""
     credentials = f"{run_dir}/credentials"
-    return {
+    env = {
         **spec.env,
         **spec.credential_env(credentials),
         "AL_CREDENTIALS_PATH": credentials,
         "TMPDIR": f"{run_dir}/tmp",
         "AL_GATEWAY_URL": f"unix://{socket_path}",
     }
+    if spec.shared_files:  # no /app/static/shared on a host of the user's: here instead
+        env["AL_SHARED_PATH"] = f"{run_dir}/shared"
+    return env
 
 
 def _settings_or_none(agent: Any) -> Settings | None:
@@ -94,12 +98,18 @@ class SshRuntime:
             settings = Settings.of(agent)
         except ConfigError as exc:
             return [exc]
-        return [
+        warnings = [
             f"warning: {host.key}: ssh_options {option} switches host key checking off: "
             "anyone between here and the host can pose as it"
             for host in settings.hosts
             for option in host.target.insecure_options()
         ]
+        if (project.root / "shared").is_dir():
+            warnings.append(
+                f"warning: shared/: ssh runs of {agent.name} see these files at "
+                f"$AL_SHARED_PATH (<run dir>/shared on the host), not at {SHARED_PATH}"
+            )
+        return warnings
 
     def prepare(self, agent: Any, project: Any = None) -> None:
         """Check the agent's settings (hosts are reached when a run starts: ``al doctor``
@@ -200,7 +210,7 @@ class SshRuntime:
             "started": time.time(),
             "run_id": spec.run_id,
         }
-        data = remote.archive(owner, spec.bin_dir, spec.credential_files)
+        data = remote.archive(owner, spec.bin_dir, spec.credential_files, spec.shared_files)
         out = master.script(remote.start_script(host.cwd, spec.run_id), data, START_TIMEOUT)
         run_dir = out.decode(errors="replace").strip().splitlines()[-1]
         socket_path = _socket_path(run_dir)

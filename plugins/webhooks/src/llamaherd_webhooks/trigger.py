@@ -43,6 +43,8 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
     },
 }
+# What follows the block, in Action Llama's words.
+ACT = "A webhook event just fired. Review the trigger context above and take appropriate action."
 # Normalised fields shown before the payload in <webhook-trigger>, in this order, when present.
 PROMPT_FIELDS = (
     "source",
@@ -51,7 +53,11 @@ PROMPT_FIELDS = (
     "repo",
     "project",
     "org",
+    "team",
+    "guild",
     "channel",
+    "command",
+    "user",
     "number",
     "title",
     "url",
@@ -181,7 +187,7 @@ class WebhooksTrigger:
         ]
         raw = data.get("payload", data)
         lines.append("payload:\n" + json.dumps(raw, indent=2, sort_keys=True, default=str))
-        return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>"
+        return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>\n\n" + ACT
 
     def stop(self) -> None:
         """Nothing to stop."""
