@@ -240,6 +240,12 @@ def section(
         extra = then.get("properties", {})
         lines += [f"{'#' * (level + 1)} {heading}", ""]
         lines += table(scalar_rows(extra, then.get("required", [])))
+        for key, sub in extra.items():  # a variant's arrays of tables (the ssh runtime's hosts)
+            if _item_table(sub):
+                path = _join(title.strip("`[]"), key)
+                body = section(f"`[[{path}]]`", _item_table(sub), level + 2)
+                body[2:2] = [sub["description"], ""] if sub.get("description") else []
+                lines += body
     for key, sub in properties.items():
         path = title.strip("`[]")
         if is_table(sub):

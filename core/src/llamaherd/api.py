@@ -11,13 +11,16 @@ What is here, by topic:
   ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
   ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``SHARED_PATH``, where a
-  sandbox shows the project's ``shared/`` files), ``CredentialType``/``CredentialField``,
+  sandbox shows the project's ``shared/`` files; ``ExecOutput``, an exec's output streamed by
+  line and kept bounded), ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
   on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
   reason to hold an agent's queued runs);
-- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
+  (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
+  sandbox went away with its host),
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
@@ -43,6 +46,10 @@ What is here, by topic:
   ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
   ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
+- for runtimes on other machines: ``SshTarget`` (a validated host, user, port, key and
+  ``ssh_options``), ``SshMaster`` (one multiplexed OpenSSH connection: sessions, scripts,
+  socket forwards), ``SshMasters`` (one master per target for the process), ``SshError``,
+  ``tar_archive`` (a run's files in one archive, modes kept);
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
@@ -114,8 +121,10 @@ if TYPE_CHECKING:
     from llamaherd.environments import check_name as check_environment_name
     from llamaherd.environments import names as environment_names
     from llamaherd.environments import resolve as resolve_environment
+    from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
+    from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget, tar_archive
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
     from llamaherd.project import Agent, Project, read_project_text, read_toml
@@ -180,7 +189,9 @@ if TYPE_CHECKING:
         RunResult,
         Runtime,
         Sandbox,
+        SandboxBusy,
         SandboxError,
+        SandboxLost,
         SandboxSpec,
         StagedFile,
         TableSet,
@@ -228,7 +239,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "is_deployed", "load_project", "read_env_toml", "read_environment",
         "resolve_environment:resolve",
     ),
+    "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
+    # Runtimes on other machines: one multiplexed OpenSSH connection per host.
+    "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget", "tar_archive"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
     "llamaherd.project": ("Agent", "Project", "read_project_text", "read_toml"),
@@ -256,7 +270,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
+        "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxBusy", "SandboxError", "SandboxLost", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",

@@ -117,10 +117,14 @@ FOREIGN_RUNTIMES: dict[str, dict[str, Any]] = {
 
 
 def foreign_runtime_message(name: str) -> str:
+    from llamaherd.plugins import PROVIDED_BY
+
+    dist = PROVIDED_BY.get(("runtimes", name))
+    what = dist or f'a runtime plugin that registers "{name}"'
     return (
         f'runtime "{name}" (Action Llama\'s) is not provided by any installed plugin: install '
-        f'a runtime plugin that registers "{name}" (`al plugins` lists what is installed), or '
-        'use type = "container" or "host-user"'
+        f'{what} (`al plugins` lists what is installed), or use type = "container" or '
+        '"host-user"'
     )
 
 

@@ -14,6 +14,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ class Engine:
         self.credentials = CredentialStore()
         self.host = host or host_id()
         self.wakeup = threading.Event()  # set when work may be claimable
+        # Agents whose runtime had no room (SandboxBusy): claim none of theirs until then.
+        self._deferred: dict[str, float] = {}
         self.gateway_url = ""
         self.gateway_socket: str | None = None
         # Files of .al/ the scheduler's start found open to other users and made private
@@ -261,6 +264,58 @@ class Engine:
             )
         return True
 
+    def requeue_interrupted(
+        self,
+        run: Any,
+        events: list[dict[str, Any]] | None = None,
+        down_until_now: bool = False,
+        cause: str | None = None,
+    ) -> None:
+        """Queue an interrupted run's trigger again, once, with what the recovery notice says
+        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued): its
+        scheduler died, or its sandbox went away with its host (``SandboxLost``, ``cause``).
+        ``down_until_now``: the system is back now (a crash found at startup); else (a stop,
+        a lost host) the notice counts the downtime until the new run starts."""
+        agent = self.project.agents.get(run.agent)
+        trigger = run.trigger or {}
+        if (
+            agent is None
+            or agent.get("onInterrupted", "requeue") == "fail"
+            or trigger.get("recovery")
+        ):
+            return
+        if events is None:
+            events = self.store.events(run.id)
+        now = self.clock()
+        last_progress = events[-1]["at"] if events else run.started_at
+        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
+        # last event: a run may be quiet for long in a tool call.
+        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
+        if cause is not None:
+            beats = []  # its scheduler lives: the run's own last event dates the loss
+        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
+        recovery = {
+            "interrupted_run": run.id,
+            "started_at": run.started_at,
+            "last_progress": last_progress,
+            "down_since": down_since,
+        }
+        if cause is not None:
+            recovery["cause"] = cause
+        if down_until_now:
+            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
+        self.emit(
+            TriggerEvent(
+                agent=run.agent,
+                kind=run.trigger_kind,
+                payload=trigger.get("payload", {}),
+                prompt=trigger.get("prompt", ""),
+                source=trigger.get("source"),
+                call_id=run.call_id,
+                recovery=recovery,
+            )
+        )
+
     def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
         from llamaherd.waits import match_waiting
 
@@ -315,11 +370,18 @@ class Engine:
         for _, agent in suspended:
             holding[agent] = holding.get(agent, 0) + 1
         scales = {}
+        now = time.monotonic()
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
+            held = held or self._deferred.get(name, 0.0) > now
             held = held or self.admission(agent) is not None
             scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
         return scales
+
+    def defer(self, agent: str, seconds: float) -> None:
+        """Claim none of ``agent``'s queued items for ``seconds`` (its runtime had no room for
+        a run, ``SandboxBusy``), unless a run of it ends here first (room may be free then)."""
+        self._deferred[agent] = time.monotonic() + seconds
 
     def admission(self, agent: Any) -> str | None:
         """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
@@ -369,12 +431,15 @@ class Engine:
         thread.start()
 
     def _execute(self, run: Any) -> None:
+        final = None
         try:
-            self.runner.run(run)
+            final = self.runner.run(run)
         except Exception:  # the runner never raises; this is the last line of defence
             log.exception("run %s crashed", run.id)
         finally:
             self.threads.pop(run.id, None)
+            if final is not None:  # it ran (not put back): its room is free for the next
+                self._deferred.pop(run.agent, None)
             self.wakeup.set()
 
     def kill(self, run_id: str, reason: str = "killed by user") -> bool:

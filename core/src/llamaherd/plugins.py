@@ -423,6 +423,7 @@ def reset() -> None:
 PROVIDED_BY: dict[tuple[str, str], str] = {
     ("runtimes", "container"): "llamaherd-docker",
     ("runtimes", "host-user"): "llamaherd-host-user",
+    ("runtimes", "ssh"): "llamaherd-ssh",
     ("providers", "anthropic"): "llamaherd-anthropic",
     ("providers", "openai"): "llamaherd-openai",
     ("providers", "groq"): "llamaherd-openai",

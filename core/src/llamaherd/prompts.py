@@ -166,6 +166,8 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     ]
     if recovery.get("interrupted_run"):
         lines.append(f"Interrupted run: {recovery['interrupted_run']}")
+    if recovery.get("cause"):
+        lines.append(f"Cause: {recovery['cause']}")
     if started is not None:
         lines.append(f"Interrupted run started: {_iso(float(started))}")
     if progress is not None:

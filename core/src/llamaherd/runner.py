@@ -41,7 +41,15 @@ from llamaherd.session import (
     truncate,
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import CommandFailed, LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.types import (
+    CommandFailed,
+    LlamaherdError,
+    RunResult,
+    SandboxBusy,
+    SandboxLost,
+    SandboxSpec,
+    TriggerEvent,
+)
 from llamaherd.waits import SCRIPT_WAITS
 from llamaherd.write_budget import WriteBudget
 
@@ -80,6 +88,7 @@ class _Live:
     pending_env: dict[str, str] = field(default_factory=dict)  # setenv before the session
     pending_messages: list[str] = field(default_factory=list)  # al say before the session
     stopped: str | None = None  # "killed" | "timeout" once forced to end
+    lost: bool = False  # its sandbox went away with its host (SandboxLost): requeued
     timer: threading.Timer | None = None
 
 
@@ -131,7 +140,8 @@ class Runner:
     # ------------------------------------------------------------------ public API
 
     def run(self, row: Any) -> Any:
-        """Execute a fresh run or continue a resumed one; never raises; returns the final row."""
+        """Execute a fresh run or continue a resumed one; never raises; returns the final row
+        (None for a run put back in its queue: its runtime had no room, ``SandboxBusy``)."""
         log.info(
             "run %s of %s %s (%s trigger)",
             row.id, row.agent, "resumed" if row.transcript else "started", row.trigger_kind,
@@ -274,11 +284,22 @@ class Runner:
             self._live[row.id] = live
         try:
             sandbox, prepared = self._sandbox(row, agent, resumed)
+        except SandboxBusy as exc:
+            if not resumed and self.store.unclaim(row.id):
+                log.info(
+                    "run %s of %s put back in its queue, unstarted: %s", row.id, row.agent, exc
+                )
+                self.engine.defer(row.agent, exc.retry_after)
+                return
+            self._transition(row.id, "error", live.ctx.redact(str(exc)))
+            return
         except (LlamaherdError, OSError) as exc:
             reason = live.ctx.redact(str(exc))
             live.ctx.log("run_error", {"reason": reason, "stage": "sandbox"})
             self._transition(row.id, "error", reason)
-            if not resumed:  # no sandbox for a fresh run (image, user, runtime): structural
+            # No sandbox for a fresh run (image, user, runtime): structural, unless its host
+            # is only out of reach for now.
+            if not resumed and not isinstance(exc, SandboxLost):
                 self._hold(row, reason)
             return
         live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
@@ -352,6 +373,7 @@ class Runner:
             credential_env=lambda root: credential_env(types, creds, root),
             gateway_socket=self.engine.gateway_socket,
             shared_files=shared_files(self.engine.project.root)[0],
+            store=self.store,
         )
         return _Prepared(creds, redactor, spec, token)
 
@@ -407,6 +429,9 @@ class Runner:
             for message in live.pending_messages:
                 live.session.interrupt(message)
             return self._session(live)
+        except SandboxLost as exc:
+            live.lost = True
+            return Outcome("error", reason=ctx.redact(f"interrupted: {exc}"))
         except LlamaherdError as exc:
             return Outcome("error", reason=ctx.redact(str(exc)))
 
@@ -541,7 +566,7 @@ class Runner:
         deadline = self.store.get_run(row.id).deadline
         if live.stopped is None and deadline is not None and self.engine.clock() >= deadline:
             self._force_stop(live, "timeout", f"run timed out after {ctx.agent.timeout:g} s")
-        if live.stopped is None:  # a killed or timed-out sandbox is gone: no post hooks
+        if live.stopped is None and not live.lost:  # its sandbox is gone: no post hooks
             try:
                 self._hooks(live, "post")
             except LlamaherdError as exc:
@@ -559,6 +584,8 @@ class Runner:
         )
         get_manager().call_each("run_finished", run=ctx, result=result)
         self._discard_sandbox(row, ctx.sandbox)
+        if live.lost and live.stopped is None:
+            self.engine.requeue_interrupted(final)
         self._maybe_rerun(final, ctx)
 
     def _maybe_rerun(self, final: Any, ctx: ActiveRun) -> None:

@@ -626,7 +626,7 @@ class Scheduler(Engine):
             return  # another scheduler got there first
         log.warning("run %s was interrupted (its scheduler died)", run.id)
         self._cleanup_sandbox(run)
-        self._requeue(run, events, down_until_now=True)
+        self.requeue_interrupted(run, events, down_until_now=True)
 
     def _cut_off(self, run_id: str) -> None:
         """A run still active when the stop's grace period ends is interrupted as by a crash:
@@ -636,48 +636,7 @@ class Scheduler(Engine):
         events = self.store.events(run_id)
         if run is not None and self.runner.kill(run_id, reason="interrupted", state="error"):
             log.warning("run %s was still active when the grace period ended: requeued", run_id)
-            self._requeue(run, events)
-
-    def _requeue(
-        self, run: Any, events: list[dict[str, Any]], down_until_now: bool = False
-    ) -> None:
-        """Queue an interrupted run's trigger again, once, with what the recovery notice says
-        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued).
-        ``down_until_now``: the system is back now (a crash found at startup); else (a stop)
-        the notice counts the downtime until the new run starts."""
-        agent = self.project.agents.get(run.agent)
-        trigger = run.trigger or {}
-        if (
-            agent is None
-            or agent.get("onInterrupted", "requeue") == "fail"
-            or trigger.get("recovery")
-        ):
-            return
-        now = self.clock()
-        last_progress = events[-1]["at"] if events else run.started_at
-        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
-        # last event: a run may be quiet for long in a tool call.
-        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
-        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
-        recovery = {
-            "interrupted_run": run.id,
-            "started_at": run.started_at,
-            "last_progress": last_progress,
-            "down_since": down_since,
-        }
-        if down_until_now:
-            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
-        self.emit(
-            TriggerEvent(
-                agent=run.agent,
-                kind=run.trigger_kind,
-                payload=trigger.get("payload", {}),
-                prompt=trigger.get("prompt", ""),
-                source=trigger.get("source"),
-                call_id=run.call_id,
-                recovery=recovery,
-            )
-        )
+            self.requeue_interrupted(run, events)
 
     def _cleanup_sandbox(self, run: Any) -> None:
         agent = self.project.agents.get(run.agent)

@@ -42,6 +42,7 @@ from llamaherd.types import (
     ProviderError,
     Reply,
     Sandbox,
+    SandboxLost,
     ToolCall,
     ToolSpec,
     Usage,
@@ -777,6 +778,8 @@ class Session:
                 builtin = [t.name for t in BUILTIN_TOOLS + TURN_TOOLS]
                 known = ", ".join(builtin + sorted(self.tools))
                 text, is_error = f"error: no tool named {tc.name!r} (tools: {known})", True
+        except SandboxLost:
+            raise  # the run ends (and is requeued): no tool result for a sandbox that is gone
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
         text = self.ctx.redact_for_model(truncate(text))

@@ -49,7 +49,8 @@ def next_fire(registry: Any, agent: Any, now: float) -> float | None:
 def agent_rows(
     project: Any, store: Any, registry: Any, now: float | None = None
 ) -> list[dict[str, Any]]:
-    """One row per agent: state, active/scale, queue depth, last run, next fire, hosts."""
+    """One row per agent: state, active/scale, queue depth, last run, next fire, hosts, and
+    what its runtime says about where its runs go (``runtime``: lines)."""
     now = time.time() if now is None else now
     depth = store.queue_depth()
     paused_all, paused = store.paused()
@@ -83,10 +84,24 @@ def agent_rows(
                 "last_duration": _duration(last_at, last_started),
                 "next_fire": None if agent.disabled else next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
+                "runtime": runtime_status(registry, agent, store),
                 **flow_fields(agent, store, registry),
             }
         )
     return rows
+
+
+def runtime_status(registry: Any, agent: Any, store: Any) -> list[str]:
+    """What the agent's runtime says about where its runs go (``Runtime.status``: a pool's
+    load, a host that is down), one line each; [] when it says nothing or fails."""
+    runtime = registry.runtimes.get(agent.runtime.get("type"))
+    status = getattr(runtime, "status", None)
+    if status is None:
+        return []
+    try:
+        return [str(line) for line in status(agent, store) or []]
+    except Exception as exc:  # a plugin's failure must not break `al stat`
+        return [f"(runtime {runtime.name} could not tell: {type(exc).__name__}: {exc})"]
 
 
 def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:

@@ -98,19 +98,26 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
 
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
-    scheduler will fire them. Below it the database, and why an agent's runs wait; for one agent
-    (``al stat AGENT``) also its flow control per key and its spend against its budgets."""
+    scheduler will fire them. Below it the database, what each agent's runtime says (a pool's
+    hosts, one that is down) and why an agent's runs wait; for one agent (``al stat AGENT``)
+    also its flow control per key and its spend against its budgets."""
     parts: list[RenderableType] = [
         scheduler_line(stat["scheduler"]),
         *database_line(stat),
         agents_table(stat),
     ]
     for row in stat["agents"]:
+        parts.extend(runtime_lines(row))
         if row.get("held"):
             parts.append(Text(f"{row['agent']} waits: {clean(row['held'])}", style="yellow"))
         if len(stat["agents"]) == 1:
             parts.extend(flow_lines(row, stat.get("now")))
     return Group(*parts)
+
+
+def runtime_lines(row: dict[str, Any]) -> list[RenderableType]:
+    """What the agent's runtime says about where its runs go, one line each."""
+    return [Text(f"{row['agent']}: {clean(line)}") for line in row.get("runtime") or []]
 
 
 def database_line(stat: dict[str, Any]) -> list[str]:
@@ -207,6 +214,7 @@ def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
         scheduler_line(view["scheduler"]),
         "",
         agents_table(view),
+        *[line for row in view["agents"] for line in runtime_lines(row)],
         "",
         Text.from_markup(f"[bold]Active runs[/] ({len(view['active'])})"),
     ]

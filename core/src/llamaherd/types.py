@@ -95,6 +95,25 @@ class SandboxError(CommandFailed):
     """A runtime could not start or drive a sandbox (structural failure)."""
 
 
+class SandboxBusy(SandboxError):
+    """Raised by ``Runtime.start`` when the run cannot be placed now but can be later (every
+    host of a pool full or unreachable). The runner puts the run back in its agent's queue,
+    unstarted and unrecorded (``Store.unclaim``), and this scheduler claims none of the agent's
+    items for ``retry_after`` seconds (a run of the agent ending here ends that pause early)."""
+
+    def __init__(self, message: str, retry_after: float = 5.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SandboxLost(SandboxError):
+    """Raised by a sandbox's methods when the sandbox went away with its host mid-run (a remote
+    host down, the connection to it lost for good). The run ends ``error`` with reason
+    ``interrupted: <message>`` and its trigger is queued again once, as for a run whose
+    scheduler died (the agent's ``onInterrupted`` decides), instead of the model seeing one
+    failing tool call after another."""
+
+
 # --------------------------------------------------------------------------- model conversation
 
 
@@ -419,6 +438,9 @@ class SandboxSpec:
     gateway_socket: str | None = None  # host path of the gateway's unix socket (containers)
     # The project's shared/ files (paths relative to it): read-only at SHARED_PATH.
     shared_files: list[StagedFile] = field(default_factory=list)
+    # The project's store, for a runtime that keeps state of its own (``register_tables``): a
+    # host pool's leases. None where no store is at hand.
+    store: Any = None
 
 
 @runtime_checkable
@@ -773,7 +795,12 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # is dropped as a duplicate (a replay).
         "dedupe_bodies": bool,
     },
-    Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
+    Runtime: {
+        "validate": METHOD,  # (agent, project) -> list[ConfigError]
+        # (agent, store) -> list[str]: where the agent's runs go now, one line each, for
+        # `al stat` and the dashboard ("build-1: down since 12:03: ..."); [] for nothing.
+        "status": METHOD,
+    },
     # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not
     # checked at registration: the session calls it when present.
     Sandbox: {"interrupt": METHOD},
