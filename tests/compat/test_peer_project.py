@@ -1,7 +1,8 @@
 """A project written for Action Llama (``projects/shared-context``: ``shared/`` files injected
-with ``!`cat /app/static/shared/...```, a seconds cron, an agent disabled with ``scale = 0``)
-validates and runs its agents unchanged, in Docker as Action Llama runs them, only the model
-provider swapped for the offline one (issue 33's acceptance).
+with ``!`cat /app/static/shared/...```, a seconds cron, an agent disabled with ``scale = 0``,
+``.env.toml`` binding it to an environment, ``-E``) validates and runs its agents unchanged, in
+Docker as Action Llama runs them; the machine's environment file swaps the model provider for
+the offline one, as a user's would for their machine (issue 33's acceptance).
 
 ``STEPS`` are what its user types, with what Action Llama answers; a peer feature the project
 takes up (a file in the project) adds its steps there.
@@ -32,9 +33,13 @@ class Step:
 STEPS = [
     Step(("validate",), True, "ok  agents/dev"),
     Step(("run", "dev"), True, "done (exit 0)"),
-    Step(("run", "reviewer"), True, "done (exit 0)"),
+    Step(("run", "reviewer", "-E", "ci"), True, "done (exit 0)"),
     Step(("run", "planner"), False, "agent 'planner' is disabled (scale = 0"),
+    Step(("stat", "-E", "nowhere"), False, "no environment 'nowhere'"),
 ]
+# The machine's environment file, outside the project: .env.toml binds the project to it, and
+# it points the project's model at a provider that needs no key here.
+CI_ENVIRONMENT = '[models.sonnet]\nprovider = "scripted"\n'
 
 
 def open_store(project: TmpProject) -> Any:
@@ -52,13 +57,15 @@ def system_prompt(project: TmpProject, agent: str) -> str:
         store.close()
 
 
-def test_a_peer_project_validates_and_runs_unchanged(corpus, al, docker, built):
+def test_a_peer_project_validates_and_runs_unchanged(corpus, al, docker, built, tmp_path):
     project = TmpProject(corpus("shared-context"))  # a copy, with its credentials stored
     built.append(project.root)
-    config = project.root / "config.toml"
-    config.write_text(config.read_text().replace('provider = "anthropic"', 'provider = "scripted"'))
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    (environments / "ci.toml").write_text(CI_ENVIRONMENT)
+    env = {"AL_ENVIRONMENTS_DIR": str(environments)}
     for step in STEPS:
-        result = al(*step.args, cwd=project.root, timeout=300)
+        result = al(*step.args, cwd=project.root, env=env, timeout=300)
         output = result.stdout + result.stderr
         assert (result.returncode == 0) == step.ok, (step.args, output)
         assert step.says in output, (step.args, output)
@@ -71,7 +78,7 @@ def test_a_peer_project_validates_and_runs_unchanged(corpus, al, docker, built):
 
     # The seconds cron fires dev; the disabled planner never runs. (Its gateway port is left
     # to the machine: 8080 may be taken here.)
-    started = al("start", "--detach", "--port", "0", cwd=project.root, timeout=300)
+    started = al("start", "--detach", "--port", "0", cwd=project.root, env=env, timeout=300)
     assert started.returncode == 0, started.stdout + started.stderr
     store = open_store(project)
     try:
@@ -83,4 +90,4 @@ def test_a_peer_project_validates_and_runs_unchanged(corpus, al, docker, built):
         assert store.runs(agent="planner") == [] and store.queue_depth().get("planner", 0) == 0
     finally:
         store.close()
-        al("stop", cwd=project.root)
+        al("stop", cwd=project.root, env=env)
