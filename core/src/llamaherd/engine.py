@@ -28,6 +28,9 @@ log = logging.getLogger("llamaherd.engine")
 
 # Agent states that hold triggers instead of running them (issue: agent lifecycle states).
 HELD_STATES = ("off", "error", "suspended")
+# Runs started by one claim transaction at most when that many slots are free: bounds how long
+# the first of them waits for its thread.
+CLAIM_BATCH = 32
 
 
 def socket_prefix(root: Path) -> Path:
@@ -264,26 +267,31 @@ class Engine:
         ]
 
     def claim(self) -> tuple[Any, Any] | None:
+        """The next claim of ``claims``, or None."""
+        claimed = self.claims(1)
+        return claimed[0] if claimed else None
+
+    def claims(self, limit: int) -> list[tuple[Any, Any]]:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
-        agent is held or paused), else the next queued item."""
+        agent is held or paused), else up to ``limit`` queued items in one transaction."""
         if not self.store.has_queued():
-            return None  # one index probe: an idle dispatcher reads nothing per agent
+            return []  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
         for run_id, agent in suspended:
             claimed = scales.get(agent, -1) >= 0 and self.store.claim_resume(run_id, self.host)
             if claimed:
-                return claimed
+                return [claimed]
         room = {name: max(0, scale) for name, scale in scales.items()}
-        return self.store.claim(room, self.project.setting("scale"), self.host)
+        return self.store.claim_many(room, self.project.setting("scale"), self.host, limit=limit)
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():
-            claimed = self.claim()
-            if claimed is None:
+            claimed = self.claims(CLAIM_BATCH)
+            if not claimed:
                 return
-            _item, run = claimed
-            self.start_thread(run)
+            for _item, run in claimed:
+                self.start_thread(run)
 
     def start_thread(self, run: Any) -> None:
         thread = threading.Thread(
