@@ -172,7 +172,9 @@ class Engine:
         result.refused = self.gate(event.agent, event.kind)
         if not self.store.write(self._queue, event, agent.queue_size, coalesce, once, result):
             return None
-        self.wakeup.set()
+        # After the commit, not before: inside a caller's transaction (a webhook's fan-out) the
+        # dispatcher would look before the item is visible and sleep until its next pass.
+        self.store.after_commit(self.wakeup.set)
         return result
 
     def _queue(
@@ -208,7 +210,7 @@ class Engine:
 
         resumed = match_waiting(self, event)
         if resumed:
-            self.wakeup.set()
+            self.store.after_commit(self.wakeup.set)
         return resumed
 
     def gate(self, agent: str, kind: str, detail: dict[str, Any] | None = None) -> str | None:

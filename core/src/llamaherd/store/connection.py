@@ -270,6 +270,7 @@ class GroupCommit:
             for job in batch:
                 if job.error is None:
                     job.error = exc
+        conn._ended()
         for job in batch:
             job.done.set()
 
@@ -429,8 +430,12 @@ class Connection:
         driven on the connection itself (peewee's transaction objects cost more than a commit
         of a queue item); a nested call joins the open transaction."""
         if self._pg:
-            with self._db.atomic():
-                yield
+            try:
+                with self._db.atomic():
+                    yield
+            finally:
+                if not self._db.in_transaction():
+                    self._ended()
             return
         with self._writer:
             conn = self._db.connection()
@@ -444,6 +449,34 @@ class Connection:
                     yield
             finally:
                 tx.depth -= 1
+        if not tx.depth:
+            self._ended()
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` once this thread's write transaction has ended (at once when it is in
+        none), committed or not: for what must see the transaction's writes from another
+        connection, such as waking the dispatcher to claim what was just queued."""
+        if not self._writing():
+            fn()
+            return
+        pending = getattr(self._tx, "after", None)
+        if pending is None:
+            pending = self._tx.after = []
+        pending.append(fn)
+
+    def _writing(self) -> bool:
+        """Whether this thread is inside a write transaction."""
+        if self._pg:
+            return self._db.in_transaction()
+        return self._group.ident == threading.get_ident() or getattr(self._tx, "depth", 0) > 0
+
+    def _ended(self) -> None:
+        """Call what waited for this thread's transaction to end (``after_commit``)."""
+        pending = getattr(self._tx, "after", None)
+        if pending:
+            self._tx.after = []
+            for fn in pending:
+                fn()
 
     def _drop_broken_connection(self) -> None:
         """After a failure, close this thread's connection if it is dead (a restarted
