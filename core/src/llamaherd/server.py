@@ -108,8 +108,9 @@ class ServerThread:
 
 @functools.cache
 def _quiet_server_class() -> type:
-    """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second:
-    an idle scheduler stays idle, and stops at once."""
+    """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second
+    and ticking each second for the ``Date`` header (``GuardedProtocol`` dates each answer): an
+    idle scheduler stays idle, and stops at once."""
     import asyncio
 
     import uvicorn
@@ -120,13 +121,7 @@ def _quiet_server_class() -> type:
 
         async def main_loop(self) -> None:
             self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
-            counter = 0
-            while not await self.on_tick(counter):  # counter % 10 == 0: the Date header
-                counter = (counter + 10) % 864000
-                try:
-                    await asyncio.wait_for(self._exit.wait(), 1.0)
-                except TimeoutError:
-                    pass
+            await self._exit.wait()
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             """uvicorn's, without its fixed 0.1 s pause when no connection is open."""

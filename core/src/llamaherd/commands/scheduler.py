@@ -671,9 +671,15 @@ def _pause_command(paused: bool) -> click.Command:
     @click.argument("agent", required=False, shell_complete=complete_agent)
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
+        from llamaherd.client import ControlClient
+
         if agent:
             app.project.agent(agent)
-        _store(app).set_paused(agent, paused)
+        client = ControlClient.find(app.project)
+        if client is not None:  # the scheduler starts what it may at once (a wake-up)
+            client.post(f"/control/{verb}", {"agent": agent})
+        else:
+            _store(app).set_paused(agent, paused)
         click.echo(f"{verb}d {agent or 'the scheduler'}")
 
     command.help = (

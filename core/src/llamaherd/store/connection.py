@@ -354,6 +354,11 @@ class Connection:
         """The database path or URL, without a password."""
         return self._where
 
+    @property
+    def shared(self) -> bool:
+        """Whether schedulers of other hosts may share this database (PostgreSQL)."""
+        return self._pg
+
     def clock(self) -> float:
         """The store's time (epoch seconds) that stamps what it writes: use it for rows of a
         plugin's own tables too, so they age with the rest (``prune``)."""
