@@ -8,9 +8,8 @@ alternate within every round, so a change of machine load hits both alike; each 
 median of its rounds, reported with the load average while it was taken.
 
 Tools: ``ours`` is the ``al`` next to this interpreter (``AL_OURS_BIN`` to override); ``peer``
-is ``AL_PEER_BIN`` (Action Llama 0.29.1 from npm:
-``mkdir -p /work/peer && cd /work/peer && npm install @action-llama/action-llama@0.29.1``, then
-``AL_PEER_BIN=/work/peer/node_modules/.bin/al``).
+is ``AL_PEER_BIN``, by default ``/work/peer/node_modules/.bin/al`` (Action Llama 0.29.1 from
+npm: ``mkdir -p /work/peer && cd /work/peer && npm install @action-llama/action-llama@0.29.1``).
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+PEER_BIN = "/work/peer/node_modules/.bin/al"  # where the install below puts it
 SECRET = "bench-secret"
 START_TIMEOUT = 120.0
 TOOLS = ("ours", "peer")
@@ -38,7 +38,7 @@ def binary(tool: str) -> str:
     """The `al` executable of ``tool``."""
     if tool == "ours":
         return os.environ.get("AL_OURS_BIN") or str(Path(sys.executable).with_name("al"))
-    peer = os.environ.get("AL_PEER_BIN")
+    peer = os.environ.get("AL_PEER_BIN") or (PEER_BIN if Path(PEER_BIN).exists() else "")
     if not peer:
         raise SystemExit(
             "set AL_PEER_BIN to Action Llama's `al` (npm install @action-llama/action-llama@0.29.1)"

@@ -40,6 +40,7 @@ def build_app(engine: Any) -> Starlette:
     app.state.control_token = control_token(engine.project.state_dir)
     app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
     app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
+    app.state.raw_routes = {}  # prefix -> plain ASGI handler (``RawRoutes``)
     get_manager().call_each("register_routes", app=app)
     return app
 
@@ -54,6 +55,25 @@ def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
     if bind not in ("", "0.0.0.0", "::"):
         names.append(bind)
     return tuple(name for name in names if name)
+
+
+class RawRoutes:
+    """ASGI: a request under a prefix of ``routes`` goes to that plain handler, ahead of the
+    framework's routing and middleware (a hot path such as webhook deliveries: per-request
+    framework overhead would be most of its cost); any other to ``app``."""
+
+    def __init__(self, app: Any, routes: dict[str, Any]):
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            for prefix, handler in self.routes.items():
+                if path.startswith(prefix):
+                    await handler(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
 
 
 class ServerThread:
@@ -73,7 +93,7 @@ class ServerThread:
 
         self.sock = _bind(host, port, uds)
         config = uvicorn.Config(
-            BodyLimit(app, app.state.body_limits),
+            RawRoutes(BodyLimit(app, app.state.body_limits), app.state.raw_routes),
             http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,

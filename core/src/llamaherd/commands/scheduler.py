@@ -677,7 +677,7 @@ def _pause_command(paused: bool) -> click.Command:
             app.project.agent(agent)
         client = ControlClient.find(app.project)
         if client is not None:  # the scheduler starts what it may at once (a wake-up)
-            client.post(f"/control/{verb}", {"agent": agent})
+            client.post(f"/control/{verb}", {"agent": agent} if agent else {})
         else:
             _store(app).set_paused(agent, paused)
         click.echo(f"{verb}d {agent or 'the scheduler'}")
