@@ -258,6 +258,13 @@ def _pause(paused: bool):
 
 
 @require_token
+async def wake(request: Request) -> Response:
+    """Another process (``al webhooks replay --run``) queued work in the database: look now."""
+    _engine(request).wakeup.set()
+    return JSONResponse({"woken": True})
+
+
+@require_token
 async def stop(request: Request) -> Response:
     engine = _engine(request)
     stopper = getattr(engine, "request_stop", None)
@@ -280,6 +287,7 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/pause", _pause(True), ["POST"]),
     ("/control/resume", _pause(False), ["POST"]),
     ("/control/stop", stop, ["POST"]),
+    ("/control/wake", wake, ["POST"]),
     ("/control/agents/{name}/state", agent_state, ["GET"]),
     ("/control/agents/{name}/state", change_agent_state, ["POST"]),
     ("/agents/{name}/state", change_agent_state, ["POST"]),

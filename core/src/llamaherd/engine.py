@@ -80,6 +80,7 @@ class Engine:
         self._servers: list[Any] = []
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
+        self._queued_here = False  # this process queued work (``close`` tells a scheduler)
 
     @cached_property
     def runner(self) -> Any:
@@ -125,6 +126,8 @@ class Engine:
         return str(directory / "gateway.sock")
 
     def close(self) -> None:
+        if self._queued_here:
+            self._wake_scheduler()
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
@@ -175,7 +178,20 @@ class Engine:
         # After the commit, not before: inside a caller's transaction (a webhook's fan-out) the
         # dispatcher would look before the item is visible and sleep until its next pass.
         self.store.after_commit(self.wakeup.set)
+        self._queued_here = self._queued_here or result.queued is not None
         return result
+
+    def _wake_scheduler(self) -> None:
+        """Tell the project's running scheduler, when it is another process, that work was
+        queued behind its back: it sleeps until woken (or its once-a-minute pass)."""
+        from llamaherd.client import ControlClient
+
+        try:
+            client = ControlClient.of_state_dir(self.project.state_dir)
+            if client is not None and client.pid != os.getpid():
+                client.post("/control/wake")
+        except Exception as exc:  # it picks the work up at its next pass all the same
+            log.info("could not wake the running scheduler: %s", exc)
 
     def _queue(
         self,
