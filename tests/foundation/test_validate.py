@@ -237,10 +237,10 @@ def test_provider_and_source_fragments_extend_their_tables(project, make_registr
         "secret = 1\n" + (project.root / "config.toml").read_text()
     )
     assert lines(project, make_registry(**kinds)) == [
-        "config.toml: secret: unknown key (known keys: cloud, database, defaultAgentScale, "
-        "defaultWaitTimeout, gateway, harness, historyRetentionDays, local, log, maxCallDepth, "
-        "maxReruns, models, projectName, resourceLockTimeout, scale, telemetry, webhooks, "
-        "workQueueSize)",
+        "config.toml: secret: unknown key (known keys: budget, cloud, database, "
+        "defaultAgentScale, defaultWaitTimeout, gateway, harness, historyRetentionDays, local, "
+        "log, maxCallDepth, maxReruns, models, projectName, resourceLockTimeout, scale, "
+        "telemetry, timezone, webhooks, workQueueSize)",
         'config.toml: models.main.beta: expected true or false, got "yes"',
     ]
 

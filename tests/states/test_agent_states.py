@@ -526,7 +526,8 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
     assert restarted - 1 <= now <= time.time()
     assert last_progress - 1 <= since <= killed_at  # its scheduler's last heartbeat
     down = float(_notice_line(notice, "System down for").removeprefix("about ").removesuffix(" s"))
-    assert restarted - killed_at - 1 <= down <= restarted - last_progress + 2
+    # From its last heartbeat to the recovery (a loaded machine may take seconds to restart).
+    assert restarted - killed_at - 1 <= down <= now - last_progress + 2
     assert user.index("<recovery-notice>") < user.index("triggered manually")
 
 

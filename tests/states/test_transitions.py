@@ -49,7 +49,8 @@ def _suspended(store, agent: str, turns: int):
 
 def test_an_approved_run_resumes_at_once_ahead_of_the_queue(tmp_path, scheduler):
     project = OfflineProject(tmp_path / "proj")
-    project.add_scripted_agent("looper", "maxTurns = 1\nsuspendTimeout = 12\n", LOOP)
+    # The suspension must outlast the al commands below on a loaded machine: none expires here.
+    project.add_scripted_agent("looper", "maxTurns = 1\nsuspendTimeout = 600\n", LOOP)
     scheduler(project)
     store = project.store()
     assert project.al("run", "looper", "--no-follow", check=True).returncode == 0

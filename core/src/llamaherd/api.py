@@ -14,7 +14,8 @@ What is here, by topic:
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
-  on) and ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``);
+  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
+  reason to hold an agent's queued runs);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
@@ -114,6 +115,8 @@ if TYPE_CHECKING:
         agent_rows,
         agent_triggers,
         ago,
+        budget_line,
+        key_line,
         next_fire,
         run_dict,
         serving_status,
@@ -122,6 +125,7 @@ if TYPE_CHECKING:
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
+        AdmissionCheck,
         AuthError,
         CommandFailed,
         ConfigError,
@@ -206,13 +210,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
     "llamaherd.status": (
-        "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "next_fire",
-        "run_dict", "serving_status", "until",
+        "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "budget_line",
+        "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
+        "AdmissionCheck", "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",

@@ -80,7 +80,7 @@ async def stat(request: Request) -> Response:
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
     scheduler = await run_in_threadpool(serving_status, engine)
-    return JSONResponse({"scheduler": scheduler, "agents": rows})
+    return JSONResponse({"scheduler": scheduler, "agents": rows, "now": engine.clock()})
 
 
 @require_token
@@ -155,7 +155,8 @@ async def runs(request: Request) -> Response:
     agent = request.query_params.get("agent") or None
     limit = _query_int(request, "limit", 50, 1, 10_000)
     rows = await run_in_threadpool(engine.store.runs, agent, None, limit)
-    return JSONResponse({"runs": [run_dict(r) for r in rows]})
+    not_run = await run_in_threadpool(engine.store.not_run, agent, limit)
+    return JSONResponse({"runs": [run_dict(r) for r in rows], "not_run": not_run})
 
 
 @require_token

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.clock import clock, host_id
+from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
 from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
@@ -173,8 +174,14 @@ class Engine:
         if resumed:  # match_waiting offers an agent's event only to that agent's waiting runs
             return result
         result.refused = self.gate(event.agent, event.kind)
-        if not self.store.write(self._queue, event, agent.queue_size, coalesce, once, result):
+        policy = None if result.refused else policy_of(agent)
+        ticket = None if policy is None else self._ticket(policy, event)
+        if not self.store.write(
+            self._queue, event, agent.queue_size, coalesce, once, result, ticket
+        ):
             return None
+        if ticket is not None and ticket.outcome is not None:
+            self._flow_done(event, ticket, result)
         # After the commit, not before: inside a caller's transaction (a webhook's fan-out) the
         # dispatcher would look before the item is visible and sleep until its next pass.
         self.store.after_commit(self.wakeup.set)
@@ -193,6 +200,57 @@ class Engine:
         except Exception as exc:  # it picks the work up at its next pass all the same
             log.info("could not wake the running scheduler: %s", exc)
 
+    def _ticket(self, policy: Any, event: TriggerEvent) -> Any:
+        """The trigger's keys and priority under the agent's ``[flow]`` (and, for a singleton
+        ``interrupt``, the message its key's active run would be told)."""
+        from llamaherd.flow import interrupt_message, ticket
+
+        found = ticket(policy, event)
+        if policy.singleton == "interrupt" and found.admit:
+            found.message = interrupt_message(self.registry, event, found)
+        return found
+
+    def _flow_done(self, event: TriggerEvent, ticket: Any, result: EmitResult) -> None:
+        """Once the trigger is written: stop the sandboxes of the runs a ``cancel`` superseded
+        that run here (their end is in the same transaction; another host stops its own as it
+        sees them killed), hand an ``interrupt`` to its run if it is here, say what happened."""
+        result.flow = ticket.outcome + (f": {ticket.reason}" if ticket.reason else "")
+        for run_id in ticket.superseded:
+            # Off the caller's thread: an emit may be inside a write transaction (a webhook's
+            # fan-out), which a sandbox's kill must not hold up.
+            threading.Thread(
+                target=self.runner.kill, args=(run_id, "superseded"), daemon=True
+            ).start()
+        if ticket.interrupted is not None and ticket.interrupted[1] == self.host:
+            self.deliver_flow_messages()
+        quiet = ticket.outcome in ("debounced", "dropped", "skipped")  # recorded as events
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "agent %s: %s %s", event.agent, ticket.label, result.flow,
+        )  # fmt: skip
+
+    def deliver_flow_messages(self) -> None:
+        """Hand the interrupt messages for runs of this host to them (the housekeeping pass
+        delivers those another host's ingest stored). A run not yet started here keeps its
+        message for the next pass; one that parked for a trigger meanwhile is woken with it;
+        one that ended (or waits for a human) drops it: its stored trigger is the newest."""
+        for message_id, run_id, text in self.store.flow_messages(self.host):
+            if not self.runner.interrupt(run_id, text):
+                run = self.store.get_run(run_id)
+                if run is not None and run.state == "running":
+                    continue  # claimed, its thread not started yet: the next pass
+                wait = (run.wait_filter or {}).get("type") if run is not None else None
+                if (
+                    run is not None
+                    and run.state == "waiting"
+                    and wait not in ("human", "suspension")
+                ):
+                    self.store.resume_waiting(
+                        run_id, {"result": "a newer trigger arrived", "is_error": True,
+                                 "message": text},
+                    )  # fmt: skip
+            self.store.drop_flow_message(message_id)
+
     def _queue(
         self,
         event: TriggerEvent,
@@ -200,6 +258,7 @@ class Engine:
         coalesce: bool,
         once: tuple[str, float] | None,
         result: EmitResult,
+        ticket: Any = None,
     ) -> bool:
         """In one write transaction (shared with concurrent emits): claim the tick, queue the
         item unless refused. False when the tick was claimed before."""
@@ -218,6 +277,7 @@ class Engine:
                 call_id=event.call_id,
                 rerun_count=event.rerun_count,
                 recovery=event.recovery,
+                flow=ticket,
             )
         return True
 
@@ -271,8 +331,16 @@ class Engine:
         scales = {}
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
+            held = held or self.admission(agent) is not None
             scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
         return scales
+
+    def admission(self, agent: Any) -> str | None:
+        """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
+        None (``llamaherd.status.held_by``)."""
+        from llamaherd.status import held_by
+
+        return held_by(self.registry, agent, self.store, self.clock())
 
     def _suspended(self) -> list[tuple[str, str]]:
         """(run id, agent) of the runs suspended at their turn limit, approved or not yet."""
@@ -301,7 +369,9 @@ class Engine:
             if claimed:
                 return [claimed]
         room = {name: max(0, scale) for name, scale in scales.items()}
-        return self.store.claim_many(room, self.project.setting("scale"), self.host, limit=limit)
+        flows = {name: p for name, a in self.project.agents.items() if (p := policy_of(a))}
+        cap = self.project.setting("scale")
+        return self.store.claim_many(room, cap, self.host, flows=flows, limit=limit)
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from llamaherd.project import Agent
     from llamaherd.types import (
+        AdmissionCheck,
         ControlChannel,
         CredentialType,
         DoctorCheck,
@@ -126,6 +127,18 @@ def register_doctor_checks(register: Callable[[DoctorCheck], None]) -> None:
     :param register: call with each :class:`~llamaherd.types.DoctorCheck`; its
         ``check(project, registry)`` returns :class:`~llamaherd.types.Finding` objects, each
         optionally with a :class:`~llamaherd.types.Fix` that ``al doctor --fix`` applies.
+    """
+
+
+@hookspec
+def register_admission_checks(register: Callable[[AdmissionCheck], None]) -> None:
+    """Register admission checks: reasons to start none of an agent's queued runs for now (a
+    budget spent, no host of a pool free, a maintenance window...).
+
+    :param register: call with each :class:`~llamaherd.types.AdmissionCheck`. Before it claims
+        an agent's next item, the dispatcher asks every check's ``hold(agent, store, now)``; a
+        reason (a string) keeps the agent's triggers queued, never lost, and ``al stat`` shows
+        it as why the agent waits. Core's budgets are one (``llamaherd.budgets``).
     """
 
 

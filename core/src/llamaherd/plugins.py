@@ -36,6 +36,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.gateway",
     "llamaherd.control",
     "llamaherd.doctor",
+    "llamaherd.budgets",
 )
 
 # Registry kinds: hook name -> (attribute of Registry, the protocol its objects implement).
@@ -49,6 +50,7 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_tables": ("table_sets", types.TableSet),
     "register_project_keys": ("project_keys", types.ProjectKey),
     "register_doctor_checks": ("doctor_checks", types.DoctorCheck),
+    "register_admission_checks": ("admission_checks", types.AdmissionCheck),
 }
 # A registered name: a plain word that can be a config value and a path segment.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -310,6 +312,7 @@ class Registry:
     table_sets: dict[str, types.TableSet]
     project_keys: dict[str, types.ProjectKey]
     doctor_checks: dict[str, types.DoctorCheck]
+    admission_checks: dict[str, types.AdmissionCheck]
 
     def __init__(self, manager: PluginManager):
         self.owner: dict[tuple[str, str], str] = {}

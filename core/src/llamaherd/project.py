@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "historyRetentionDays": 14,
     "database": "sqlite:///.al/work-queue.db",
     "defaultAgentScale": 1,
+    "timezone": "UTC",
 }
 LOCAL_DEFAULTS: dict[str, Any] = {
     "image": "al-agent:latest",
@@ -194,6 +195,21 @@ class Agent:
     @property
     def params(self) -> dict[str, Any]:
         return dict(self.config.get("params", {}))
+
+    @cached_property
+    def flow(self) -> Any:
+        """Its ``[flow]`` (``llamaherd.flow.FlowPolicy``), None when it has none. A broken
+        table is a ConfigError (``al validate`` reports it; the scheduler holds the agent)."""
+        from llamaherd.flow import parse_policy
+
+        return parse_policy(str(self.config_file), self.config.get("flow"))
+
+    @cached_property
+    def budgets(self) -> Any:
+        """Its ``[budget]`` and the project's (``llamaherd.budgets.Budgets``)."""
+        from llamaherd.budgets import budgets_of
+
+        return budgets_of(self)
 
     @property
     def hooks(self) -> dict[str, list[str]]:

@@ -204,8 +204,40 @@ def user_prompt(
         from llamaherd.clock import clock
 
         parts.append(recovery_notice(trigger["recovery"], now if now is not None else clock()))
-    parts.append(trigger_block(trigger, registry))
+    parts.extend(flow_blocks(trigger, registry))
     return "\n\n".join(parts)
+
+
+def flow_blocks(trigger: dict[str, Any], registry: Registry) -> list[str]:
+    """The trigger block; for a batch (``[flow] batch``) one per trigger it gathered, after a
+    ``<flow-batch>`` header; for a debounced trigger a ``<flow-debounce>`` note of how many
+    it stands for first."""
+    flow = trigger.get("flow") or {}
+    batch = flow.get("batch")
+    if batch:
+        key = (flow.get("keys") or {}).get("batch", "")
+        head = (
+            f"This run handles a batch of {len(batch)} triggers"
+            + (f" for key {key!r}" if key else "")
+            + ", oldest first; each is below. Handle every one of them."
+        )
+        items = [
+            block("batch-item", f"Trigger {i} of {len(batch)}:\n\n" + trigger_block(m, registry))
+            for i, m in enumerate(batch, 1)
+        ]
+        return [block("flow-batch", head), *items]
+    count = int(flow.get("count") or 1)
+    if count <= 1:
+        return [trigger_block(trigger, registry)]
+    key = (flow.get("keys") or {}).get("debounce", "")
+    ids = ", ".join(str(i) for i in flow.get("ids") or [])
+    note = (
+        f"{count} triggers"
+        + (f" for key {key!r}" if key else "")
+        + " arrived within the debounce window; this run gets the last of them (below), "
+        f"which stands for all {count}." + (f"\nThey were (oldest first): {ids}" if ids else "")
+    )
+    return [block("flow-debounce", note), trigger_block(trigger, registry)]
 
 
 def build_prompts(

@@ -21,6 +21,9 @@ class Reader(Protocol):
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         """Recent runs, newest first."""
 
+    def not_run(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        """Triggers flow control skipped, dropped or superseded, newest first."""
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         """One run by id or unique prefix."""
 
@@ -54,12 +57,16 @@ class StoreReader:
         return {
             "scheduler": local_scheduler_status(self.project, self.store),
             "agents": self.agents(),
+            "now": self.store.clock(),  # what "fires in", "resets in" count from
         }
 
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         from llamaherd.status import run_dict
 
         return [run_dict(run) for run in self.store.runs(agent=agent, limit=limit)]
+
+    def not_run(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        return self.store.not_run(agent, limit)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         from llamaherd.status import run_dict
@@ -95,6 +102,10 @@ class ControlReader:
     def runs(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
         query = {"limit": limit, **({"agent": agent} if agent else {})}
         return list(self.client.get(f"/control/runs?{urlencode(query)}")["runs"])
+
+    def not_run(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        query = {"limit": limit, **({"agent": agent} if agent else {})}
+        return list(self.client.get(f"/control/runs?{urlencode(query)}").get("not_run", []))
 
     def run(self, run_id: str) -> dict[str, Any] | None:
         try:

@@ -523,7 +523,7 @@ class Runner:
                 ctx.log("hook_error", {"phase": "post", "error": str(exc)})
         state, reason = _final_state(outcome)
         if live.stopped is None:
-            ctx.record(lambda: self._transition(row.id, state, reason))
+            ctx.record(lambda: self._transition(row.id, state, reason, outcome.exit_code))
         final = self.store.get_run(row.id)
         result = RunResult(
             final.state,
@@ -601,9 +601,12 @@ class Runner:
         log.error("agent %s held in error: %s", row.agent, cause)
         self.store.set_agent_state(row.agent, "error", cause)
 
-    def _transition(self, run_id: str, state: str, reason: str | None) -> bool:
+    def _transition(
+        self, run_id: str, state: str, reason: str | None, exit_code: int | None = None
+    ) -> bool:
+        code = EXIT_CODES.get(state) if exit_code is None else exit_code
         try:
-            self.store.transition(run_id, state, reason=reason, exit_code=EXIT_CODES.get(state))
+            self.store.transition(run_id, state, reason=reason, exit_code=code)
             return True
         except InvalidTransition:
             return False  # already ended (killed or timed out meanwhile)

@@ -431,9 +431,12 @@ class Scheduler(Engine):
         }  # fmt: skip
         self.store.heartbeat_host(self.host, info)
 
-    def _expire_waits(self) -> None:
+    def _between_passes(self) -> None:
+        """What every wake-up does, not only the full pass: expire due waits, hand flow
+        control's interrupts to runs that started here since."""
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
+        self.deliver_flow_messages()
 
     def housekeeping_every(self) -> float:
         """Seconds between housekeeping passes: each second where other hosts may share the
@@ -454,11 +457,11 @@ class Scheduler(Engine):
     def housekeeping(self) -> None:
         now = time.time()
         if now - self._last_housekeeping < self._every:
-            self._expire_waits()
+            self._between_passes()
             return
         self._last_housekeeping = now
         self.heartbeat()
-        self._expire_waits()
+        self._between_passes()
         dead = self._dead_hosts()
         running = self.store.runs(states=("running",), limit=10_000)
         self.reconcile(running, startup=False, dead=dead)

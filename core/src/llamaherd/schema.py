@@ -43,6 +43,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from llamaherd import compat, schedlog
+from llamaherd.budgets import budget_schema
+from llamaherd.flow import FLOW_SCHEMA
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
 from llamaherd.project import (
@@ -287,6 +289,13 @@ PROJECT_KEYS: dict[str, Any] = {
     "historyRetentionDays": _int(
         "Days finished runs are kept.", default=DEFAULTS["historyRetentionDays"]
     ),
+    "timezone": {
+        "type": "string",
+        "default": DEFAULTS["timezone"],
+        "description": 'The project\'s time zone (IANA name, e.g. "Europe/Berlin"): where '
+        "the days and months of `[budget]` begin.",
+    },
+    "budget": budget_schema("project"),
     "database": {
         "type": "string",
         "default": DEFAULTS["database"],
@@ -363,6 +372,8 @@ AGENT_KEYS: dict[str, Any] = {
         "description": "States the agent may set itself (`set_state`, `state`, `al-state`); "
         "`[]` forbids it (the `state` command then exits 126).",
     },
+    "flow": FLOW_SCHEMA,
+    "budget": budget_schema("agent"),
     **compat.AGENT_KEYS,
 }
 
@@ -750,6 +761,7 @@ class _Checker:
         config = self.project.config
         file = "config.toml"
         self.schema_errors(self.schemas.project_base, config, file, [])
+        self.project_budget(file, config)
         # A key an installed plugin acts on ([telemetry] with llamaherd-otel) is not "not acted on".
         owned = set(self.registry.project_keys)
         self.notes(file, [n for n in compat.project_notes(config) if n[0] not in owned])
@@ -791,6 +803,22 @@ class _Checker:
                     self.registry.webhook_sources[kind],
                     source,
                 )
+
+    def project_budget(self, file: str, config: dict[str, Any]) -> None:
+        """The project's ``timezone`` names a zone, its ``[budget]`` parses."""
+        from llamaherd.budgets import parse_budget, zone
+
+        reported = {p.key.split(".")[0] for p in self.problems if p.agent is None}
+        if isinstance(config.get("timezone"), str) and "timezone" not in reported:
+            try:
+                zone(self.project)
+            except ConfigError as exc:
+                self.add(file, exc.key, exc.message)
+        if "budget" in config and "budget" not in reported:
+            try:
+                parse_budget(file, config["budget"])
+            except ConfigError as exc:
+                self.add(file, exc.key, exc.message)
 
     def provider_checks(self, name: str, model: dict[str, Any], provider: Any) -> None:
         """The provider's own ``validate(model)``, once the table's values are sound."""
@@ -867,6 +895,7 @@ class _Checker:
         self.agent_models(agent, file)
         self.agent_credentials(agent, file)
         self.agent_webhooks(agent, file)
+        self.flow_and_budget(agent, file)
         self.frontmatter(agent)
         self.notes(file, compat.agent_notes(config), agent.name)
         for where, key, message in agent.notes:
@@ -1002,6 +1031,53 @@ class _Checker:
                 message = self.missing_credential(ctype, instance)
                 if message:
                     self.add(file, key, message, agent=agent.name)
+
+    def flow_and_budget(self, agent: Agent, file: str) -> None:
+        """What the schema cannot check of ``[flow]`` and ``[budget]``: expressions parse,
+        controls that exclude each other; and a money budget over a model without a price."""
+        reported = {re.split(r"[.\[]", p.key)[0] for p in self.problems if p.agent == agent.name}
+        for key, parse in (("flow", lambda: agent.flow), ("budget", lambda: agent.budgets)):
+            if key in agent.config and key not in reported:
+                try:
+                    parse()
+                except ConfigError as exc:
+                    self.add(file, exc.key, exc.message, agent=agent.name)
+        if "budget" in reported or "budget" in {p.key for p in self.problems if p.agent is None}:
+            return
+        try:
+            budgets = agent.budgets
+        except ConfigError:
+            return
+        money = [limit for _, _, limit in budgets.scoped()] + [budgets.per_run]
+        if any(limit is not None and limit.usd is not None for limit in money):
+            self.unpriced_models(agent, file)
+
+    def unpriced_models(self, agent: Agent, file: str) -> None:
+        """A warning per model of ``agent`` whose calls have no known price."""
+        from llamaherd.models import model_config
+        from llamaherd.pricing import price_for
+
+        tables = dict(_tables(self.project.config.get("models")))
+        for name in agent.models:
+            table = tables.get(name)
+            provider = self.registry.providers.get((table or {}).get("provider"))
+            if table is None or provider is None:
+                continue
+            try:
+                config = model_config("config.toml", name, table)
+            except ConfigError:
+                continue
+            prices = getattr(provider, "prices", None) or {}
+            if config.pricing is None and price_for(prices, config.model) is None:
+                self.add(
+                    file,
+                    "budget",
+                    f"model {name} ({config.model}) has no known price: money budgets count "
+                    "its calls as of unknown cost (token budgets still hold); give "
+                    f"[models.{name}] a `pricing` table",
+                    agent=agent.name,
+                    warning=True,
+                )
 
     def agent_webhooks(self, agent: Agent, file: str) -> None:
         hooks = agent.config.get("webhooks")

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from llamaherd.budgets import BUDGET_EXIT, RunBudget
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
@@ -242,6 +243,7 @@ class Outcome:
     reason: str | None = None
     text: str = ""
     deferred: Deferred | None = None
+    exit_code: int | None = None  # when not the state's own (a budget stop)
 
 
 # ------------------------------------------------------------------------------ built-in tools
@@ -406,6 +408,8 @@ class Session:
         # The stored (redacted) form of the messages so far, and the redactor that made it.
         self._stored: list[dict[str, Any]] = []
         self._stored_with: Redactor | None = None
+        self.budget = RunBudget(ctx)
+        self._over_budget: str | None = None  # why the last model call spent the budget
 
     # -------------------------------------------------------------- state
 
@@ -562,6 +566,8 @@ class Session:
                 for name, value in _setenv_literals(tc):
                     with contextlib.suppress(LlamaherdError):  # refused when the call runs
                         self.ctx.keep_env(name, value)
+            if self._over_budget is not None and reply.tool_calls:  # work left it may not do
+                return self._budget_stop(reply)
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
@@ -587,6 +593,16 @@ class Session:
                 continue
             if deferred is not None:
                 return Outcome("waiting", deferred=deferred)
+
+    def _budget_stop(self, reply: Reply) -> Outcome:
+        """The model call just made reached a budget: its tool calls are not run, the
+        transcript is kept, the run ends (reason ``budget: ...``, exit ``BUDGET_EXIT``)."""
+        reason = self._over_budget or "budget"
+        for tc in reply.tool_calls:
+            self._answer(tc.id, f"not run: {reason}", True)
+        self.ctx.log("budget_stop", {"reason": reason, "turn": self.meta["turns"]})
+        self.checkpoint()
+        return Outcome("error", reason=reason, text=reply.text, exit_code=BUDGET_EXIT)
 
     def leftover_messages(self) -> list[str]:
         """Messages ``interrupt`` received too late for the turn that parked the run."""
@@ -651,6 +667,8 @@ class Session:
             reply = self.chain.complete(messages, specs, self.options)
         self.meta["turns"] += 1
         self._count_usage(reply.usage)
+        tokens = reply.usage.input_tokens + reply.usage.output_tokens
+        self._over_budget = self.budget.charge(self.meta, reply.usage.cost_usd, tokens)
         if reply.text.strip():
             self.ctx.log(
                 "assistant", {"text": truncate(reply.text, 2000), "turn": self.meta["turns"]}

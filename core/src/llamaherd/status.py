@@ -7,14 +7,19 @@ across several scheduler hosts.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llamaherd.types import LlamaherdError
+
 if TYPE_CHECKING:
     from llamaherd.types import TriggerInfo
+
+log = logging.getLogger("llamaherd.status")
 
 FINAL = ("done", "error", "timeout", "killed")
 # Agent states an owner (or the agent itself) sets; ``suspended`` and ``error`` are the system's.
@@ -76,9 +81,51 @@ def agent_rows(
                 "last_duration": _duration(last_at, last_started),
                 "next_fire": next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
+                **flow_fields(agent, store, registry),
             }
         )
     return rows
+
+
+def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:
+    """Why an admission check (``register_admission_checks``) holds ``agent``'s queued runs
+    now: its reason, then the check's name unless it is core's budget; None when none does.
+    A check that raises holds nothing (logged)."""
+    for check in getattr(registry, "admission_checks", {}).values():
+        try:
+            reason = check.hold(agent, store, now)
+        except Exception as exc:  # a plugin's failure must not stop the dispatcher
+            log.warning("admission check %s failed: %s: %s", check.name, type(exc).__name__, exc)
+            continue
+        if reason:
+            return reason if check.name == "budget" else f"{reason} ({check.name})"
+    return None
+
+
+def flow_fields(agent: Any, store: Any, registry: Any) -> dict[str, Any]:
+    """Why the agent's queued runs wait (``held``: an admission check, a budget), its flow
+    control per key (``flow``) and its spend against its budgets (``budget``); only those
+    that apply."""
+    from llamaherd.budgets import budget_view
+    from llamaherd.flow import flow_view
+
+    fields: dict[str, Any] = {}
+    now = store.clock()
+    try:
+        policy, budgets = agent.flow, agent.budgets
+    except LlamaherdError:  # a broken [flow] or [budget]: `al validate` says why
+        return fields
+    held = held_by(registry, agent, store, now)
+    if held:
+        fields["held"] = held
+    if policy is not None:
+        fields["flow"] = flow_view(agent, store, now)
+    if budgets:
+        try:
+            fields["budget"] = budget_view(agent, store, now)
+        except LlamaherdError:  # an unknown `timezone`: `al validate` says so
+            pass
+    return fields
 
 
 def _duration(finished_at: float | None, started_at: float | None) -> float | None:
@@ -208,3 +255,39 @@ def agent_triggers(agent: Any, now: float) -> list[TriggerInfo]:
 
     answers = get_manager().call_each("describe_triggers", agent=agent, now=now)
     return [info for answer in answers for info in answer]
+
+
+def key_line(entry: dict[str, Any], now: float | None) -> str:
+    """One key: "key 'acme#7': 2 active; debouncing 4 pending, fires in 1m12s"."""
+    bits = []
+    if entry.get("active"):
+        bits.append(f"{entry['active']} active")
+    if entry.get("debouncing"):
+        bits.append(
+            f"debouncing {entry['debouncing']} pending, fires {until(entry.get('fires_at'), now)}"
+        )
+    elif entry.get("queued"):
+        bits.append(f"{entry['queued']} queued")
+    if entry.get("throttled_until"):
+        bits.append(f"throttled, next start {until(entry['throttled_until'], now)}")
+    name = repr(entry["key"]) if entry["key"] else "(no key)"
+    return f"key {name}: " + ("; ".join(bits) or "idle")
+
+
+def budget_line(budget: dict[str, Any], now: float | None) -> str:
+    """One budget: "budget daily (agent): $4.10 of $5.00 (82%), resets in 3h"."""
+    from llamaherd.budgets import money
+
+    limits = []
+    if budget.get("limit_usd") is not None:
+        spent = f"{money(budget['spent_usd'])} of " if "spent_usd" in budget else ""
+        limits.append(f"{spent}{money(budget['limit_usd'])}")
+    if budget.get("limit_tokens") is not None:
+        spent = f"{budget['spent_tokens']:,} of " if "spent_tokens" in budget else ""
+        limits.append(f"{spent}{budget['limit_tokens']:,} tokens")
+    text = f"budget {budget['period']} ({budget['scope']}): " + ", ".join(limits)
+    if "fraction" in budget:
+        text += f" ({budget['fraction']:.0%}), resets {until(budget['resets_at'], now)}"
+    if budget.get("unpriced_calls"):
+        text += f"; {budget['unpriced_calls']} calls of unknown price"
+    return text

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from llamaherd.logview import clean
-from llamaherd.status import FINAL, ago, until
+from llamaherd.status import FINAL, ago, budget_line, key_line, until
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
@@ -90,8 +90,28 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
 
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
-    scheduler will fire them."""
-    return Group(scheduler_line(stat["scheduler"]), agents_table(stat))
+    scheduler will fire them. Below it, why an agent's runs wait; for one agent
+    (``al stat AGENT``) also its flow control per key and its spend against its budgets."""
+    parts: list[RenderableType] = [scheduler_line(stat["scheduler"]), agents_table(stat)]
+    for row in stat["agents"]:
+        if row.get("held"):
+            parts.append(Text(f"{row['agent']} waits: {clean(row['held'])}", style="yellow"))
+        if len(stat["agents"]) == 1:
+            parts.extend(flow_lines(row, stat.get("now")))
+    return Group(*parts)
+
+
+def flow_lines(row: dict[str, Any], now: float | None = None) -> list[RenderableType]:
+    """``al stat AGENT``: its flow controls, per key what is pending or active, its budgets."""
+    lines: list[RenderableType] = []
+    flow = row.get("flow")
+    if flow:
+        lines.append(Text("flow: " + "; ".join(flow["controls"]), style="bold"))
+        for entry in flow["keys"]:
+            lines.append(Text("  " + clean(key_line(entry, now))))
+    for budget in row.get("budget") or []:
+        lines.append(Text(budget_line(budget, now)))
+    return lines
 
 
 def agents_table(stat: dict[str, Any]) -> Table:

@@ -254,12 +254,16 @@ class TriggerEvent:
 @dataclass
 class EmitResult:
     """What became of an emitted event: the queued item's id (None when nothing was queued: a
-    duplicate, a coalesced tick, a refusal), the waiting runs it resumed, and why the agent's
-    state refused it (None when it did not)."""
+    duplicate, a coalesced tick, a refusal, a drop or skip by flow control), the waiting runs it
+    resumed, why the agent's state refused it (None when it did not) and what flow control did
+    with it."""
 
     queued: int | None = None
     resumed: list[str] = field(default_factory=list)
     refused: str | None = None
+    # What the agent's flow control did with it, when it did something: "debounced",
+    # "dropped: ..." (rate limit), "skipped: ..." (singleton), "interrupted RUN", ...
+    flow: str | None = None
 
 
 Emit = Callable[[TriggerEvent], EmitResult]
@@ -678,6 +682,22 @@ class DoctorCheck(Protocol):
 
     def check(self, project: Project, registry: Registry) -> list[Finding]:
         """What this check finds about ``project`` (an empty list: nothing to check here)."""
+        ...
+
+
+@runtime_checkable
+class AdmissionCheck(Protocol):
+    """A reason to start none of an agent's queued runs for now (``register_admission_checks``):
+    core's budgets, a plugin's host pool or maintenance window. The dispatcher asks before each
+    claim, so ``hold`` must be quick (a store read at most); one that raises holds nothing (a
+    warning names it)."""
+
+    name: str
+    description: str
+
+    def hold(self, agent: Agent, store: Any, now: float) -> str | None:
+        """Why ``agent`` starts nothing now (shown by ``al stat``), or None. ``store`` is the
+        project's store, ``now`` the store's clock (epoch seconds)."""
         ...
 
 

@@ -115,6 +115,31 @@ def test_run_metrics_reach_the_collector(traced, collector, scheduler):
     assert depth == [{"attributes": {"llamaherd.agent": "greeter"}, "value": 0}]
 
 
+BUDGETED = """
+[[turns]]
+usage = { input = 1000, output = 500 }
+text = "Done."
+"""
+
+
+def test_budget_thresholds_reach_the_collector(offline_project, collector, scheduler):
+    config = offline_project.root / "config.toml"
+    pricing = "\n[models.scripted.pricing]\ninput = 10.0\noutput = 10.0\n"
+    config.write_text(config.read_text() + telemetry(collector) + pricing)
+    offline_project.add_scripted_agent(
+        "spender", "[budget]\ndaily = { usd = 0.01 }\n", script=BUDGETED
+    )
+    scheduler(offline_project, env=FAST_EXPORT)
+    offline_project.al("run", "spender", "--no-follow", check=True)
+    points = wait_until(
+        lambda: collector.metrics.get("llamaherd.budget.threshold"), 30, what="budget metric"
+    )
+    crossed = sorted(p["attributes"]["llamaherd.budget.threshold"] for p in points)
+    assert crossed == [0.8, 1.0], "one run spent $0.015 of $0.01: both thresholds at once"
+    assert points[0]["attributes"]["llamaherd.budget.period"] == "daily"
+    assert points[0]["attributes"]["llamaherd.agent"] == "spender"
+
+
 def test_telemetry_validates_and_doctor_checks_the_collector(traced, collector):
     result = traced.al("validate")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -39,10 +39,38 @@ def runs_command(
         if agent:
             reader.check_agent(agent)
         rows = reader.runs(agent, limit)
+        not_run = [] if as_json else reader.not_run(agent, limit)
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
     _console().print(_runs_table(rows))
+    if not_run:
+        _console().print(_not_run_table(not_run))
+
+
+def _not_run_table(rows: list[dict[str, Any]]) -> Any:
+    """Triggers flow control did not run (skipped, dropped, superseded), with why."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from llamaherd.logview import clean
+    from llamaherd.status import ago
+
+    table = Table(
+        box=None, header_style="bold", title="not run (flow control)", title_justify="left"
+    )
+    for column in ("WHEN", "AGENT", "WHAT", "TRIGGER"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("REASON", overflow="fold")
+    for row in rows:
+        table.add_row(
+            ago(row["at"]),
+            row["agent"],
+            row["what"],
+            Text(clean(str(row["trigger"] or "-"))),
+            Text(clean(row["reason"] or "")),
+        )
+    return table
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:
@@ -266,21 +294,44 @@ def stats_command(
         data = reader.stats(agent, start)
         if calls:
             data = {"calls": data["calls"]}
-        elif recent:
-            data["recent"] = reader.runs(agent, recent)
+        else:
+            budgets = _budgets(reader, agent)
+            if budgets:
+                data["budgets"] = budgets
+            if recent:
+                data["recent"] = reader.runs(agent, recent)
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
         return
     _print_stats(data, since)
 
 
+def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
+    """Spend against each budget, per agent that has one (or falls under the project's)."""
+    stat = reader.stat()
+    return {
+        row["agent"]: {"held": row.get("held"), "budget": row["budget"], "now": stat.get("now")}
+        for row in stat["agents"]
+        if row.get("budget") and agent in (None, row["agent"])
+    }
+
+
 def _print_stats(data: dict[str, Any], since: str) -> None:
     from rich.table import Table
+
+    from llamaherd.status import budget_line
 
     console = _console()
     if "agents" in data:
         console.print(f"[bold]runs since {since}[/]")
         console.print(_agents_stats_table(data) if data["runs"] else "  none")
+    if data.get("budgets"):
+        console.print("\n[bold]budgets[/]")
+        for name, spend in data["budgets"].items():
+            for budget in spend["budget"]:
+                console.print(f"  {name}: {budget_line(budget, spend['now'])}", markup=False)
+            if spend["held"]:
+                console.print(f"  {name} waits: {spend['held']}", markup=False, style="yellow")
     table = Table(box=None, header_style="bold", title_justify="left")
     for column in ("CALLER", "", "TARGET", "CALLS"):
         table.add_column(column, justify="right" if column == "CALLS" else "left")

@@ -53,7 +53,8 @@ def register(cli: click.Group) -> None:
     )
     @pass_app
     def prompt(app: AppContext, agent: str, kind: str, payload: Path | None) -> None:
-        """Print the system and user prompts a run of AGENT gets (no credential values)."""
+        """Print the system and user prompts a run of AGENT gets (no credential values), and
+        the flow keys its `[flow]` picks out of the trigger."""
         from llamaherd.commands.scheduler import _load_payload
         from llamaherd.credentials import CredentialStore
         from llamaherd.prompts import build_prompts
@@ -69,3 +70,18 @@ def register(cli: click.Group) -> None:
         click.echo(system)
         click.echo("\n=== user ===")
         click.echo(user)
+        flow_keys(target, trigger)
+
+
+def flow_keys(agent: Any, trigger: dict[str, Any]) -> None:
+    """The keys (and priority) the agent's ``[flow]`` picks out of this trigger."""
+    from llamaherd.flow import preview
+
+    shown = preview(
+        agent.flow, trigger["kind"], trigger["payload"], trigger["prompt"], trigger["source"]
+    )
+    if not shown:
+        return
+    click.echo("\n=== flow ===")
+    for control, value in shown.items():
+        click.echo(f"{control}: {value!r}" if control != "priority" else f"priority: {value:g}")

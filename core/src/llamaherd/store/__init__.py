@@ -24,7 +24,9 @@ Layout, one module per concern:
   both on open; ``migrations``: core's schema versions;
 - ``queue``: enqueue, claim, resume items; ``runs``: runs, events, status messages, waits, stats;
 - ``overview``: what an operator's overview reads (run search, activity, spend, queued items);
-- ``coordination``: calls, locks, trigger ticks, hosts; ``agents``: agent states, events, pauses.
+- ``coordination``: calls, locks, trigger ticks, hosts; ``agents``: agent states, events, pauses;
+- ``flow``: flow control at enqueue and claim (``llamaherd.flow``), the spend ledger budgets
+  read.
 
 Why ``Store`` is assembled from mixins rather than composed of one object per concern: the
 concerns are facets of one connection, not separate services. They share its transaction (a
@@ -58,6 +60,8 @@ from llamaherd.store.connection import (
 )
 from llamaherd.store.coordination import Coordination
 from llamaherd.store.coordination import statements as _coordination_statements
+from llamaherd.store.flow import FlowStore
+from llamaherd.store.flow import statements as _flow_statements
 from llamaherd.store.overview import Overview
 from llamaherd.store.queue import ITEM_STATES, WorkItemRow
 from llamaherd.store.queue import statements as _queue_statements
@@ -84,10 +88,13 @@ __all__ = [
     "Store", "StoreError", "Tables", "WorkItemRow",
 ]  # fmt: skip
 
-_STATEMENTS = (_run_statements, _queue_statements, _coordination_statements, _agent_statements)
+_STATEMENTS = (
+    _run_statements, _queue_statements, _coordination_statements, _agent_statements,
+    _flow_statements,
+)  # fmt: skip
 
 
-class Store(Overview, Coordination, Agents, Schema):
+class Store(Overview, FlowStore, Coordination, Agents, Schema):
     """Open with ``Store.open(url, root)``; the schema is created or migrated on open."""
 
     def __init__(
@@ -159,6 +166,9 @@ class Store(Overview, Coordination, Agents, Schema):
                 ),
                 m.AgentEvent.delete().where(m.AgentEvent.at < cutoff),
                 ticks.delete().where((ticks.tick < cutoff) & ticks.id.not_in(latest_ticks)),
+                # A key's rate state long past its time counts nothing any more.
+                m.FlowLimit.delete().where(m.FlowLimit.tat < cutoff),
+                m.FlowMessage.delete().where(m.FlowMessage.created_at < cutoff),
             ]
             return sum(query.execute() for query in deletes)
 

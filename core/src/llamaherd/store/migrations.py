@@ -80,11 +80,21 @@ def _v4_trigger_ticks(db: pw.Database, models: Any) -> None:
     db.drop_tables([old])
 
 
+def _v5_flow_control(db: pw.Database, models: Any) -> None:
+    """Flow control and budgets: the items' and runs' flow columns, the rate state of keys,
+    messages for active runs, the spend ledger."""
+    for name in ("flow_key", "priority", "not_before", "flow"):
+        _add_column(db, models.WorkItem, name)
+    _add_column(db, models.Run, "flow_key")
+    db.create_tables([models.FlowLimit, models.FlowMessage, models.Spend], safe=True)
+
+
 # (version reached, step) in order; version 1 is the first released schema.
 MIGRATIONS: list[tuple[int, Step]] = [
     (2, _v2_scale_out),
     (3, _v3_trigger_keys),
     (4, _v4_trigger_ticks),
+    (5, _v5_flow_control),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -49,6 +49,9 @@ class WorkItemRow:
     recovery: dict[str, Any] | None  # set when requeued after a crash: the interrupted run's times
     rerun_count: int
     created_at: float
+    priority: float | None = None
+    not_before: float | None = None
+    flow: dict[str, Any] | None = None  # flow control: per-control keys, what it absorbed
 
 
 _ITEM_COLUMNS = tuple(f.name for f in fields(WorkItemRow))
@@ -133,6 +136,7 @@ class Queue(Runs):
         recovery: dict[str, Any] | None = None,
         rerun_count: int = 0,
         coalesce: bool = False,
+        flow: Any = None,
     ) -> int | None:
         """Commit a work item; return its id, or None when ``dedupe_key`` was seen before or
         ``coalesce`` found an equivalent pending item (same agent and kind, still queued).
@@ -157,6 +161,8 @@ class Queue(Runs):
                 "rerun_count": rerun_count, "created_at": self._clock(), "dedupe_key": dedupe_key,
                 "state": "queued",
             }  # fmt: skip
+            if flow is not None:
+                return self._flow_enqueue(item, flow)
             # DO NOTHING: a dedupe key a concurrent host committed since the check gives no row.
             inserted = self._insert("work_items", item, "ON CONFLICT DO NOTHING RETURNING id")
             row = inserted.fetchone()
@@ -195,6 +201,7 @@ class Queue(Runs):
         global_scale: int | None,
         host: str,
         paused: set[str] | None = None,
+        flows: dict[str, Any] | None = None,
     ) -> tuple[WorkItemRow, RunRow] | None:
         """Atomically take the oldest claimable item (FIFO per agent; agents fairly) whose agent
         has fewer than ``scales[agent]`` runs in state ``running`` and with fewer than
@@ -204,8 +211,10 @@ class Queue(Runs):
         when nothing can be claimed.
 
         Fairness: among agents with room, the one with the fewest running runs goes first, ties
-        to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped."""
-        claimed = self.claim_many(scales, global_scale, host, paused, limit=1)
+        to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped.
+        ``flows``: the ``llamaherd.flow.FlowPolicy`` of agents with a ``[flow]``; their item is
+        the one flow control lets start (``FlowStore._flow_head``), not simply the oldest."""
+        claimed = self.claim_many(scales, global_scale, host, paused, flows, limit=1)
         return claimed[0] if claimed else None
 
     @guarded
@@ -216,6 +225,7 @@ class Queue(Runs):
         global_scale: int | None,
         host: str,
         paused: set[str] | None = None,
+        flows: dict[str, Any] | None = None,
         *,
         limit: int,
     ) -> list[tuple[WorkItemRow, RunRow]]:
@@ -225,7 +235,9 @@ class Queue(Runs):
         agents' claim locks could deadlock with another scheduler's."""
         if self._pg and limit > 1:
             claimed: list[tuple[WorkItemRow, RunRow]] = []
-            while len(claimed) < limit and (got := self.claim(scales, global_scale, host, paused)):
+            while len(claimed) < limit and (
+                got := self.claim(scales, global_scale, host, paused, flows)
+            ):
                 claimed.append(got)
             return claimed
         skip = paused or set()
@@ -238,7 +250,7 @@ class Queue(Runs):
             if global_scale is not None:
                 self._pg_lock(PG_GLOBAL)
             running = dict(self._exec(self._sql.running).fetchall())
-            return self._claim_heads(wanted, global_scale, host, running, limit)
+            return self._claim_heads(wanted, global_scale, host, running, limit, flows or {})
 
     def _claim_heads(
         self,
@@ -247,11 +259,13 @@ class Queue(Runs):
         host: str,
         running: dict[str, int],
         limit: int,
+        flows: dict[str, Any],
     ) -> list[tuple[WorkItemRow, RunRow]]:
         """Claim from the queue heads of the agents with room, in fairness order (fewest
         running first, then oldest item), until ``limit``. The heads are read once: after a
         claim only that agent's next head is (one index seek), as nothing else changes under
-        this transaction's write lock."""
+        this transaction's write lock. An agent under flow control has its item picked by
+        flow control (``_flow_head``) each time, its head only placing it in the order."""
         room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
         if not room:
             return []
@@ -265,12 +279,16 @@ class Queue(Runs):
                 break
             _, _, head = heapq.heappop(heap)  # (id, agent, ...) as in _ITEM_COLUMNS
             agent = head[1]
+            policy = flows.get(agent)
             # Only the first agent's lock is waited for: this transaction holds none yet.
-            item = self._lock_head(head, wanted[agent], host, wait=not tried)
+            if policy is not None and policy.claim_time:
+                item = self._flow_head(agent, policy, wanted[agent], host, not tried)
+            else:
+                item = self._lock_head(head, wanted[agent], host, wait=not tried)
             tried = True
             if item is None:
-                continue  # PostgreSQL: full, or another scheduler is claiming for it
-            got = self._take(item, host)  # None: a stale resume item, retired
+                continue  # full, flow control holds it, or another scheduler is claiming for it
+            got = self._take(item, host, policy)  # None: a stale resume item, retired
             if got is not None:
                 claimed.append(got)
                 running[agent] = running.get(agent, 0) + 1
@@ -339,7 +357,9 @@ class Queue(Runs):
         row = self._exec(self._sql.take, (agent, host)).fetchone()
         return None if row is None else self._item(row)
 
-    def _take(self, item: WorkItemRow, host: str) -> tuple[WorkItemRow, RunRow] | None:
+    def _take(
+        self, item: WorkItemRow, host: str, policy: Any = None
+    ) -> tuple[WorkItemRow, RunRow] | None:
         now = self._clock()
         if item.kind == "resume":
             return self._take_resume(item, host, now)
@@ -360,6 +380,8 @@ class Queue(Runs):
         run = self._blank_run(item.agent, item.kind, host, now, trigger)
         run.item_id, run.call_id, run.rerun_count = item.id, item.call_id, item.rerun_count
         run.caller_run, run.call_depth = caller_run, depth
+        if policy is not None:
+            self._flow_claimed(item, run, policy, now)
         self._insert_run(run, "claimed")
         self._exec(self._sql.item_state, ("claimed", item.id))
         if item.call_id is not None:
@@ -387,6 +409,8 @@ class Queue(Runs):
         item.payload = json.loads(item.payload)
         if item.recovery is not None:
             item.recovery = json.loads(item.recovery)
+        if item.flow is not None:
+            item.flow = json.loads(item.flow)
         return item
 
     @guarded

@@ -78,6 +78,7 @@ class RunRow:
     output_tokens: int
     token_hash: str | None  # sha256 of the run's gateway token
     trigger: dict[str, Any]  # the work item's kind/payload/prompt/source/recovery, copied at claim
+    flow_key: str | None = None  # its concurrency key under the agent's [flow]
 
 
 RUN_COLUMNS = tuple(f.name for f in fields(RunRow))
@@ -166,7 +167,7 @@ class Runs(Connection):
             reason=None, status=None, return_value=None, call_depth=0, caller_run=None,
             call_id=None, rerun_count=0, rerun_requested=False, sandbox=None, transcript=None,
             wait_filter=None, wait_deadline=None, deadline=None, input_tokens=0, output_tokens=0,
-            token_hash=None, trigger=trigger,
+            token_hash=None, trigger=trigger, flow_key=None,
         )  # fmt: skip
 
     def _insert_run(self, run: RunRow, reason: str) -> None:

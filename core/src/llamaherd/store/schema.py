@@ -75,6 +75,13 @@ def define_models(db: pw.Database) -> SimpleNamespace:
         created_at = pw.DoubleField()
         dedupe_key = pw.TextField(null=True)
         state = pw.TextField(default="queued")
+        # Flow control (``llamaherd.flow``): the debounce key a later trigger folds into, the
+        # priority, the time before which it is not claimed, and its per-control keys with
+        # what it absorbed ({"keys": {...}, "count": n, "ids": [...], "first_at": t}).
+        flow_key = pw.TextField(null=True)
+        priority = pw.DoubleField(null=True)
+        not_before = pw.DoubleField(null=True)
+        flow = JSONText(null=True)
 
         class Meta:
             table_name = "work_items"
@@ -117,6 +124,7 @@ def define_models(db: pw.Database) -> SimpleNamespace:
         output_tokens = pw.IntegerField(default=0)
         token_hash = pw.TextField(null=True)
         trigger = JSONText()
+        flow_key = pw.TextField(null=True)  # its concurrency key (``[flow]``): active runs per key
 
         class Meta:
             table_name = "runs"
@@ -221,6 +229,45 @@ def define_models(db: pw.Database) -> SimpleNamespace:
         class Meta:
             table_name = "hosts"
 
+    class FlowLimit(Base):
+        """The rate state of one key of a throttle or rate limit (GCRA: the theoretical
+        arrival time of the next start), shared by every scheduler."""
+
+        agent = pw.TextField()
+        control = pw.TextField()
+        key = pw.TextField()
+        tat = pw.DoubleField()
+
+        class Meta:
+            table_name = "flow_limits"
+            primary_key = pw.CompositeKey("agent", "control", "key")
+
+    class FlowMessage(Base):
+        """A trigger handed to an active run (singleton ``interrupt``) that the scheduler
+        running it has not delivered yet."""
+
+        id = pw.BigAutoField()
+        run_id = pw.TextField(index=True)
+        host = pw.TextField(null=True)
+        text = pw.TextField()
+        created_at = pw.DoubleField()
+
+        class Meta:
+            table_name = "flow_messages"
+
+    class Spend(Base):
+        """What an agent's model calls cost per day (the project's time zone): budgets."""
+
+        agent = pw.TextField()
+        day = pw.TextField()  # YYYY-MM-DD
+        usd = pw.DoubleField(default=0)
+        tokens = pw.BigIntegerField(default=0)
+        unpriced = pw.IntegerField(default=0)  # calls of unknown price
+
+        class Meta:
+            table_name = "spend"
+            primary_key = pw.CompositeKey("agent", "day")
+
     class MetaKV(Base):
         key = pw.TextField(primary_key=True)
         value = pw.TextField()
@@ -230,7 +277,7 @@ def define_models(db: pw.Database) -> SimpleNamespace:
 
     tables = [
         WorkItem, Run, RunEvent, StatusMessage, Call, Lock, LockWait, AgentState, AgentEvent,
-        Paused, TriggerTick, Host, MetaKV,
+        Paused, TriggerTick, Host, FlowLimit, FlowMessage, Spend, MetaKV,
     ]  # fmt: skip
     return SimpleNamespace(tables=tables, **{model.__name__: model for model in tables})
 

@@ -15,8 +15,10 @@ from llamaherd.api import (
     SETTABLE_STATES,
     agent_rows,
     agent_triggers,
+    budget_line,
     human_wait,
     is_suspended,
+    key_line,
     run_dict,
     serving_status,
 )
@@ -209,6 +211,21 @@ def agent(engine: Any, name: str) -> dict[str, Any] | None:
         "day": {"runs": day.get("runs", 0), "success_rate": _rate(day)},
         "cost_24h": engine.store.costs(now - DAY, agent=name)["agents"].get(name),
         "events": engine.store.agent_events(name, AGENT_EVENT_LIMIT),
+        "flow": _flow(row, now),
+    }
+
+
+def _flow(row: dict[str, Any], now: float) -> dict[str, Any] | None:
+    """Flow control and budgets as ``al stat AGENT`` words them: why it waits, its controls,
+    each key's state, its spend against each budget."""
+    if not ({"held", "flow", "budget"} & row.keys()):
+        return None
+    flow = row.get("flow") or {}
+    return {
+        "held": row.get("held"),
+        "controls": flow.get("controls", []),
+        "keys": [key_line(entry, now) for entry in flow.get("keys", [])],
+        "budgets": [budget_line(budget, now) for budget in row.get("budget") or []],
     }
 
 

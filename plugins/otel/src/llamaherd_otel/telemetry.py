@@ -110,6 +110,12 @@ class Telemetry:
             "llamaherd.model.tokens", "{token}", "Model tokens, by type (input, output)."
         )
         self.cost = meter.create_counter("llamaherd.model.cost", "USD", "What model calls cost.")
+        self.budget = meter.create_counter(
+            "llamaherd.budget.threshold",
+            "{crossing}",
+            "Daily or monthly budgets that reached 80% or 100% (by agent, scope, period, "
+            "threshold).",
+        )
 
         def depth(_options: Any) -> list[Any]:
             reader = self._queue_depth
@@ -174,6 +180,16 @@ class Telemetry:
             }
             failed = data.get("exit_code") not in (0, None)
             self._child(trace, f"hook {data.get('phase')}", at - duration, at, attributes, failed)
+        elif kind == "budget":
+            self.budget.add(
+                1,
+                {
+                    "llamaherd.agent": str(data.get("agent") or run.agent.name),
+                    "llamaherd.budget.scope": str(data.get("scope")),
+                    "llamaherd.budget.period": str(data.get("period")),
+                    "llamaherd.budget.threshold": float(data.get("threshold") or 0),
+                },
+            )
         elif kind in ("wait", "suspended", "run_error", "provider_error") and not trace.ended:
             trace.root.add_event(kind, _flat(data), timestamp=_ns(at))
 

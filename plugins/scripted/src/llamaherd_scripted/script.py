@@ -31,7 +31,8 @@ DEFAULT_SCRIPT = "script.toml"
 ROOTS = ("payload", "params", "trigger", "last_result", "last_user", "turn", "run_id", "agent")
 TEMPLATE = re.compile(r"\{\{(.*?)\}\}")
 PATH = re.compile(r"[A-Za-z_][\w-]*(?:\.[\w-]+)*")
-TURN_KEYS = ("text", "tool_calls", "repeat", "loop")
+TURN_KEYS = ("text", "tool_calls", "repeat", "loop", "usage")
+USAGE_KEYS = ("input", "output", "cached_input")
 CALL_KEYS = ("name", "arguments")
 
 
@@ -42,6 +43,9 @@ class Turn:
     text: str = ""
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     repeat: int = 1
+    # Token counts the reply reports (input, output, cached input); None: estimated from the
+    # text (4 characters a token).
+    usage: tuple[int, int, int] | None = None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -89,7 +93,24 @@ def _turn(file: str, where: str, raw: Any) -> Turn:
     if not isinstance(loop, bool):
         raise ConfigError(file, f"{where}.loop", "expected true or false")
     _check_templates(file, f"{where}.text", text)
-    return Turn(text=text, tool_calls=calls, repeat=0 if loop else repeat)
+    usage = _usage(file, f"{where}.usage", raw.get("usage"))
+    return Turn(text=text, tool_calls=calls, repeat=0 if loop else repeat, usage=usage)
+
+
+def _usage(file: str, where: str, raw: Any) -> tuple[int, int, int] | None:
+    """``usage = { input = 1200, output = 300, cached_input = 0 }``: what the turn reports."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(file, where, "expected a table { input = N, output = N }")
+    _known_keys(file, where, raw, USAGE_KEYS)
+    counts = []
+    for key in USAGE_KEYS:
+        value = raw.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(file, f"{where}.{key}", "expected a whole number of tokens")
+        counts.append(value)
+    return counts[0], counts[1], counts[2]
 
 
 def _call(file: str, where: str, raw: Any) -> tuple[str, dict[str, Any]]:
@@ -189,17 +210,22 @@ def complete(
         turn = turn_at(load_script(path), index)
         if turn is not None:
             rendered = tuple((name, render(args, context)) for name, args in turn.tool_calls)
-            turn = Turn(render(turn.text, context), rendered)
+            turn = Turn(render(turn.text, context), rendered, usage=turn.usage)
     if turn is None:
         turn = Turn(text="Script finished.")
     calls = [
         ToolCall(id=f"call_{index + 1}_{j + 1}", name=name, arguments=arguments)
         for j, (name, arguments) in enumerate(turn.tool_calls)
     ]
+    if turn.usage is None:
+        usage = Usage(input_tokens=_estimate(messages), output_tokens=_tokens(turn.text, calls))
+    else:
+        fresh, output, cached = turn.usage
+        usage = Usage(input_tokens=fresh + cached, output_tokens=output, cached_input_tokens=cached)
     return Reply(
         text=turn.text,
         tool_calls=calls,
-        usage=Usage(input_tokens=_estimate(messages), output_tokens=_tokens(turn.text, calls)),
+        usage=usage,
         stop_reason="tool_use" if calls else "end_turn",
     )
 

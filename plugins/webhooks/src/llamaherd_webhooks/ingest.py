@@ -448,19 +448,23 @@ class Ingest:
         fields: dict[str, Any],
         agents: list[str],
     ) -> Outcome:
-        queued, refused, resumed = [], {}, []
+        queued, refused, resumed, flow = [], {}, [], {}
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
             if emitted.refused:
                 refused[agent] = emitted.refused
             elif emitted.queued is not None:
                 queued.append(agent)
+            if emitted.flow:  # what the agent's [flow] did: dropped, skipped, debounced...
+                flow[agent] = emitted.flow
             resumed += emitted.resumed
         # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
         resumed += self.engine.emit(make_event("", config.name, config.kind, fields)).resumed
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
+        if flow:
+            result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
         self._record(config, delivery, headers, body, 202, result, agents)
         log.info(
             "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
@@ -476,6 +480,7 @@ class Ingest:
                 "queued": queued,
                 "refused": refused,
                 "resumed": sorted(set(resumed)),
+                **({"flow": flow} if flow else {}),
             },
         )
 
