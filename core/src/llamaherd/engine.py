@@ -82,6 +82,9 @@ class Engine:
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
         self._queued_here = False  # this process queued work (``close`` tells a scheduler)
+        # Item id -> run id of the latest claims here, for ``started`` (the newest 1,000).
+        self._started: dict[int, str] = {}
+        self._claims = threading.Condition()
 
     @cached_property
     def runner(self) -> Any:
@@ -380,6 +383,22 @@ class Engine:
                 return
             for _item, run in claimed:
                 self.start_thread(run)
+            self._note_claims(claimed)
+
+    def _note_claims(self, claimed: list[tuple[Any, Any]]) -> None:
+        with self._claims:
+            for item, run in claimed:
+                self._started[item.id] = run.id
+            while len(self._started) > 1000:
+                del self._started[next(iter(self._started))]
+            self._claims.notify_all()
+
+    def started(self, item_id: int, timeout: float) -> str | None:
+        """The id of the run work item ``item_id`` started here, waiting up to ``timeout``
+        seconds for its claim; None when it did not start here in that time."""
+        with self._claims:
+            self._claims.wait_for(lambda: item_id in self._started, timeout)
+            return self._started.get(item_id)
 
     def start_thread(self, run: Any) -> None:
         thread = threading.Thread(
