@@ -52,9 +52,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def make_project(root: Path, agents: int, port: int, queue_size: int = 100) -> Path:
+def make_project(
+    root: Path, agents: int, port: int, queue_size: int = 100, scale: int | None = None
+) -> Path:
     """A project both tools run: ``agents`` agents on a yearly schedule (nothing fires while
-    measured), each taking GitHub ``issues`` deliveries of the ``bench`` source."""
+    measured), each taking GitHub ``issues`` deliveries of the ``bench`` source (``scale``
+    runs at once, when given)."""
     (root / "agents").mkdir(parents=True)
     (root / "config.toml").write_text(
         f"""workQueueSize = {queue_size}
@@ -79,8 +82,9 @@ credential = "bench"
             "---\ndescription: bench agent\n---\nSay hello and stop.\n"
         )
         agent.joinpath("config.toml").write_text(
-            'models = ["sonnet"]\nschedule = "0 0 1 1 *"\n\n'
-            '[[webhooks]]\nsource = "bench"\nevents = ["issues"]\n'
+            'models = ["sonnet"]\nschedule = "0 0 1 1 *"\n'
+            + (f"scale = {scale}\n" if scale is not None else "")
+            + '\n[[webhooks]]\nsource = "bench"\nevents = ["issues"]\n'
         )
     return root
 
