@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PEER_BIN = "/work/peer/node_modules/.bin/al"  # where the install below puts it
+# A bench stopped with SIGTERM (`timeout`) still stops the schedulers it started (``finally``).
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 SECRET = "bench-secret"
 START_TIMEOUT = 120.0
 TOOLS = ("ours", "peer")
