@@ -32,6 +32,27 @@ HEADER = f"""\
 Every `al` command, with its options, as `al COMMAND --help` prints them. Commands a plugin adds
 name the distribution that provides them. Options of `al` itself go before the command:
 `al --project DIR stat`.
+
+`-E NAME` / `--env NAME` (default `$AL_ENV`, then the project's `.env.toml` binding) picks an
+environment: its settings layer over the project's (see [where settings come
+from](configuration.md#where-the-projects-settings-come-from)), and when it is a deployed server
+the commands that talk to a scheduler talk to the one there.
+
+## Exit status
+
+Every command, core's and plugins', keeps to one contract, so a script can tell a failure to
+retry from a mistake to fix:
+
+| Code | Meaning | For example |
+|---|---|---|
+| 0 | success | the run finished `done`; `al validate` found no error |
+| 1 | the operation failed: the command line and the config are fine, doing it did not work | a run failed; a server or the scheduler is unreachable; a port is in use; the current state refuses it (the agent is off, another scheduler runs, the run is not waiting); `al doctor` or `al creds test` found a problem |
+| 2 | a usage or configuration error: what was typed or written is wrong | an unknown option, agent, run or credential; a bad value (`--since "last tuesday"`); an error in `config.toml` or an agent's files |
+
+`al run` and `al chat` exit with their run's own code: 0 done, 1 error, 124 timeout (a run
+that failed is never 0). Ctrl-C exits 130. Errors are one line on stderr (`error: ...`), never a
+traceback. A plugin's command raises `llamaherd.api.CommandFailed` for 1 and `LlamaherdError`
+(or `ConfigError`) for 2.
 """
 
 

@@ -36,6 +36,28 @@ that plugin: without it installed, `al validate` says which distribution to inst
 
 Durations are seconds unless the key says otherwise. Sizes (`memory`, `tmpSize`, ...) are a
 number with an optional unit `b`, `k`, `m` or `g`.
+
+## Where the project's settings come from
+
+As in Action Llama, the project settings below are read in three layers, each over the one
+before it (tables merge key by key; any other value, arrays included, replaces the one below):
+
+1. `config.toml`, committed with the project;
+2. `.env.toml` beside it, per machine (keep it out of git): any project key, `projectName`
+   (which wins over both other layers), and `environment = "NAME"`, which binds the project to
+   an environment (`al env set NAME` writes it, `al env set` removes it);
+3. the environment's file, `~/.action-llama/environments/NAME.toml` (`$AL_ENVIRONMENTS_DIR`
+   moves the directory): any project key again, and a `[server]` table when the environment is
+   a server the project is deployed to (read by `al push`; see [Deploying](deploying.md)).
+
+Which environment: `-E NAME` / `--env NAME` on the commands that take it, else `$AL_ENV`, else
+`.env.toml`'s `environment`; none means only the first two layers. An environment with a
+`[server]` is *deployed*: `al stat`, `al runs`, `al logs`, `al stats`, `al run`, `al stop`,
+`al kill`, `al pause` and `al resume` then talk to the scheduler running there (through
+llamaherd-deploy's SSH channel), while `al start` and `al doctor` use its settings here. A key a
+layer gets wrong is reported in that layer's file (`.env.toml: gateway.prot: unknown key`).
+`.env.toml` is also watched by a running scheduler, like `config.toml`; a change of the
+environment's file applies at the next start.
 """
 
 
@@ -218,6 +240,12 @@ def section(
         extra = then.get("properties", {})
         lines += [f"{'#' * (level + 1)} {heading}", ""]
         lines += table(scalar_rows(extra, then.get("required", [])))
+        for key, sub in extra.items():  # a variant's arrays of tables (the ssh runtime's hosts)
+            if _item_table(sub):
+                path = _join(title.strip("`[]"), key)
+                body = section(f"`[[{path}]]`", _item_table(sub), level + 2)
+                body[2:2] = [sub["description"], ""] if sub.get("description") else []
+                lines += body
     for key, sub in properties.items():
         path = title.strip("`[]")
         if is_table(sub):

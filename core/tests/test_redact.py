@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import logging
+import re
 import secrets
 import time
 import tracemalloc
@@ -69,16 +70,26 @@ def test_nested_objects_keys_lists_and_tuples():
     assert data["status"] == "using s3cr3t-value now"  # a copy: the input is untouched
 
 
+def _best_of_three(work) -> float:
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
 def test_many_secrets_stay_fast():
     many = [secrets.token_hex(16) for _ in range(1000)]
     redactor = Redactor(many)
-    text = "lorem ipsum dolor sit amet " * 40_000 + many[500]  # about 1 MB
-    started = time.perf_counter()
-    out = redactor.redact(text)
-    elapsed = time.perf_counter() - started
-    assert out.endswith(f"amet {MASK}")
-    # A plain 1000-way alternation takes ~0.4 s here; the prefix-tree regex ~0.02 s.
-    assert elapsed < 0.2, elapsed
+    text = "lorem ipsum dolor sit amet " * 8_000 + many[500]  # about 200 KB
+    assert redactor.redact(text).endswith(f"amet {MASK}")
+    # Against what it replaces, timed alike so that a loaded machine slows both: a plain
+    # 1000-way alternation tries every secret at every position (about 20 times slower here).
+    alternation = re.compile("|".join(map(re.escape, many)))
+    ours = _best_of_three(lambda: redactor.redact(text))
+    plain = _best_of_three(lambda: alternation.sub(MASK, text))
+    assert ours < plain / 4, (ours, plain)
 
 
 def _peak_bytes(build):

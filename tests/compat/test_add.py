@@ -83,8 +83,10 @@ def test_an_agent_is_installed_with_its_names_fitted_to_the_project(github, tmp_
         '[models.claude]\nprovider = "anthropic"\nmodel = "claude-sonnet-4-20250514"\n\n'
         '[webhooks.gh]\ntype = "github"\ncredential = "MyOrg"\n'
     )
-    result = al("add", "acme/agents", "-a", "reviewer", cwd=tmp_project.root, env=github)
+    # Its credentials are a power a fetched config grants: shown, and taken with --yes.
+    result = al("add", "acme/agents", "-a", "reviewer", "--yes", cwd=tmp_project.root, env=github)
     assert result.returncode == 0, result.stderr
+    assert "credentials = ['github_token']" in result.stderr
     assert result.stdout.splitlines() == [
         "models: sonnet -> claude (same provider and model)",
         "webhooks: source github -> gh (type github)",
@@ -108,6 +110,7 @@ def test_an_agent_is_installed_with_its_names_fitted_to_the_project(github, tmp_
         "acme/agents#agents/reviewer",
         "--name",
         "reviewer2",
+        "--yes",
         cwd=tmp_project.root,
         env=github,
     )
@@ -115,7 +118,7 @@ def test_an_agent_is_installed_with_its_names_fitted_to_the_project(github, tmp_
 
 
 def test_what_cannot_be_fitted_is_said_exactly(github, tmp_project: TmpProject, al):
-    result = al("add", "acme/agents", "--agent", "planner", cwd=tmp_project.root, env=github)
+    result = al("add", "acme/agents", "--agent", "planner", "-y", cwd=tmp_project.root, env=github)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "to do: add to config.toml:",

@@ -206,11 +206,16 @@ def test_an_ssh_runtime_is_checked_and_named(corpus, al) -> None:
         'key_path = "~/.ssh/id_ed25519"\ncwd = "/srv/agent"\n'
         'ssh_options = { StrictHostKeyChecking = "yes" }\nprot = 2222\n'
     )
-    result = al("validate", "dev", cwd=root)
+    result = al("validate", "dev", cwd=root)  # llamaherd-ssh provides it
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        'agents/dev/config.toml: runtime.prot: unknown key (did you mean "port"?)'
+    ]
+    result = al("validate", "dev", cwd=root, env={"AL_DISABLE_PLUGINS": "ssh"})
     assert result.returncode == 2
     assert result.stdout.splitlines() == [
         'agents/dev/config.toml: runtime.prot: unknown key (did you mean "port"?)',
         'agents/dev/config.toml: runtime.type: runtime "ssh" (Action Llama\'s) is not provided '
-        'by any installed plugin: install a runtime plugin that registers "ssh" (`al plugins` '
-        'lists what is installed), or use type = "container" or "host-user"',
+        "by any installed plugin: install llamaherd-ssh (`al plugins` lists what is installed), "
+        'or use type = "container" or "host-user"',
     ]

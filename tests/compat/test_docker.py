@@ -7,10 +7,6 @@ container offline once its model provider is swapped for the scripted one.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,36 +14,6 @@ import pytest
 from llamaherd.testing import TmpProject, wait_until
 
 pytestmark = pytest.mark.docker
-
-DEBIAN_IMAGE = "local/debian-python:bookworm"
-AL = Path(sys.executable).with_name("al")
-
-
-@pytest.fixture(scope="module")
-def docker() -> Iterator[Any]:
-    """A client, once ``al-agent:latest`` is built (as ``al setup docker`` does)."""
-    from llamaherd_docker.daemon import connect
-
-    client = connect()
-    done = subprocess.run(
-        [str(AL), "setup", "docker", "--base-image", DEBIAN_IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    yield client
-
-
-@pytest.fixture
-def built(docker: Any) -> Iterator[list[Path]]:
-    """Projects whose images are removed at teardown: append their roots."""
-    roots: list[Path] = []
-    yield roots
-    for root in roots:
-        for image in docker.images.list(filters={"label": f"llamaherd.project={root}"}):
-            for tag in image.tags:
-                docker.images.remove(tag, force=True)
 
 
 def output(docker: Any, image: str, command: str) -> str:

@@ -65,7 +65,11 @@ def test_the_only_source_of_a_type_takes_its_type_url(webhook_server):
         CREDENTIALS,
     )
     by_type = _post(server, "/webhooks/github", "acme-secret", source="my-github")
-    by_name = _post(server, "/webhooks/my-github", "acme-secret", source="my-github")
+    # Another event: the same signed body again would be a replay (answered as a duplicate).
+    edited = {**ISSUE, "action": "edited"}
+    by_name = _post(
+        server, "/webhooks/my-github", "acme-secret", source="my-github", payload=edited
+    )
     assert (by_type.status_code, by_name.status_code) == (202, 202)
     assert by_type.json()["agents"] == by_name.json()["agents"] == ["dev"]
     assert _post(server, "/webhooks/github", None, source="my-github").status_code == 401

@@ -28,6 +28,9 @@ ERRORS = {
     "CredentialInvalid": 0,
     "Conflict": 0,
     "CommandFailed": 0,
+    "SshError": 0,
+    "SandboxBusy": 0,
+    "SandboxLost": 0,
 }
 MIN_PIECE = 8
 # Test helpers, not messages a user sees.

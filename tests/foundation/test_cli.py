@@ -265,17 +265,26 @@ def test_add_from_a_folder_with_a_name(al, tmp_project, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("source", "expected"),
+    ("source", "code", "expected"),
     [
-        ("file:///nonexistent/repo.git", "error: git clone file:///nonexistent/repo.git failed: "),
-        ("./no-such-dir", "error: ./no-such-dir: no such folder, and not a git URL or owner/repo"),
-        (".#../elsewhere", "error: .#../elsewhere: the #path must stay inside the source"),
+        # The clone failed (exit 1); the source named is wrong (exit 2).
+        (
+            "file:///nonexistent/repo.git",
+            1,
+            "error: git clone file:///nonexistent/repo.git failed: ",
+        ),
+        (
+            "./no-such-dir",
+            2,
+            "error: ./no-such-dir: no such folder, and not a git URL or owner/repo",
+        ),
+        (".#../elsewhere", 2, "error: .#../elsewhere: the #path must stay inside the source"),
     ],
 )
-def test_add_failures_are_one_line(al, tmp_project, source, expected):
+def test_add_failures_are_one_line(al, tmp_project, source, code, expected):
     result = al("add", source, cwd=tmp_project.root)
     no_traceback(result)
-    assert result.returncode == 2
+    assert result.returncode == code
     assert result.stderr.startswith(expected)
     assert len(result.stderr.splitlines()) == 1
 

@@ -84,3 +84,16 @@ def test_a_plugin_describes_its_own_trigger_and_a_failing_one_is_skipped(
     assert kinds["doorbell"].summary == "front door"
     assert kinds["doorbell"].details == {"loud": "yes"}
     assert "every" in kinds  # the others still answered
+
+
+def test_the_hook_is_the_one_way_a_trigger_is_described() -> None:
+    """A trigger type's own ``describe(agent)`` was documented but never called: it is gone
+    from the protocol, its docs and the built-in types, which describe through the hook."""
+    from llamaherd.plugins import registry
+    from llamaherd.types import OPTIONAL_MEMBERS, TriggerType
+
+    assert "describe" not in OPTIONAL_MEMBERS[TriggerType]
+    assert not [t.name for t in registry().trigger_types.values() if hasattr(t, "describe")]
+    docs = Path(__file__).parents[2] / "docs"
+    for page in ("plugin-hooks.md", "plugin-guide.md"):
+        assert "describe(agent)" not in (docs / page).read_text(), page

@@ -6,8 +6,9 @@ import tomllib
 
 from llamaherd import hookimpl
 from llamaherd.plugins import PluginManager, get_manager
+from llamaherd.session import BUILTIN_HANDLERS
 
-SESSION_TOOLS = {"bash", "read_file", "write_file"}  # built into the session loop
+SESSION_TOOLS = set(BUILTIN_HANDLERS)  # built into the session loop
 
 
 class Raises:

@@ -74,7 +74,7 @@ def test_the_view_shows_agents_active_runs_with_status_recent_results_and_queue(
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.strip()}
     assert rows["spare"][1:4] == ["paused", "0/2", "3"]  # state, active/scale, queued
     assert rows["slow"][1:3] == ["active", "1/1"]
-    active = next(line for line in text.splitlines() if line.startswith(f" {slow.id}"))
+    active = next(line for line in text.splitlines() if line.startswith(slow.id))
     assert "slow" in active and "running" in active and "triaging issue 7" in active
     quick = [line for line in text.splitlines() if "quick" in line and "done" in line]
     assert len(quick) == 2  # its agent row (last result) and its recent result

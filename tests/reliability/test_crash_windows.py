@@ -13,10 +13,13 @@ database and the window's invariant is checked:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 from pathlib import Path
 from typing import Any
+
+import requests
 
 from llamaherd.testing import OfflineProject, wait_until
 
@@ -29,16 +32,19 @@ KILLER = """
 
     from llamaherd.store import Store
 
-    _name, _nth = os.environ["AL_TEST_KILL_AFTER"].split(":")
+    _name, _nth, *_only = os.environ["AL_TEST_KILL_AFTER"].split(":")
     _original = getattr(Store, _name)
     _calls = []
 
 
     def _killing(self, *args, **kwargs):
         result = _original(self, *args, **kwargs)
-        _calls.append(args)
-        if len(_calls) == int(_nth):
-            Path(os.environ["AL_TEST_KILLED"]).write_text(json.dumps(args))
+        if _only != ["taken"]:
+            _calls.append(args)
+        else:  # ":taken": count what was taken (claim_many takes several at once)
+            _calls.extend([args] * (len(result) if isinstance(result, list) else bool(result)))
+        if len(_calls) >= int(_nth):
+            Path(os.environ["AL_TEST_KILLED"]).write_text(json.dumps(args, default=str))
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
@@ -51,12 +57,15 @@ text = "ticked"
 """
 
 
-def killing_env(tmp_path: Path, method: str, nth: int) -> tuple[dict[str, str], Path]:
+def killing_env(
+    tmp_path: Path, method: str, nth: int, only_taken: bool = False
+) -> tuple[dict[str, str], Path]:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(textwrap.dedent(KILLER))
     killed = tmp_path / "killed.json"
-    env = {"PYTHONPATH": str(site), "AL_TEST_KILL_AFTER": f"{method}:{nth}"}
+    when = f"{method}:{nth}:taken" if only_taken else f"{method}:{nth}"
+    env = {"PYTHONPATH": str(site), "AL_TEST_KILL_AFTER": when}
     return {**env, "AL_TEST_KILLED": str(killed)}, killed
 
 
@@ -126,3 +135,47 @@ def test_kill9_between_create_call_and_enqueue_leaves_no_call_pending(tmp_path, 
     items = {i for (i,) in helpers.read_db(db, "SELECT call_id FROM work_items")}
     pending = [(i, state) for i, state in calls if state == "pending" and i not in items]
     assert not pending, f"calls pending with no work item to settle them: {pending} of {calls}"
+
+
+QUICK = """
+[[turns]]
+text = "done"
+"""
+
+
+def test_kill9_between_claim_and_sandbox_start_leaves_one_run_per_trigger(
+    tmp_path, scheduler, helpers
+):
+    """Killed right after claiming two runs, before either started its sandbox: the restarted
+    scheduler runs each of them as it is (they did nothing yet), so the history shows two runs
+    that ended done, not two error/interrupted rows beside two recovery runs."""
+    project = OfflineProject(tmp_path / "proj")
+    project.add_scripted_agent("pair", "scale = 2\n", QUICK)
+    kill_env, killed = killing_env(tmp_path, "claim_many", 2, only_taken=True)
+    db = project.root / ".al" / "work-queue.db"
+
+    doomed = scheduler(project, kill_env)
+    assert doomed.post("/control/pause", {"agent": "pair"}).status_code == 200
+    for _ in range(2):
+        assert doomed.post("/control/run", {"agent": "pair"}).status_code == 202
+    with contextlib.suppress(requests.ConnectionError):  # it may die before it answers
+        doomed.post("/control/resume", {"agent": "pair"})
+    assert doomed.proc.wait(30) == -9, doomed.read_log()[-2000:]
+    assert killed.exists()
+    claimed = helpers.read_db(db, "SELECT id FROM runs WHERE agent = 'pair'")
+    assert len(claimed) == 2, claimed
+
+    scheduler(project)
+    rows = wait_until(
+        lambda: (
+            rows
+            if len(rows := helpers.read_db(db, "SELECT id, state, reason FROM runs")) >= 2
+            and all(state == "done" for _, state, _ in rows)
+            else None
+        ),
+        60,
+        what="both runs ended done",
+    )
+    assert sorted(run_id for run_id, _, _ in rows) == sorted(i for (i,) in claimed), rows
+    items = helpers.read_db(db, "SELECT state FROM work_items")
+    assert sorted(items) == [("done",), ("done",)], items

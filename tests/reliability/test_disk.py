@@ -131,6 +131,11 @@ def test_disk_full_gives_a_clear_error_and_keeps_what_was_acknowledged(tmp_path,
                 break
         assert errors, "the disk never filled up"
         assert len(acked) > 20, "the database should take some items first"
+        log = sched.read_log()
+        for n in failed:  # refused (503) deliveries are logged as such, never as queued
+            assert not any(
+                f"delivery disk-{n} " in line and "queued for" in line for line in log.splitlines()
+            ), n
         for error in errors:
             assert "Traceback" not in error and "\n" not in error.strip(), error
         fill(tiny)  # whatever a failed write left free

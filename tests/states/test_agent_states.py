@@ -160,7 +160,7 @@ def test_off_kills_the_active_run_at_once_and_clears_the_queue(tmp_path, schedul
     assert "agent switched off" in store.get_run(active[0].id).reason
 
     refused = project.al("run", "busy")
-    assert refused.returncode == 2 and "is off" in refused.stderr
+    assert refused.returncode == 1 and "is off" in refused.stderr
     stat = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
     assert (stat["state"], stat["queued"], stat["active"]) == ("off", 0, 0)
     assert (
@@ -264,7 +264,7 @@ def test_al_approve_then_al_deny_turns_the_agent_off(tmp_path, scheduler):
     assert store.get_run(run.id).state == "killed"
     assert store.agent_state("looper") == "off"
     again = project.al("approve", run.id)
-    assert again.returncode == 2 and "not suspended" in again.stderr
+    assert again.returncode == 1 and "not suspended" in again.stderr
 
 
 def test_rate_limits_and_server_errors_leave_the_agent_idle(tmp_path, scheduler, model_server):
@@ -429,10 +429,14 @@ def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, schedul
     store = project.store()
     try:
         assert sched.post("/control/run", {"agent": "builder"}).status_code == 202
-        failed = wait_until(lambda: [r for r in runs_of(store, "builder") if r.state == "error"])[0]
+
+        def held_in_error():  # the run ends first, then its failure sets the agent's state
+            runs = [r for r in runs_of(store, "builder") if r.state == "error"]
+            return runs if runs and store.agent_state("builder") == "error" else None
+
+        failed = wait_until(held_in_error)[0]
         assert "does not exist" in failed.reason
         assert [e["type"] for e in store.events(failed.id)].count("run_error") == 1
-        assert store.agent_state("builder") == "error"
         assert f"run {failed.id}" in events_of(store, "builder", "state")[-1]["data"]["cause"]
 
         assert post_webhook(sched.url, {"event": "build"}).json()["queued"] == ["builder"]

@@ -113,7 +113,7 @@ def test_interactive_mode_asks_and_responds_until_the_agent_is_done(tmp_path, sc
     assert humans == [{"answer": "blue"}, {"message": "nothing more"}, {"message": "bye"}]
 
     busy = project.al("reply", first.id, "too late")
-    assert busy.returncode == 2 and "is not waiting for a human answer" in busy.stderr
+    assert busy.returncode == 1 and "is not waiting for a human answer" in busy.stderr
     # `al say` to a run that waits for its answer is the answer.
     assert "delivered (ask)" in project.al("say", second.id, "green", check=True).stdout
     waiting_for(store, second.id, "respond")
@@ -158,7 +158,7 @@ def test_al_say_interrupts_the_turn_and_becomes_the_next_input(tmp_path, schedul
     assert events(store, done.id, "human") == [{"message": "stop sleeping, plan B", "via": "say"}]
 
     ended = project.al("say", run.id, "anyone?")
-    assert ended.returncode == 2 and "there is nothing to talk to" in ended.stderr
+    assert ended.returncode == 1 and "there is nothing to talk to" in ended.stderr
 
 
 def test_the_dashboards_reply_and_say_buttons(tmp_path, scheduler):

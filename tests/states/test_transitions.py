@@ -5,6 +5,7 @@ the current user, and a local model server with a slow reply."""
 from __future__ import annotations
 
 import json
+import textwrap
 import time
 from pathlib import Path
 
@@ -219,7 +220,7 @@ def test_a_hibernating_agent_refuses_manual_runs_unless_woken(tmp_path, schedule
     project.al("resume", "sleepy", check=True)
 
     refused = project.al("run", "sleepy")
-    assert refused.returncode == 2
+    assert refused.returncode == 1  # the agent's state refuses it: an operation failure
     assert "hibernating" in refused.stderr and "`al state sleepy idle`" in refused.stderr
     assert events_of(store, "sleepy", "trigger.refused")[-1]["data"]["kind"] == "manual"
     assert not runs_of(store, "sleepy")
@@ -342,3 +343,39 @@ def test_state_off_in_a_pre_hook_ends_the_run_before_the_session(tmp_path, sched
     assert [h["command"] for h in events(store, run.id, "hook")] == ["state off nothing to do"]
     assert not events(store, run.id, "model_call")
     assert store.agent_state("hooked") == "off"
+
+
+def test_a_captured_state_command_is_a_query_not_a_change(tmp_path, scheduler):
+    """``x=$(state off)``, a pipe or a redirect: the output never reaches the tool result, so
+    the command only reads the state (issue 33.10); in a hook the same."""
+    project = OfflineProject(tmp_path / "proj")
+    command = (
+        'x=$(state off); echo "x=$x"; state hibernate | cat; state off > out.txt; '
+        "cat out.txt; state"
+    )
+    script = f"""
+    [[turns]]
+    tool_calls = [{{name = "bash", arguments = {{command = '{command}'}}}}]
+    [[turns]]
+    text = "still on"
+    """
+    project.add_scripted_agent(
+        "curious", '[hooks]\npre = ["echo hook=$(state off)"]\n', textwrap.dedent(script)
+    )
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "curious"}).status_code == 202
+    run = one_run(store, "curious", "done")
+    assert [h["output"].strip() for h in events(store, run.id, "hook")] == [
+        "state: output captured, so `state off` only reads the state and changes nothing; to "
+        "change it, run `state off` with its output shown\nhook=idle"
+    ]
+    lines = tool_results(run)[0].splitlines()
+    assert [line for line in lines if not line.startswith("state: output captured")] == [
+        "x=idle",
+        "idle",
+        "idle",
+        "idle",
+    ]
+    assert store.agent_state("curious") == "idle" and run.reason is None
+    assert len([m for m in run.transcript if m["role"] == "assistant"]) == 2

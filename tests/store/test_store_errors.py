@@ -146,3 +146,24 @@ def test_a_dropped_server_connection_is_replaced(pg_schema: tuple[str, str]) -> 
     with pytest.raises(StoreError, match="127.0.0.1"):
         store.queue_depth()
     assert store.queue_depth() == {"alpha": 1}
+
+
+def test_a_missing_postgresql_driver_says_how_to_get_it(tmp_path: Path) -> None:
+    # A psycopg2 that cannot be imported, first on the path: as on a host without the driver.
+    (tmp_path / "site" / "psycopg2").mkdir(parents=True)
+    (tmp_path / "site" / "psycopg2" / "__init__.py").write_text("raise ImportError('absent')\n")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "config.toml").write_text('database = "postgresql://al@127.0.0.1:9/al"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "llamaherd", "--project", str(project), "stat"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "error: database postgresql://al@127.0.0.1:9/al: the PostgreSQL driver (psycopg2) is "
+        "not installed; install it with: pip install 'llamaherd[postgres]'"
+    )

@@ -230,3 +230,29 @@ def test_claim_many_takes_what_claims_in_a_row_take(
     assert all(len(batch) <= limit for batch in batched)
     assert sum(len(batch) for batch in batched) == 13  # every item, the resume included
     assert limit == 2 or any(len(batch) > 2 for batch in batched)
+
+
+def test_unclaim_puts_an_unstarted_run_back_first_in_line(store: Store) -> None:
+    store.enqueue("caller", "manual", {})
+    _, caller = store.claim({"caller": 1}, None, "h")
+    call_id = store.create_call(caller.id, "callee", "please", depth=1)
+    first = store.enqueue("callee", "agent", {"n": 1}, call_id=call_id)
+    second = store.enqueue("callee", "manual", {"n": 2})
+    item, run = store.claim({"callee": 1}, None, "h")
+    assert item.id == first and store.get_call(call_id)["run_id"] == run.id
+    assert store.unclaim(run.id)  # its runtime had no room (SandboxBusy)
+    assert store.get_run(run.id) is None and store.events(run.id) == []
+    assert store.get_call(call_id)["run_id"] is None  # the caller still waits for it
+    assert store.queue_depth("callee") == {"callee": 2}
+    again, rerun = store.claim({"callee": 1}, None, "h")
+    assert again.id == first and again.payload == {"n": 1} and rerun.id != run.id
+    assert store.get_call(call_id)["run_id"] == rerun.id
+    assert [i.id for i, _ in claim_all(store, {"callee": 2})] == [second]
+
+
+def test_unclaim_leaves_a_killed_run_ended(store: Store) -> None:
+    store.enqueue("alpha", "manual", {})
+    _, run = store.claim({"alpha": 1}, None, "h")
+    store.transition(run.id, "killed", reason="killed by user")
+    assert not store.unclaim(run.id)
+    assert store.get_run(run.id).state == "killed" and store.queue_depth() == {}

@@ -161,7 +161,7 @@ def suspended_run(engine: Any, target: str) -> Any:
     """The run ``target`` names (id or unique prefix) if it is paused at its turn limit."""
     run_row = find_run(engine, target)
     if not is_suspended(run_row):
-        raise LlamaherdError(f"run {run_row.id} is not suspended (it is {run_row.state})")
+        raise Conflict(f"run {run_row.id} is not suspended (it is {run_row.state})")
     return run_row
 
 

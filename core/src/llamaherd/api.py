@@ -10,31 +10,46 @@ What is here, by topic:
 - protocols a plugin implements, and the values that cross them: ``TriggerType`` with
   ``TriggerContext``/``TriggerEvent``/``EmitResult`` (and ``Registry`` for ``bind``),
   ``WebhookSource`` with ``WebhookFilter``/``WebhookReply``, ``Runtime`` with
-  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult``, ``CredentialType``/``CredentialField``,
+  ``Sandbox``/``SandboxSpec``/``StagedFile``/``ExecResult`` (and ``SHARED_PATH``, where a
+  sandbox shows the project's ``shared/`` files; ``ExecOutput``, an exec's output streamed by
+  line and kept bounded), ``CredentialType``/``CredentialField``,
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
   on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
   reason to hold an agent's queued runs);
-- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``,
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
+  (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
+  sandbox went away with its host),
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
   ``RateLimited``, ``AuthError``, ``Transient``, ``Unavailable``, ``Fatal``;
 - helpers: ``clock``, ``host_id``, ``parse_duration``, ``lookup``/``MISSING`` (dotted paths);
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields; provider HTTP
+  into normalised fields, and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
+  taken from outside); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
   types ``ServiceCredential``, ``call_service`` and ``check_secret``); the project
-  (``Project``, ``Agent``, ``load_project``, ``read_toml``);
+  (``Project``, ``Agent``, ``load_project``, ``read_toml``, ``read_project_text``);
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
+  ``environment_option`` (``-E/--env NAME``; ``AppContext.remote()`` and ``.binding()``),
+  ``print_table``/``Column`` (every listing prints through it: one header style, one record
+  per line when piped, an ellipsis rather than a fold in a terminal),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
-  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs);
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
+  environments (``environments_dir``, ``environment_names``, ``environment_file``,
+  ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
+  ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
 - for plugins that reach deployed schedulers (``open_control_channel``): ``ControlChannel``;
+- for runtimes on other machines: ``SshTarget`` (a validated host, user, port, key and
+  ``ssh_options``), ``SshMaster`` (one multiplexed OpenSSH connection: sessions, scripts,
+  socket forwards), ``SshMasters`` (one master per target for the process), ``SshError``,
+  ``tar_archive`` (a run's files in one archive, modes kept);
 - for plugins that keep their own tables (``register_tables``): ``TableSet``, ``Tables`` (what
   ``store.tables(name)`` returns) and ``JSONText`` (JSON in a TEXT column, as core stores it);
 - for plugins that add routes (``register_routes``; ``app.state.engine`` is the ``Engine``):
@@ -77,7 +92,7 @@ if TYPE_CHECKING:
         require_token,
         token_matches,
     )
-    from llamaherd.cli import AppContext, pass_app
+    from llamaherd.cli import AppContext, environment_option, pass_app
     from llamaherd.client import ControlClient
     from llamaherd.clock import clock, host_id
     from llamaherd.credentials import (
@@ -91,11 +106,28 @@ if TYPE_CHECKING:
     from llamaherd.credentials import referenced as referenced_credentials
     from llamaherd.durations import parse_duration
     from llamaherd.engine import Engine
+    from llamaherd.environments import (
+        ENV_TOML,
+        Binding,
+        deep_merge,
+        environment_file,
+        environments_dir,
+        is_deployed,
+        load_project,
+        read_env_toml,
+        read_environment,
+    )
+    from llamaherd.environments import bind as bind_environment
+    from llamaherd.environments import check_name as check_environment_name
+    from llamaherd.environments import names as environment_names
+    from llamaherd.environments import resolve as resolve_environment
+    from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
+    from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget, tar_archive
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
-    from llamaherd.project import Agent, Project, load_project, read_toml
+    from llamaherd.project import Agent, Project, read_project_text, read_toml
     from llamaherd.providers import (
         INVALID_ARGUMENTS,
         ModelKey,
@@ -123,8 +155,11 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
+    from llamaherd.surrogates import clean as clean_text
+    from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
+        SHARED_PATH,
         AdmissionCheck,
         AuthError,
         CommandFailed,
@@ -154,7 +189,9 @@ if TYPE_CHECKING:
         RunResult,
         Runtime,
         Sandbox,
+        SandboxBusy,
         SandboxError,
+        SandboxLost,
         SandboxSpec,
         StagedFile,
         TableSet,
@@ -186,7 +223,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "authorized", "bearer_token", "control_token", "is_local", "json_body", "known_host",
         "require_token", "token_matches",
     ),
-    "llamaherd.cli": ("AppContext", "pass_app"),
+    "llamaherd.cli": ("AppContext", "environment_option", "pass_app"),
     "llamaherd.client": ("ControlClient",),
     "llamaherd.clock": ("clock", "host_id"),
     "llamaherd.credentials": (
@@ -195,10 +232,20 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.durations": ("parse_duration",),
     "llamaherd.engine": ("Engine",),
+    # Environments' layering (``llamaherd-deploy``'s `al env`, `al push`).
+    "llamaherd.environments": (
+        "Binding", "ENV_TOML", "bind_environment:bind", "check_environment_name:check_name",
+        "deep_merge", "environment_file", "environment_names:names", "environments_dir",
+        "is_deployed", "load_project", "read_env_toml", "read_environment",
+        "resolve_environment:resolve",
+    ),
+    "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
+    # Runtimes on other machines: one multiplexed OpenSSH connection per host.
+    "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget", "tar_archive"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).
     "llamaherd.plugins": ("PluginInfo", "Registry", "describe_plugins"),
-    "llamaherd.project": ("Agent", "Project", "load_project", "read_toml"),
+    "llamaherd.project": ("Agent", "Project", "read_project_text", "read_toml"),
     "llamaherd.providers": (
         "INVALID_ARGUMENTS", "ModelKey", "http_error", "http_timeout", "parse_retry_after",
         "post_json", "scrub",
@@ -214,13 +261,16 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
+    "llamaherd.surrogates": ("clean_text:clean",),
+    # Listings: one header style, one record per line when piped (``al runs | grep``).
+    "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
         "AdmissionCheck", "AuthError", "CommandFailed", "ConfigError", "ControlChannel", "CredentialField", "CredentialInvalid",
         "CredentialType", "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Fatal", "Finding", "Fix",
         "LanguageSkill", "LlamaherdError", "Message", "ModelConfig", "Pricing", "ProjectKey",
         "Provider", "ProviderError", "RateLimited", "Reply", "RunContext",
-        "RunResult", "Runtime", "Sandbox", "SandboxError", "SandboxSpec", "StagedFile", "TableSet",
+        "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxBusy", "SandboxError", "SandboxLost", "SandboxSpec", "StagedFile", "TableSet",
         "Tool", "ToolCall",
         "ToolSpec", "Transient", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType", "Unavailable",
         "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # the CLI reads the token without loading the HTTP stack
     from starlette.responses import Response
 
 Handler = Callable[["Request"], Awaitable["Response"]]
+# Action Llama's credential for its gateway and dashboard: a bearer here as the control token.
+PEER_KEY_TYPE = "gateway_api_key"
 # Host names that always mean this machine; ``app.state.host_names`` adds the configured ones.
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -63,9 +65,24 @@ def is_local(request: Request) -> bool:
 
 
 def token_matches(request: Request, given: str) -> bool:
-    """Whether ``given`` is this server's control token (compared in constant time)."""
-    expected = request.app.state.control_token
-    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
+    """Whether ``given`` is this server's control token, or Action Llama's gateway API key
+    (the ``gateway_api_key`` credential, read on each request so a rotated key applies at
+    once), both compared in constant time."""
+    keys = [request.app.state.control_token, peer_api_key(request)]
+    matched = [bool(key) and hmac.compare_digest(given.encode(), key.encode()) for key in keys]
+    return bool(given) and any(matched)
+
+
+def peer_api_key(request: Request) -> str:
+    """The ``key`` of the ``gateway_api_key`` credential ("" when there is none)."""
+    engine = getattr(request.app.state, "engine", None)
+    if engine is None:
+        return ""
+    try:
+        stored = engine.credentials.read(PEER_KEY_TYPE) or {}
+    except (OSError, LlamaherdError):
+        return ""
+    return stored.get("key", "")
 
 
 def bearer_token(request: Request) -> str:
@@ -117,10 +134,12 @@ def require_token(handler: Handler) -> Handler:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
+    from llamaherd.surrogates import clean
+
     try:
         data = await request.json()
     except ValueError:
         raise LlamaherdError("request body must be JSON") from None
     if not isinstance(data, dict):
         raise LlamaherdError("request body must be a JSON object")
-    return data
+    return clean(data)  # lone surrogates made U+FFFD: stored, they break listings

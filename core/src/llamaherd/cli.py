@@ -14,22 +14,22 @@ class AppContext:
 
     def __init__(self, project_dir: Path | None):
         self.project_dir = project_dir
+        self.environment: str | None = None  # -E/--env NAME (``environment_option``)
         self._project: Any = None
 
     @property
     def project(self) -> Any:
         if self._project is None:
-            from llamaherd.project import load_project
+            from llamaherd.environments import load_project
 
-            self._project = load_project(self.project_dir)
+            self._project = load_project(self.project_dir, self.environment)
         return self._project
 
     @property
-    def state_dir(self) -> Path | None:
-        """The project's ``.al`` without loading the project (None outside of one): where the
-        read commands find a running scheduler to ask."""
+    def root(self) -> Path | None:
+        """The project's directory without loading the project (None outside of one)."""
         if self._project is not None:
-            return self._project.state_dir
+            return self._project.root
         root = self.project_dir
         if root is None:
             here = Path.cwd().resolve()
@@ -42,7 +42,37 @@ class AppContext:
                 ),
                 None,
             )
-        return None if root is None else Path(root).resolve() / ".al"
+        return None if root is None else Path(root).resolve()
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The project's ``.al`` without loading the project (None outside of one): where the
+        read commands find a running scheduler to ask."""
+        root = self.root
+        return None if root is None else root / ".al"
+
+    def binding(self) -> Any:
+        """The command's environment (``llamaherd.environments.Binding``): ``-E``, else
+        ``$AL_ENV``, else the project's ``.env.toml`` binding; None without one."""
+        from llamaherd.environments import resolve
+
+        return resolve(self.environment, self.root)
+
+    def deployed_environment(self) -> Any:
+        """``binding()`` when its environment file names a server (``[server]``), else None."""
+        from llamaherd.environments import is_deployed_file
+
+        binding = self.binding()
+        return binding if binding is not None and is_deployed_file(binding.name) else None
+
+    def remote(self) -> Any:
+        """A ``ControlClient`` of the scheduler deployed as the command's environment, when it
+        names one a plugin reaches; None when the command acts here (no environment, or one
+        that only layers config over the project)."""
+        from llamaherd.client import ControlClient
+
+        binding = self.binding()
+        return None if binding is None else ControlClient.for_environment(binding)
 
     @property
     def registry(self) -> Any:
@@ -180,6 +210,30 @@ def add_project_option(command: click.Command) -> None:
             help="Project directory (as `al --project DIR`).",
         )
     )
+
+
+def _set_environment(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    app = ctx.find_object(AppContext)
+    if value is not None and app is not None:
+        app.environment = value
+
+
+def environment_option(command: Any) -> Any:
+    """Action Llama's ``-E/--env NAME`` (also ``$AL_ENV``, then the project's ``.env.toml``
+    binding): the project's config gets the environment's layers, and a command that talks to
+    a scheduler talks to the one deployed there when the environment has a ``[server]``
+    (``llamaherd.environments``). The name lands in ``AppContext.environment``."""
+    return click.option(
+        "-E",
+        "--env",
+        "environment_option",
+        metavar="NAME",
+        expose_value=False,
+        callback=_set_environment,
+        help="Environment NAME (~/.action-llama/environments/NAME.toml; default: $AL_ENV, "
+        "then .env.toml's binding): its settings layer over config.toml, and a deployed one's "
+        "scheduler is the one this command talks to.",
+    )(command)
 
 
 def load_all(group: click.Group) -> None:

@@ -82,10 +82,27 @@ class ControlClient:
         return cls(info["url"], control_token(state_dir), pid=info["pid"], socket_path=socket_path)
 
     @classmethod
-    def for_environment(cls, environment: str) -> ControlClient:
-        """The client of the scheduler deployed as ``environment``, through the first plugin
-        that knows the name (hook ``open_control_channel``)."""
-        channel = open_channel(environment)
+    def for_environment(cls, binding: Any) -> ControlClient | None:
+        """The client of the scheduler deployed as ``binding.name`` (an ``environments.Binding``
+        or a name), through the first plugin that knows it (hook ``open_control_channel``);
+        None when its environment file has no ``[server]``: it only layers config over the
+        project, and the command acts here."""
+        from llamaherd.environments import (
+            Binding,
+            environment_file,
+            is_deployed_file,
+            read_environment,
+        )
+
+        if isinstance(binding, str):
+            binding = Binding(binding, "--env")
+        known = environment_file(binding.name).is_file()
+        if known and not is_deployed_file(binding.name):
+            return None
+        channel = open_channel(binding.name, binding.said)
+        if channel is None:  # no plugin knows it: say where environments are looked for
+            read_environment(binding)
+            raise LlamaherdError(f"{binding.said}: no plugin reaches its server")
         return cls(channel.where, channel.token, socket_path=channel.socket, channel=channel)
 
     # ------------------------------------------------------------------ requests
@@ -115,8 +132,9 @@ class ControlClient:
             answer = {"error": data[:200].decode(errors="replace")}
         if status >= 400:
             error = answer.get("error") if isinstance(answer, dict) else None
-            # 4xx: the request was wrong (a usage error); 5xx: the scheduler failed.
-            failed = CommandFailed if status >= 500 else LlamaherdError
+            # 400/404: the request was wrong (a usage error, exit 2); the state refused it
+            # (409), the token was refused (401/403) or the scheduler failed (5xx): exit 1.
+            failed = LlamaherdError if status in (400, 404, 413, 422) else CommandFailed
             raise failed(error or f"scheduler answered HTTP {status}")
         return answer
 
@@ -170,25 +188,25 @@ class ControlClient:
         self.close()
 
 
-def open_channel(environment: str) -> ControlChannel:
-    """Ask the plugins for a channel to ``environment``'s scheduler."""
+def open_channel(environment: str, said: str | None = None) -> ControlChannel | None:
+    """Ask the plugins for a channel to ``environment``'s scheduler (``said``: how the user
+    named it, for the messages; default ``--env NAME``); None when none knows it."""
     from llamaherd.plugins import PROVIDED_BY, get_manager
 
+    said = said or f"--env {environment}"
     hook = get_manager().hook.open_control_channel
     if not hook.get_hookimpls():
         dist = PROVIDED_BY[("hooks", "open_control_channel")]
         raise LlamaherdError(
-            f"--env {environment}: reaching a deployed scheduler needs a plugin such as "
-            f"{dist} (pip install {dist})"
+            f"{said}: reaching a deployed scheduler needs a plugin such as {dist} "
+            f"(pip install {dist})"
         )
     try:
         channel = hook(environment=environment)
     except LlamaherdError:
         raise
     except Exception as exc:  # a plugin's bug: one line, not a traceback
-        raise LlamaherdError(
-            f"--env {environment}: a plugin failed to open the channel: {type(exc).__name__}: {exc}"
+        raise CommandFailed(
+            f"{said}: a plugin failed to open the channel: {type(exc).__name__}: {exc}"
         ) from None
-    if channel is None:
-        raise LlamaherdError(f"--env {environment}: no such environment (`al env ls` lists them)")
     return channel

@@ -25,7 +25,7 @@ import click
 
 FORMAT = 1
 # Environment variables that change which plugins load: each selection has its own manifest.
-PLUGIN_SELECTION = ("AL_PLUGINS", "AL_LOAD_PLUGINS", "AL_DISABLE_PLUGINS")
+PLUGIN_SELECTION = ("AL_PLUGINS", "AL_LOAD_PLUGINS", "AL_DISABLE_PLUGINS", "AL_NO_ENTRYPOINTS")
 CORE = "core"  # a provider of kind core: a module whose ``register(cli)`` adds commands
 
 
@@ -37,7 +37,8 @@ def cache_path() -> Path | None:
         folder = Path(os.environ["HOME"]) / ".cache" / "llamaherd"
     else:
         return None
-    selection = [sys.prefix, sys.executable, *(os.environ.get(n, "") for n in PLUGIN_SELECTION)]
+    # Unset and empty differ: AL_LOAD_PLUGINS="" loads no entry-point plugin at all.
+    selection = [sys.prefix, sys.executable, *(repr(os.environ.get(n)) for n in PLUGIN_SELECTION)]
     digest = f"{binascii.crc32(chr(0).join(selection).encode()):08x}"  # no hashlib to load
     return folder / f"commands-{digest}.json"
 

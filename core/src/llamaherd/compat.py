@@ -117,10 +117,14 @@ FOREIGN_RUNTIMES: dict[str, dict[str, Any]] = {
 
 
 def foreign_runtime_message(name: str) -> str:
+    from llamaherd.plugins import PROVIDED_BY
+
+    dist = PROVIDED_BY.get(("runtimes", name))
+    what = dist or f'a runtime plugin that registers "{name}"'
     return (
         f'runtime "{name}" (Action Llama\'s) is not provided by any installed plugin: install '
-        f'a runtime plugin that registers "{name}" (`al plugins` lists what is installed), or '
-        'use type = "container" or "host-user"'
+        f'{what} (`al plugins` lists what is installed), or use type = "container" or '
+        '"host-user"'
     )
 
 
@@ -186,16 +190,6 @@ def project_notes(config: Mapping[str, Any]) -> list[Note]:
                 )
             )
     return notes
-
-
-def env_toml_notes(env: Mapping[str, Any]) -> list[Note]:
-    """Warnings for Action Llama's ``.env.toml`` (its per-machine overrides): llamaherd reads
-    ``projectName`` from it and nothing else."""
-    return [
-        (key, "not read: llamaherd reads settings from config.toml (move it there)")
-        for key in env
-        if key != "projectName"
-    ]
 
 
 def agent_notes(config: Mapping[str, Any]) -> list[Note]:

@@ -27,7 +27,7 @@ from llamaherd.agents import (
     state_of,
 )
 from llamaherd.auth import json_body, require_token
-from llamaherd.status import agent_rows, run_dict, serving_status
+from llamaherd.status import agent_rows, database_status, run_dict, serving_status
 from llamaherd.types import LlamaherdError
 
 
@@ -80,7 +80,10 @@ async def stat(request: Request) -> Response:
         agent_rows, engine.project, engine.store, engine.registry, engine.clock()
     )
     scheduler = await run_in_threadpool(serving_status, engine)
-    return JSONResponse({"scheduler": scheduler, "agents": rows, "now": engine.clock()})
+    database = await run_in_threadpool(database_status, engine.project, engine.store)
+    return JSONResponse(
+        {"scheduler": scheduler, "agents": rows, "database": database, "now": engine.clock()}
+    )
 
 
 @require_token

@@ -86,6 +86,18 @@ class CredentialStore:
         values = {name: _read_field(directory / name) for name in _entries(directory, files=True)}
         return values or None
 
+    def signature(self) -> tuple[Any, ...]:
+        """Changes whenever a credential is added, replaced or removed (each write renames a
+        file into its instance directory, which changes that directory's mtime): a running
+        scheduler re-checks a config that lacked one."""
+        found: list[Any] = []
+        for directory in (self.root, *self.root.glob("*"), *self.root.glob("*/*")):
+            try:
+                found.append((str(directory), directory.stat().st_mtime_ns))
+            except OSError:  # absent, or removed meanwhile
+                continue
+        return tuple(found)
+
     def exists(self, type_name: str, instance: str = DEFAULT_INSTANCE) -> bool:
         return bool(_entries(self.path(type_name, instance), files=True))
 

@@ -10,6 +10,7 @@ raises is one error finding.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -87,14 +88,15 @@ class ConfigCheck:
         from llamaherd.schema import validate_project
 
         problems = validate_project(project, registry)
-        findings = [
-            Finding(f"{p.file}: {p.key}" if p.key else p.file, p.severity, p.message)
-            for p in problems
-        ]
+        findings = [Finding(_subject(p), p.severity, p.message) for p in problems]
         if not any(p.is_error for p in problems):
             count = len(project.agents)
             findings.append(Finding.ok("config.toml", f"valid, with {count} agent(s)"))
         return findings
+
+
+def _subject(problem: Any) -> str:
+    return f"{problem.file}: {problem.key}" if problem.key else problem.file
 
 
 def credential_refs(project: Any, registry: Any) -> dict[tuple[str, str], list[str]]:
@@ -319,15 +321,16 @@ class ScaleCheck:
             for a in agents
             if _scale(a) is not None and _scale(a) > cap
         ]
-        total = sum(_scale(a) or 0 for a in agents)
-        if total > cap:
+        overflow = project.scale_overflow()
+        if overflow:
             findings.append(
                 Finding.warning(
                     "scale",
-                    f"agents' scales add up to {total}, above the project's scale {cap}: when "
-                    "all are busy, runs wait for a free slot",
+                    f"agents' scales add up to {overflow[0]}, above the project's scale {cap}: "
+                    "when all are busy, runs wait for a free slot",
                 )
             )
+        total = sum(_scale(a) or 0 for a in agents)
         return findings or [Finding.ok("scale", f"agents' scales add up to {total} (cap {cap})")]
 
 
@@ -423,6 +426,11 @@ class SchedulerCheck:
         if not status["running"]:
             return [Finding.ok("scheduler", "not running here (`al start` runs it)")]
         subject = f"scheduler pid {status['pid']}"
+        failures = [Finding.error(subject, problem) for problem in status["problems"]]
+        return failures + self._config(subject, status)
+
+    @staticmethod
+    def _config(subject: str, status: dict[str, Any]) -> list[Finding]:
         if status["config_errors"]:
             problems = "; ".join(status["config_errors"])
             return [
@@ -457,6 +465,21 @@ CHECKS = (
 def register_doctor_checks(register: Any) -> None:
     for check in CHECKS:
         register(check)
+
+
+def strict_config(project: Any, registry: Any) -> list[Result]:
+    """``run_checks``, with the config's warnings about keys llamaherd reads differently or
+    does not act on made errors (``al doctor --strict``, as Action Llama's makes unknown
+    fields errors)."""
+    from llamaherd.schema import validate_project
+
+    strict = {(_subject(p), p.message) for p in validate_project(project, registry) if p.compat}
+    results = run_checks(project, registry)
+    for result in results:
+        finding = result.finding
+        if result.check == ConfigCheck.name and (finding.subject, finding.message) in strict:
+            result.finding = dataclasses.replace(finding, status="error")
+    return results
 
 
 def failed(results: Iterable[Result]) -> bool:

@@ -1,4 +1,5 @@
-"""Durations as people write them in config and on the command line: 90, "30s", "10m", "2h", "7d"."""
+"""Durations as people write them in config and on the command line: 90, "30s", "10m", "2h",
+"7d", and sums such as "1h30m" (as Action Llama's ``wait_for_trigger`` timeouts)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from llamaherd.types import LlamaherdError
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+PART = r"\d+(?:\.\d+)?\s*(?:ms|s|m|h|d|w)"
+COMPOUND = re.compile(rf"^\s*(?:{PART}\s*){{2,}}$")
 
 
 def parse_duration(value: str | float | int, where: str = "duration") -> float:
@@ -18,9 +21,13 @@ def parse_duration(value: str | float | int, where: str = "duration") -> float:
         seconds = float(value)
     else:
         match = PATTERN.match(str(value))
-        if not match:
+        if match:
+            seconds = float(match.group(1)) * UNITS[match.group(2) or "s"]
+        elif COMPOUND.match(str(value)):
+            parts = re.findall(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", str(value))
+            seconds = sum(float(number) * UNITS[unit] for number, unit in parts)
+        else:
             raise LlamaherdError(f"{where}: expected a duration like 30s, 10m, 2h, got {value!r}")
-        seconds = float(match.group(1)) * UNITS[match.group(2) or "s"]
     if seconds <= 0:
         raise LlamaherdError(f"{where}: expected a positive duration, got {value!r}")
     return seconds

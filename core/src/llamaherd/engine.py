@@ -7,7 +7,6 @@ scheduler adds trigger plugins, a dispatcher and crash recovery on top (``llamah
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
@@ -15,6 +14,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from llamaherd.clock import clock, host_id
 from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent
+from llamaherd.types import EmitResult, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
@@ -35,17 +35,19 @@ CLAIM_BATCH = 32
 
 
 def socket_prefix(root: Path) -> Path:
-    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid."""
+    """``/tmp/al-gw-<project digest>-``: a scheduler's socket directory adds its pid and a
+    random part (``<pid>-<random>``)."""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"al-gw-{digest}-"
 
 
 def remove_stale_socket_dirs(prefix: Path) -> list[Path]:
-    """Remove this project's gateway socket directories (``<prefix><pid>``) left behind by
-    schedulers that died (``kill -9``, a failed start); only ours: our uid, a dead pid."""
+    """Remove this project's gateway socket directories (``<prefix><pid>-<random>``, or
+    ``<prefix><pid>`` of older versions) left behind by schedulers that died (``kill -9``, a
+    failed start); only ours: our uid, a dead pid."""
     removed = []
     for directory in prefix.parent.glob(prefix.name + "*"):
-        pid = directory.name.removeprefix(prefix.name)
+        pid = directory.name.removeprefix(prefix.name).split("-", 1)[0]
         try:
             info = directory.lstat()
         except FileNotFoundError:
@@ -76,8 +78,13 @@ class Engine:
         self.credentials = CredentialStore()
         self.host = host or host_id()
         self.wakeup = threading.Event()  # set when work may be claimable
+        # Agents whose runtime had no room (SandboxBusy): claim none of theirs until then.
+        self._deferred: dict[str, float] = {}
         self.gateway_url = ""
         self.gateway_socket: str | None = None
+        # Files of .al/ the scheduler's start found open to other users and made private
+        # (``statedir.secure``): a secret among them may have been copied.
+        self.made_private: list[Path] = []
         self._servers: list[Any] = []
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
@@ -116,18 +123,15 @@ class Engine:
 
     def _socket_path(self) -> str:
         # Unix socket paths are limited to ~107 bytes, so they live under /tmp, named per
-        # project and process: al-gw-<project digest>-<pid>.
+        # project and process: al-gw-<project digest>-<pid>-<random>. /tmp is shared and a
+        # pid is predictable (another user once created every pid's name in advance, and the
+        # scheduler could not start): mkdtemp picks a name nobody can guess and creates it
+        # ours, or tries another.
         prefix = socket_prefix(self.project.root)
         remove_stale_socket_dirs(prefix)
-        directory = Path(f"{prefix}{os.getpid()}")
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o755)
-        info = directory.lstat()
-        # /tmp is shared: a directory someone else planted there could hand out our socket.
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            raise LlamaherdError(f"{directory} exists and is not ours: remove it and start again")
-        directory.chmod(0o755)  # sandbox users connect to the socket in it
-        return str(directory / "gateway.sock")
+        directory = tempfile.mkdtemp(prefix=f"{prefix.name}{os.getpid()}-", dir=prefix.parent)
+        os.chmod(directory, 0o755)  # sandbox users connect to the socket in it
+        return os.path.join(directory, "gateway.sock")
 
     def close(self) -> None:
         if self._queued_here:
@@ -284,6 +288,58 @@ class Engine:
             )
         return True
 
+    def requeue_interrupted(
+        self,
+        run: Any,
+        events: list[dict[str, Any]] | None = None,
+        down_until_now: bool = False,
+        cause: str | None = None,
+    ) -> None:
+        """Queue an interrupted run's trigger again, once, with what the recovery notice says
+        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued): its
+        scheduler died, or its sandbox went away with its host (``SandboxLost``, ``cause``).
+        ``down_until_now``: the system is back now (a crash found at startup); else (a stop,
+        a lost host) the notice counts the downtime until the new run starts."""
+        agent = self.project.agents.get(run.agent)
+        trigger = run.trigger or {}
+        if (
+            agent is None
+            or agent.get("onInterrupted", "requeue") == "fail"
+            or trigger.get("recovery")
+        ):
+            return
+        if events is None:
+            events = self.store.events(run.id)
+        now = self.clock()
+        last_progress = events[-1]["at"] if events else run.started_at
+        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
+        # last event: a run may be quiet for long in a tool call.
+        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
+        if cause is not None:
+            beats = []  # its scheduler lives: the run's own last event dates the loss
+        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
+        recovery = {
+            "interrupted_run": run.id,
+            "started_at": run.started_at,
+            "last_progress": last_progress,
+            "down_since": down_since,
+        }
+        if cause is not None:
+            recovery["cause"] = cause
+        if down_until_now:
+            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
+        self.emit(
+            TriggerEvent(
+                agent=run.agent,
+                kind=run.trigger_kind,
+                payload=trigger.get("payload", {}),
+                prompt=trigger.get("prompt", ""),
+                source=trigger.get("source"),
+                call_id=run.call_id,
+                recovery=recovery,
+            )
+        )
+
     def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
         from llamaherd.waits import match_waiting
 
@@ -301,6 +357,12 @@ class Engine:
         ``suspended``) still queue."""
         state = self.store.agent_state(agent)
         refused = None
+        found = self.project.agents.get(agent)
+        if found is not None and found.disabled:
+            # Not an agent event: its triggers are not started, so this is a manual run, a call
+            # or a webhook delivery, each of which says so itself.
+            where = found.project.relative(found.config_file)
+            return f"agent {agent!r} is disabled (scale = 0 in {where})"
         if state == "off":
             refused = f"agent {agent!r} is off (turn it on with `al state {agent} idle`)"
         elif state == "hibernate" and kind not in self.hibernating_kinds():
@@ -332,11 +394,18 @@ class Engine:
         for _, agent in suspended:
             holding[agent] = holding.get(agent, 0) + 1
         scales = {}
+        now = time.monotonic()
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
+            held = held or self._deferred.get(name, 0.0) > now
             held = held or self.admission(agent) is not None
             scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
         return scales
+
+    def defer(self, agent: str, seconds: float) -> None:
+        """Claim none of ``agent``'s queued items for ``seconds`` (its runtime had no room for
+        a run, ``SandboxBusy``), unless a run of it ends here first (room may be free then)."""
+        self._deferred[agent] = time.monotonic() + seconds
 
     def admission(self, agent: Any) -> str | None:
         """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
@@ -408,12 +477,15 @@ class Engine:
         thread.start()
 
     def _execute(self, run: Any) -> None:
+        final = None
         try:
-            self.runner.run(run)
+            final = self.runner.run(run)
         except Exception:  # the runner never raises; this is the last line of defence
             log.exception("run %s crashed", run.id)
         finally:
             self.threads.pop(run.id, None)
+            if final is not None:  # it ran (not put back): its room is free for the next
+                self._deferred.pop(run.agent, None)
             self.wakeup.set()
 
     def kill(self, run_id: str, reason: str = "killed by user") -> bool:

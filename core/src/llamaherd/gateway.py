@@ -77,13 +77,15 @@ def authenticate(engine: Any, request: Request) -> Any:
 
 
 async def _body(request: Request) -> dict[str, Any]:
+    from llamaherd.surrogates import clean
+
     raw = await request.body()
     if not raw.strip():
         return {}
     data = json.loads(raw)
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
-    return data
+    return clean(data)  # an agent's "\ud800" would break every listing that shows it
 
 
 def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:

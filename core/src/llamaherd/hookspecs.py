@@ -182,7 +182,9 @@ def describe_triggers(agent: Agent, now: float) -> list[TriggerInfo] | None:
 @hookspec(firstresult=True)
 def open_control_channel(environment: str) -> ControlChannel | None:
     """Open a channel to the control API of the scheduler deployed as ``environment``, for the
-    read commands' ``--env NAME`` (``al stat``, ``al runs``, ``al logs``, ``al stats``).
+    ``-E/--env NAME`` of the commands that talk to a scheduler (``al stat``, ``al runs``,
+    ``al logs``, ``al stats``, ``al run``, ``al pause``, ``al resume``, ``al kill``,
+    ``al stop``), unless that environment's file has no ``[server]`` (it only layers settings).
 
     Return ``None`` when ``environment`` is not one of yours, so another plugin may answer; the
     first :class:`~llamaherd.types.ControlChannel` returned is used and closed when the command
@@ -190,7 +192,8 @@ def open_control_channel(environment: str) -> ControlChannel | None:
     scheduler running there). Without any implementation ``--env`` names the distribution to
     install.
 
-    :param environment: the name given to ``--env`` (or ``$AL_ENV``).
+    :param environment: the name given to ``--env`` (or ``$AL_ENV``, or the project's
+        ``.env.toml`` binding).
     """
 
 

@@ -34,6 +34,7 @@ STYLES = {
     "human": "bold white",
     "wait": "cyan",
     "lock": "magenta",
+    "write_budget": "bold yellow",
 }
 
 # Which field of an event's data says the most, by event type.

@@ -341,7 +341,7 @@ class ModelChain:
         last: ProviderError | None = None
         for entry in entries:
             try:
-                return self._with_retries(entry, messages, tools, options)
+                return _cleaned(self._with_retries(entry, messages, tools, options))
             except _Stopped as stopped:
                 raise stopped.error from None
             except (RateLimited, Transient) as exc:
@@ -449,3 +449,14 @@ def _all_failed(last: ProviderError, names: list[str]) -> ProviderError:
     if isinstance(last, RateLimited):
         return RateLimited(message, retry_after=last.retry_after)
     return type(last)(message)
+
+
+def _cleaned(reply: Reply) -> Reply:
+    """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD: a model
+    may emit ``"\\ud800"`` in its JSON, and stored, it broke every listing that showed it."""
+    from llamaherd.surrogates import clean
+
+    reply.text = clean(reply.text)
+    for call in reply.tool_calls:
+        call.name, call.arguments = clean(call.name), clean(call.arguments)
+    return reply

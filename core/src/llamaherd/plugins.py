@@ -35,6 +35,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.skills",
     "llamaherd.gateway",
     "llamaherd.control",
+    "llamaherd.control_compat",
     "llamaherd.doctor",
     "llamaherd.budgets",
 )
@@ -225,6 +226,33 @@ class PluginManager:
         return sorted(rows, key=lambda info: (not info.builtin, info.name))
 
 
+def install_signature() -> tuple[Any, ...]:
+    """Changes when a distribution is installed or removed: installing writes into a
+    directory of ``sys.path`` (its ``.dist-info``, an editable install's ``.pth``)."""
+    found = []
+    for entry in sys.path:
+        try:
+            found.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            continue
+    return tuple(found)
+
+
+def installed_plugins() -> set[str]:
+    """The entry-point plugins installed now (read afresh) that ``AL_LOAD_PLUGINS`` and
+    ``AL_DISABLE_PLUGINS`` let load: what a process starting now would load."""
+    from importlib import invalidate_caches
+    from importlib.metadata import entry_points
+
+    if os.environ.get("AL_NO_ENTRYPOINTS") == "1":
+        return set()
+    invalidate_caches()  # the metadata finders cache directory listings
+    allow = _split_env("AL_LOAD_PLUGINS")
+    block = _split_env("AL_DISABLE_PLUGINS") or set()
+    names = {ep.name for ep in entry_points(group=GROUP)}
+    return {name for name in names if name not in block and (allow is None or name in allow)}
+
+
 def entrypoint_distributions() -> dict[str, tuple[str, str]]:
     """Entry-point name -> (distribution, version) for the ``llamaherd`` group."""
     from importlib.metadata import entry_points
@@ -395,6 +423,7 @@ def reset() -> None:
 PROVIDED_BY: dict[tuple[str, str], str] = {
     ("runtimes", "container"): "llamaherd-docker",
     ("runtimes", "host-user"): "llamaherd-host-user",
+    ("runtimes", "ssh"): "llamaherd-ssh",
     ("providers", "anthropic"): "llamaherd-anthropic",
     ("providers", "openai"): "llamaherd-openai",
     ("providers", "groq"): "llamaherd-openai",

@@ -7,6 +7,7 @@ parses, so ``al validate`` can report every problem at once.
 from __future__ import annotations
 
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -46,23 +47,77 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
-ENV_TOML = ".env.toml"  # Action Llama's per-machine overrides
+# Bytes of one project file (config.toml, SKILL.md, a Dockerfile) the scheduler reads.
+MAX_PROJECT_FILE = 1024 * 1024
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a syntax error becomes a ConfigError naming line and column."""
+def read_project_file(path: Path, limit: int = MAX_PROJECT_FILE) -> bytes:
+    """The bytes of a file of the project (a ``config.toml``, a ``SKILL.md``, a Dockerfile).
+
+    It must be a regular file (after links) of at most ``limit`` bytes, else a ConfigError
+    says what it is: a FIFO there once blocked live reload and, through ``/control/stat``,
+    every request thread, and a link to ``/dev/zero`` was read into gigabytes. Opened without
+    blocking, so a FIFO is refused rather than waited on.
+    """
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), "", f"invalid TOML: {exc}") from None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(
+                str(path),
+                "",
+                f"not a regular file ({_file_kind(info.st_mode)}); replace it with one",
+            )
+        if info.st_size > limit:
+            raise ConfigError(str(path), "", _too_large(info.st_size, limit))
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while being read
+        raise ConfigError(str(path), "", _too_large(len(data), limit))
+    return data
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"{size:,} bytes or more; a project file may have at most {limit:,}"
+
+
+def _file_kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISDIR: "a directory",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "not a file")
+
+
+def read_project_text(path: Path, limit: int = MAX_PROJECT_FILE) -> str:
+    """``read_project_file`` as UTF-8 text."""
+    data = read_project_file(path, limit)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(
             str(path), "", f"not UTF-8 text (byte {exc.start}); save it as UTF-8"
         ) from None
-    except OSError as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error becomes a ConfigError naming line and column."""
+    text = read_project_text(path)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), "", f"invalid TOML: {exc}") from None
 
 
 @dataclass
@@ -81,10 +136,7 @@ def read_skill(path: Path) -> SkillFile:
     the body. One that is not closed, or is not a mapping, is read as body too, with a warning.
     Invalid YAML is a ConfigError naming its line.
     """
-    try:
-        text = path.read_text(encoding="utf-8").lstrip("\ufeff")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"cannot read: {exc}") from None
+    text = read_project_text(path).lstrip("\ufeff")
     lead = len(text) - len(text.lstrip())
     parts = text[lead:].split("\n")
     if parts[0].rstrip() != "---":
@@ -162,6 +214,15 @@ class Agent:
         return int(self.config.get("scale", self.project.setting("defaultAgentScale")))
 
     @property
+    def disabled(self) -> bool:
+        """``scale = 0``: the agent never runs (Action Llama's way to switch one off in its
+        config). An invalid scale is not "disabled": validation reports it."""
+        try:
+            return self.scale == 0
+        except (TypeError, ValueError):
+            return False
+
+    @property
     def timeout(self) -> float:
         local = self.project.config.get("local", {})
         return float(self.config.get("timeout", local.get("timeout", RUN_TIMEOUT)))
@@ -220,8 +281,10 @@ class Agent:
 @dataclass
 class Project:
     root: Path
+    # The merged configuration: config.toml, then .env.toml, then the environment's file.
     config: dict[str, Any] = field(default_factory=dict)
     errors: list[ConfigError] = field(default_factory=list)
+    layering: Any = None  # llamaherd.environments.Layered: where the config's layers came from
 
     @property
     def config_file(self) -> Path:
@@ -235,18 +298,38 @@ class Project:
         """A top-level setting (or its deprecated Action Llama spelling), else its default."""
         return compat.setting(self.config, key, DEFAULTS.get(key))
 
-    @cached_property
-    def env_toml(self) -> dict[str, Any]:
-        """Action Llama's ``.env.toml`` (per-machine overrides), when present: only its
-        ``projectName`` is read (``llamaherd.compat.env_toml_notes``)."""
-        path = self.root / ENV_TOML
-        return read_toml(path) if path.is_file() else {}
+    @property
+    def environment(self) -> str | None:
+        """The environment whose file is merged into the config (``llamaherd.environments``)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None else None
+
+    @property
+    def requested_environment(self) -> str | None:
+        """The environment asked for with ``-E`` (a reload asks for it again; ``$AL_ENV`` and
+        ``.env.toml`` are read afresh)."""
+        binding = self.layering.binding if self.layering is not None else None
+        return binding.name if binding is not None and binding.source == "--env" else None
+
+    def scale_overflow(self) -> tuple[int, int] | None:
+        """(the agents' scales added up, the project's ``scale``) when the sum exceeds the cap:
+        agents are then throttled, as Action Llama warns. Invalid scales count as none (their
+        own error says why)."""
+        cap = self.setting("scale")
+        if not isinstance(cap, int) or isinstance(cap, bool):
+            return None
+        total = 0
+        for agent in self.agents.values():
+            try:
+                total += agent.scale
+            except (TypeError, ValueError):
+                continue
+        return (total, cap) if total > cap else None
 
     @property
     def name(self) -> str:
-        """``projectName`` (config.toml, then .env.toml), else the directory's name."""
-        named = self.config.get("projectName") or self.env_toml.get("projectName")
-        return str(named or self.root.name)
+        """``projectName`` (from the merged config), else the directory's name."""
+        return str(self.config.get("projectName") or self.root.name)
 
     @property
     def public_url(self) -> str | None:
@@ -275,7 +358,7 @@ class Project:
             return found
         for entry in sorted(os.scandir(agents_dir), key=lambda e: e.name):
             skill = Path(entry.path) / "SKILL.md"
-            if not entry.is_dir() or not skill.is_file():
+            if not entry.is_dir() or not skill.exists():
                 continue
             try:
                 found[entry.name] = self._load_agent(entry.name, Path(entry.path))
@@ -288,7 +371,7 @@ class Project:
         under config.toml (``llamaherd.compat``)."""
         agent = Agent(name=name, path=path, project=self)
         skill = read_skill(agent.skill_file)
-        own = read_toml(agent.config_file) if agent.config_file.is_file() else {}
+        own = read_toml(agent.config_file) if agent.config_file.exists() else {}
         agent.meta, agent.body = skill.meta, skill.body
         agent.config, agent.origins, shadowed = compat.merge_frontmatter(skill.meta, own)
         notes = skill.notes + compat.frontmatter_notes(agent.origins, shadowed)
@@ -299,6 +382,11 @@ class Project:
         try:
             return self.agents[name]
         except KeyError:
+            # Its folder is there but could not be loaded (unreadable, invalid): say why.
+            folder = self.root / "agents" / name
+            broken = [e for e in self.errors if Path(e.file).parent == folder]
+            if broken:
+                raise broken[0] from None
             known = ", ".join(sorted(self.agents)) or "none"
             raise ConfigError(
                 str(self.root / "agents"), name, f"no such agent (agents: {known})"
@@ -315,13 +403,15 @@ def find_root(start: Path | None = None) -> Path | None:
     """Walk up from ``start`` (default cwd) to the first dir with config.toml or agents/."""
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        if (candidate / "config.toml").is_file() or (candidate / "agents").is_dir():
+        if (candidate / "config.toml").exists() or (candidate / "agents").is_dir():
             return candidate
     return None
 
 
 def load_project(root: Path | None = None) -> Project:
-    """Load the project at ``root`` (or found from cwd). Raises ConfigError for the root config."""
+    """Load the project at ``root`` (or found from cwd) with ``config.toml`` alone; raises
+    ConfigError for the root config. ``llamaherd.environments.load_project`` (what the CLI and
+    plugins use) adds the layers over it: ``.env.toml`` and the environment's file."""
     if root is None:
         found = find_root()
         if found is None:
@@ -332,5 +422,5 @@ def load_project(root: Path | None = None) -> Project:
             )
         root = found
     root = Path(root).resolve()
-    config = read_toml(root / "config.toml") if (root / "config.toml").is_file() else {}
+    config = read_toml(root / "config.toml") if (root / "config.toml").exists() else {}
     return Project(root=root, config=config)

@@ -25,7 +25,8 @@ Built-in tools:
 - bash: run a shell command in your sandbox. The working directory carries over between calls; \
 `setenv NAME VALUE` sets an environment variable for your later bash calls. Long output is \
 truncated.
-- read_file / write_file: read or write a file (paths relative to the working directory).
+- read(path, offset?, limit?) / write(path, content) / edit(path, edits=[{oldText, newText}]): read, create or change a file (paths relative to the working directory).
+- grep(pattern, path?, glob?, ...) / find(pattern, path?) / ls(path?): search file contents, find files by glob, list a directory.
 - respond(message) / say(message) / ask(question): talk to the human (see below).
 Credentials are available as environment variables and files (see <credential-context>); never \
 print their values."""
@@ -74,9 +75,11 @@ def loop_mode(agent: Any, trigger: dict[str, Any] | None = None) -> str:
     return str(agent.config.get("loop_mode", "autonomous"))
 
 
-def system_prompt(agent: Any, registry: Any, run: Any, mode: str = "autonomous") -> str:
+def system_prompt(
+    agent: Any, registry: Any, run: Any, mode: str = "autonomous", body: str | None = None
+) -> str:
     """BASE_PREAMBLE and the loop mode's note, then each language skill's preamble grouped by
-    category, then SKILL.md."""
+    category, then SKILL.md (``body``: its text with context injected, else as written)."""
     parts = [BASE_PREAMBLE, MODE_NOTES[mode]]
     skills = sorted(registry.language_skills.values(), key=lambda s: (s.category, s.name))
     category = None
@@ -88,7 +91,7 @@ def system_prompt(agent: Any, registry: Any, run: Any, mode: str = "autonomous")
             category = skill.category
             parts.append(f"## {category.replace('_', ' ').title()}")
         parts.append(text)
-    parts.append("---\n\n" + agent.body.strip())
+    parts.append("---\n\n" + (agent.body if body is None else body).strip())
     return "\n\n".join(parts)
 
 
@@ -163,6 +166,8 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     ]
     if recovery.get("interrupted_run"):
         lines.append(f"Interrupted run: {recovery['interrupted_run']}")
+    if recovery.get("cause"):
+        lines.append(f"Cause: {recovery['cause']}")
     if started is not None:
         lines.append(f"Interrupted run started: {_iso(float(started))}")
     if progress is not None:
@@ -249,12 +254,14 @@ def build_prompts(
     environment: Environment | None = None,
     credential_store: Any = None,
     now: float | None = None,
+    body: str | None = None,
 ) -> tuple[str, str]:
-    """(system, user) for a run of ``agent`` started by ``trigger`` (kind/payload/prompt/...)."""
+    """(system, user) for a run of ``agent`` started by ``trigger`` (kind/payload/prompt/...);
+    ``body``: the SKILL.md body with its context injected (``llamaherd.injection``)."""
     env = environment or Environment(
         timeout=agent.timeout, max_turns=max_turns(agent), turn_limit_pauses=suspends(agent)
     )
-    system = system_prompt(agent, registry, run, loop_mode(agent, trigger))
+    system = system_prompt(agent, registry, run, loop_mode(agent, trigger), body)
     user = user_prompt(agent, registry, trigger, env, credential_store=credential_store, now=now)
     return system, user
 

@@ -54,9 +54,12 @@ class StoreReader:
         return agent_rows(self.project, self.store, self.registry)
 
     def stat(self) -> dict[str, Any]:
+        from llamaherd.status import database_status
+
         return {
             "scheduler": local_scheduler_status(self.project, self.store),
             "agents": self.agents(),
+            "database": database_status(self.project, self.store),
             "now": self.store.clock(),  # what "fires in", "resets in" count from
         }
 

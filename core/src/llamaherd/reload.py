@@ -1,5 +1,6 @@
 """Live reload: a running scheduler notices edits of ``config.toml`` and ``agents/`` and applies
-them without a restart (``Scheduler.reload``).
+them without a restart (``Scheduler.reload``). A refused config is judged again when what it
+may have lacked appears (``Inputs``: a credential added, a plugin installed, a ``touch``).
 
 ``ConfigWatcher`` only says "something may have changed": through inotify (Linux) on the
 project folder, ``agents/`` and each agent folder (never ``.al/``, which the scheduler itself
@@ -21,6 +22,7 @@ import logging
 import os
 import select
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.project import Project, load_project
+from llamaherd.environments import load_project
+from llamaherd.project import Project
 from llamaherd.types import ConfigError
 
 log = logging.getLogger("llamaherd.reload")
@@ -56,12 +59,13 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 
 def is_config_path(root: Path, path: str) -> bool:
     """Whether ``path`` is (or may contain) a file the project's config is loaded from: the
-    project ``config.toml``, an agent folder, its ``SKILL.md`` or ``config.toml``."""
+    project ``config.toml`` or ``.env.toml``, an agent folder, its ``SKILL.md`` or
+    ``config.toml``."""
     try:
         parts = Path(path).relative_to(root).parts
     except ValueError:
         return False
-    if parts == ("config.toml",):
+    if parts in (("config.toml",), (".env.toml",)):
         return True
     return bool(parts) and parts[0] == "agents" and len(parts) <= 3
 
@@ -80,9 +84,20 @@ def poll_seconds() -> float | None:
     return seconds
 
 
+def input_folders() -> list[Path]:
+    """Folders where what a refused config lacked may appear (``Inputs``): the credential
+    store's (a credential added) and ``sys.path``'s (a plugin installed)."""
+    from llamaherd.credentials import CredentialStore
+
+    store = CredentialStore().root
+    # A store not made yet: its nearest folder that exists, to see it made.
+    here = next((d for d in (store, *store.parents) if d.is_dir()), store)
+    return [here, *store.glob("*"), *store.glob("*/*"), *(Path(p or ".") for p in sys.path)]
+
+
 class Inotify:
-    """The folders of one project under inotify: which folder each watch is, what an event
-    names. Raises OSError when inotify is unavailable."""
+    """The folders of one project under inotify, and the ``input_folders``: which folder each
+    watch is, what an event names. Raises OSError when inotify is unavailable."""
 
     def __init__(self, root: Path) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -93,6 +108,7 @@ class Inotify:
             raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
         self.root = root
         self.folders: dict[int, Path] = {}
+        self.inputs: set[Path] = set()
         self.watch_all()
 
     def watch(self, folder: Path) -> None:
@@ -105,13 +121,20 @@ class Inotify:
             raise OSError(code, f"inotify cannot watch {folder}: {os.strerror(code)}")
 
     def watch_all(self) -> None:
-        """The project folder, ``agents/`` and every agent folder (again after an overflow)."""
+        """The project folder, ``agents/``, every agent folder and the input folders (again
+        after an overflow)."""
+        self.watch_inputs()
         self.watch(self.root)
         agents = self.root / "agents"
         self.watch(agents)
         for entry in os.scandir(agents) if agents.is_dir() else ():
             if entry.is_dir():
                 self.watch(Path(entry.path))
+
+    def watch_inputs(self) -> None:
+        self.inputs = set(input_folders())
+        for folder in self.inputs:
+            self.watch(folder)
 
     def read(self) -> bool:
         """Take the pending events (watching new agent folders); whether one may concern the
@@ -139,6 +162,10 @@ class Inotify:
         folder = self.folders.get(wd)
         if folder is None:
             return False
+        if folder in self.inputs:  # a credential or a distribution may have come or gone
+            if mask & _IN_ISDIR:
+                self.watch_inputs()
+            return True
         path = folder / name if name else folder
         # A folder created or moved in is watched before the reload reads it: what is written
         # into it afterwards is an event of its own.
@@ -244,6 +271,34 @@ class ConfigWatcher:
             log.exception("live reload failed")
 
 
+class Inputs:
+    """What the validity of a config depends on besides its files' contents: the files
+    themselves (a ``touch`` asks for a new look), the credential store (a refusal may name a
+    credential to add) and the installed distributions (a plugin's keys). ``changed()`` says
+    which of them changed since it last looked."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._seen = self._look()
+
+    def _look(self) -> dict[str, tuple[Any, ...]]:
+        from llamaherd.credentials import CredentialStore
+        from llamaherd.plugins import install_signature
+        from llamaherd.status import config_signature
+
+        return {
+            "files": config_signature(self.root),
+            "credentials": CredentialStore().signature(),
+            "plugins": install_signature(),
+        }
+
+    def changed(self) -> set[str]:
+        now = self._look()
+        changed = {name for name, value in now.items() if value != self._seen[name]}
+        self._seen = now
+        return changed
+
+
 @dataclass
 class Candidate:
     """The project a reload would run, and what of the edit it refuses (``refused``: one
@@ -260,7 +315,7 @@ def candidate(current: Project, registry: Any, overrides: dict[str, Any]) -> Can
     from llamaherd.schema import validate_project
 
     try:
-        project = load_project(current.root)
+        project = load_project(current.root, current.requested_environment)
     except ConfigError as exc:
         return Candidate(None, [str(exc)])
     apply_overrides(project, overrides)

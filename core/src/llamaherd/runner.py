@@ -25,12 +25,14 @@ from llamaherd.agents import (
     set_agent_state,
     suspend_timeout,
 )
+from llamaherd.injection import inject_context
 from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, loop_mode, max_turns, suspends
 from llamaherd.session import (
     CUT_SHORT,
     ENV_NAME,
     HUMAN,
+    MARK_STDOUT,
     ActiveRun,
     Deferred,
     Outcome,
@@ -39,8 +41,17 @@ from llamaherd.session import (
     truncate,
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import LlamaherdError, RunResult, SandboxSpec, TriggerEvent
+from llamaherd.types import (
+    CommandFailed,
+    LlamaherdError,
+    RunResult,
+    SandboxBusy,
+    SandboxLost,
+    SandboxSpec,
+    TriggerEvent,
+)
 from llamaherd.waits import SCRIPT_WAITS
+from llamaherd.write_budget import WriteBudget
 
 log = logging.getLogger("llamaherd.runner")
 
@@ -50,7 +61,7 @@ CRASH_PREFIX = "internal error: "  # the reason of a run that crashed the runner
 CRASH_LIMIT = 3  # runs of one agent crashing the runner in a row that put the agent in error
 
 
-class RunFailed(LlamaherdError):
+class RunFailed(CommandFailed):
     """A step of the run failed in a way that ends it as ``error`` with this reason."""
 
 
@@ -77,6 +88,7 @@ class _Live:
     pending_env: dict[str, str] = field(default_factory=dict)  # setenv before the session
     pending_messages: list[str] = field(default_factory=list)  # al say before the session
     stopped: str | None = None  # "killed" | "timeout" once forced to end
+    lost: bool = False  # its sandbox went away with its host (SandboxLost): requeued
     timer: threading.Timer | None = None
 
 
@@ -92,6 +104,8 @@ class Runner:
         self._live: dict[str, _Live] = {}
         # Sandboxes of waiting (or just re-attached) runs, kept for the next run() of the row.
         self._parked: dict[str, tuple[Any, _Prepared]] = {}
+        # What each run active or waiting here has written (``llamaherd.write_budget``).
+        self._budgets: dict[str, WriteBudget] = {}
         self._lock = threading.Lock()
 
     @property
@@ -112,10 +126,22 @@ class Runner:
         with self._lock:
             return self._live.get(run_id)
 
+    def write_budget(self, run_id: str) -> WriteBudget:
+        """The run's write budget, shared by everything that writes for it in this process;
+        it starts from what the store holds of the run (a restart, a resume, another host)."""
+        with self._lock:
+            budget = self._budgets.get(run_id)
+        if budget is None:
+            budget = WriteBudget(*self.store.run_writes(run_id))
+            with self._lock:
+                budget = self._budgets.setdefault(run_id, budget)
+        return budget
+
     # ------------------------------------------------------------------ public API
 
     def run(self, row: Any) -> Any:
-        """Execute a fresh run or continue a resumed one; never raises; returns the final row."""
+        """Execute a fresh run or continue a resumed one; never raises; returns the final row
+        (None for a run put back in its queue: its runtime had no room, ``SandboxBusy``)."""
         log.info(
             "run %s of %s %s (%s trigger)",
             row.id, row.agent, "resumed" if row.transcript else "started", row.trigger_kind,
@@ -150,6 +176,9 @@ class Runner:
             final = self.store.get_run(row.id)
         except StoreError:
             return None
+        if final is None or final.state in FINAL_STATES:
+            with self._lock:
+                self._budgets.pop(row.id, None)
         _log_end(final)
         return final
 
@@ -164,6 +193,8 @@ class Runner:
             return False
         if not self._transition(run_id, state, reason):
             return False
+        with self._lock:
+            self._budgets.pop(run_id, None)
         self._discard_sandbox(row)
         return True
 
@@ -253,11 +284,22 @@ class Runner:
             self._live[row.id] = live
         try:
             sandbox, prepared = self._sandbox(row, agent, resumed)
+        except SandboxBusy as exc:
+            if not resumed and self.store.unclaim(row.id):
+                log.info(
+                    "run %s of %s put back in its queue, unstarted: %s", row.id, row.agent, exc
+                )
+                self.engine.defer(row.agent, exc.retry_after)
+                return
+            self._transition(row.id, "error", live.ctx.redact(str(exc)))
+            return
         except (LlamaherdError, OSError) as exc:
             reason = live.ctx.redact(str(exc))
             live.ctx.log("run_error", {"reason": reason, "stage": "sandbox"})
             self._transition(row.id, "error", reason)
-            if not resumed:  # no sandbox for a fresh run (image, user, runtime): structural
+            # No sandbox for a fresh run (image, user, runtime): structural, unless its host
+            # is only out of reach for now.
+            if not resumed and not isinstance(exc, SandboxLost):
                 self._hold(row, reason)
             return
         live.ctx.sandbox, live.ctx.redactor, live.prepared = sandbox, prepared.redactor, prepared
@@ -307,6 +349,7 @@ class Runner:
             secret_values,
         )
         from llamaherd.redact import Redactor
+        from llamaherd.shared_dir import shared_files
 
         types = self.engine.registry.credential_types
         creds = load_for_agent(agent, self.engine.registry, self.engine.credentials)
@@ -329,6 +372,8 @@ class Runner:
             timeout=agent.timeout,
             credential_env=lambda root: credential_env(types, creds, root),
             gateway_socket=self.engine.gateway_socket,
+            shared_files=shared_files(self.engine.project.root)[0],
+            store=self.store,
         )
         return _Prepared(creds, redactor, spec, token)
 
@@ -363,6 +408,7 @@ class Runner:
             self._hooks(live, "pre")
             if ctx.state_change is not None:  # a pre hook ran `state ...`: no session
                 return Outcome("done", reason=f"the agent set its state to {ctx.state_change}")
+            body = inject_context(ctx, live.pending_env, live.cancel)
             system, user = build_prompts(
                 ctx.agent,
                 self.engine.registry,
@@ -375,6 +421,7 @@ class Runner:
                     turn_limit_pauses=suspends(ctx.agent),
                 ),
                 credential_store=self.engine.credentials,
+                body=body,
             )
             live.session = Session.start(ctx, chain, system, user, **session_kw)
             for name, value in live.pending_env.items():
@@ -382,6 +429,9 @@ class Runner:
             for message in live.pending_messages:
                 live.session.interrupt(message)
             return self._session(live)
+        except SandboxLost as exc:
+            live.lost = True
+            return Outcome("error", reason=ctx.redact(f"interrupted: {exc}"))
         except LlamaherdError as exc:
             return Outcome("error", reason=ctx.redact(str(exc)))
 
@@ -446,7 +496,7 @@ class Runner:
             if live.cancel.is_set() or ctx.state_change == "off":  # off: at once
                 return
             result = ctx.sandbox.exec(
-                "/bin/sh -c " + shlex.quote(command),
+                "/bin/sh -c " + shlex.quote(MARK_STDOUT + command),
                 cwd=ctx.sandbox.workdir,
                 timeout=HOOK_TIMEOUT,
             )
@@ -516,7 +566,7 @@ class Runner:
         deadline = self.store.get_run(row.id).deadline
         if live.stopped is None and deadline is not None and self.engine.clock() >= deadline:
             self._force_stop(live, "timeout", f"run timed out after {ctx.agent.timeout:g} s")
-        if live.stopped is None:  # a killed or timed-out sandbox is gone: no post hooks
+        if live.stopped is None and not live.lost:  # its sandbox is gone: no post hooks
             try:
                 self._hooks(live, "post")
             except LlamaherdError as exc:
@@ -534,6 +584,8 @@ class Runner:
         )
         get_manager().call_each("run_finished", run=ctx, result=result)
         self._discard_sandbox(row, ctx.sandbox)
+        if live.lost and live.stopped is None:
+            self.engine.requeue_interrupted(final)
         self._maybe_rerun(final, ctx)
 
     def _maybe_rerun(self, final: Any, ctx: ActiveRun) -> None:

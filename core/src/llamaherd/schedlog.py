@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from logging.handlers import RotatingFileHandler, WatchedFileHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ LOG_FILE = "scheduler.log"
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
 DEFAULTS = {"format": "text", "level": "info"}
+# Rotation: at 10 MiB, 5 old files kept (60 MiB at most); maxBytes = 0 leaves it to logrotate.
+ROTATION = {"maxBytes": 10 * 1024 * 1024, "backups": 5}
 # ``%(asctime)s``: "2026-12-03 22:03:51,123", local time.
 _TEXT_STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),(\d{3}) ")
 
@@ -49,11 +52,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def settings(config: dict[str, Any]) -> dict[str, str]:
+def settings(config: dict[str, Any]) -> dict[str, Any]:
     """``[log]`` of the project config with its defaults; ``AL_LOG_LEVEL`` / ``AL_LOG_FORMAT``
     win (the schema has checked the table's values)."""
     table = config.get("log") if isinstance(config.get("log"), dict) else {}
-    found = {**DEFAULTS, **table}
+    found = {**DEFAULTS, **ROTATION, **table}
     for key in DEFAULTS:
         found[key] = os.environ.get(f"AL_LOG_{key.upper()}", found[key]).lower()
     return found
@@ -66,9 +69,53 @@ def _formatter(log_format: str, project_name: str | None) -> logging.Formatter:
     return logging.Formatter(f"%(asctime)s {prefix}%(levelname)s %(name)s: %(message)s")
 
 
+class _Private:
+    """A log file handler whose files (rotated ones too) are created 0600: the log names runs
+    and webhook senders."""
+
+    baseFilename: str
+    mode: str
+    encoding: str | None
+    errors: str | None
+
+    def _open(self) -> Any:
+        fd = os.open(self.baseFilename, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600)
+        return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+class RotatingLog(_Private, RotatingFileHandler):
+    """``.al/scheduler.log`` rotated by size (``scheduler.log.1`` ... ``.N``). In a detached
+    scheduler, whose stdout and stderr are the log file (a stray print, a crash's
+    traceback), those follow the rotation to the new file."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int, *, follow_std: bool):
+        super().__init__(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        self.follow_std = follow_std
+
+    def doRollover(self) -> None:  # noqa: N802 (logging's name)
+        super().doRollover()
+        if self.follow_std and self.stream is not None:
+            for fd in (1, 2):
+                os.dup2(self.stream.fileno(), fd)
+
+
+class WatchedLog(_Private, WatchedFileHandler):
+    """``.al/scheduler.log`` reopened when something else (logrotate) moved it away."""
+
+
+def _file_handler(path: Path, found: dict[str, Any], follow_std: bool) -> logging.Handler:
+    """``[log] maxBytes`` > 0: rotated here, keeping ``[log] backups`` files; 0: left to an
+    external rotation such as logrotate (the file is reopened once it is moved)."""
+    max_bytes = int(found["maxBytes"])
+    if max_bytes <= 0:
+        return WatchedLog(path, encoding="utf-8")
+    return RotatingLog(path, max_bytes, int(found["backups"]), follow_std=follow_std)
+
+
 def configure(project: Any, *, to_stderr: bool) -> Path:
     """Send the scheduler's log lines to ``.al/scheduler.log`` (created 0600: it names runs and
-    webhook senders) and, with ``to_stderr``, to stderr too; the file's path."""
+    webhook senders; rotated as ``[log]`` says) and, with ``to_stderr``, to stderr too; the
+    file's path. Without ``to_stderr`` (a detached scheduler) stdout and stderr are the file."""
     found = settings(project.config)
     if found["format"] not in FORMATS:
         found["format"] = "text"
@@ -77,7 +124,7 @@ def configure(project: Any, *, to_stderr: bool) -> Path:
     os.close(os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600))
     os.chmod(path, 0o600)  # one an older version created world-readable
     name = project.name if project.name != project.root.name else None
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
+    handlers: list[logging.Handler] = [_file_handler(path, found, follow_std=not to_stderr)]
     if to_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:

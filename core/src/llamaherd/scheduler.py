@@ -27,9 +27,11 @@ from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
 from llamaherd.local import scheduler_info
+from llamaherd.plugins import get_manager, installed_plugins
 from llamaherd.processes import pid_alive
 from llamaherd.reload import (
     ConfigWatcher,
+    Inputs,
     apply_overrides,
     candidate,
     changed_agents,
@@ -38,7 +40,14 @@ from llamaherd.reload import (
 from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
-from llamaherd.types import EmitResult, LlamaherdError, TriggerEvent, TriggerType, fragment
+from llamaherd.types import (
+    CommandFailed,
+    EmitResult,
+    LlamaherdError,
+    TriggerEvent,
+    TriggerType,
+    fragment,
+)
 
 log = logging.getLogger("llamaherd.scheduler")
 
@@ -50,6 +59,7 @@ HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is pres
 PRUNE_EVERY = 3600.0
 STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
 INVALID_CONFIG = "invalid config:"  # the cause of an agent held for its config at start
+PLUGINS_CHANGED = "plugins"  # how the problem of plugins installed/removed since the start begins
 
 
 def host_stale_after() -> float:
@@ -73,7 +83,9 @@ class SchedulerLock:
     """An exclusive flock on ``.al/scheduler.lock``: one scheduler per project directory."""
 
     def __init__(self, state_dir: Path):
-        secure(state_dir)  # checked (and fixed) at every start: .al/ holds transcripts
+        # Checked (and fixed) at every start: .al/ holds transcripts. What had to be made
+        # private may have been read by others (``Engine.made_private``).
+        self.made_private = secure(state_dir)
         self.path = state_dir / "scheduler.lock"
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -81,7 +93,7 @@ class SchedulerLock:
         except BlockingIOError:
             os.close(self.fd)
             info = scheduler_info(state_dir) or {}
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"another scheduler is already running for this project "
                 f"(pid {info.get('pid', '?')}, {info.get('url', '?')}); stop it with `al stop`"
             ) from None
@@ -134,7 +146,9 @@ class TriggerHost:
 
     @property
     def agents(self) -> list[Any]:
-        return agents_using(self._trigger, self._engine.project.agents.values())
+        """Its agents, but those with ``scale = 0``: they never fire."""
+        agents = self._engine.project.agents.values()
+        return [agent for agent in agents_using(self._trigger, agents) if not agent.disabled]
 
     def configs(self) -> dict[str, dict[str, Any]]:
         """Its agents' values of the keys its trigger type adds: what a reload compares."""
@@ -165,6 +179,7 @@ class Scheduler(Engine):
         self.lock = SchedulerLock(project.state_dir)
         try:
             super().__init__(project)
+            self.made_private = self.lock.made_private
             # A database it cannot write stops it here, in one line, before it starts anything
             # (an orderly stop may leave the WAL file, with which SQLite opens read-only).
             self.store.check_writable()
@@ -177,8 +192,18 @@ class Scheduler(Engine):
         # why the files on disk are not what it runs (a live reload refused them).
         self.config_digest = config_digest(project.root)
         self.config_errors: list[str] = []
+        self.kept: set[str] = set()  # agents whose last good version runs (their files refused)
+        self.refused_all = False  # the whole change on disk was refused
         self.reloaded_at: float | None = None
         self._seen_digest = self.config_digest  # the files the last reload judged
+        # What else a config's validity depends on (``reload.Inputs``): a refused config (or
+        # an agent held for its config) is judged again when any of it changes.
+        self.inputs = Inputs(project.root)
+        self.held: set[str] = set()  # agents held at start for their config
+        # Problems of this process (a trigger that failed to start, a plugin that did not load
+        # or was installed after the start): in `al stat`, `al doctor` and the dashboard.
+        self.problems: list[str] = []
+        self.plugins = installed_plugins()
         self._reloading = threading.Lock()
         self.triggers: list[tuple[Any, TriggerHost]] = []
         self.watcher: ConfigWatcher | None = None
@@ -236,6 +261,9 @@ class Scheduler(Engine):
         for name, problem in broken.items():
             if self.store.agent_state(name) != "error":
                 self.store.set_agent_state(name, "error", f"{INVALID_CONFIG} {problem}")
+        self.held = set(broken)
+        for name, error in get_manager().failed.items():
+            self._problem(f"plugin {name} failed to load: {error}")
 
     def _log_webhook_urls(self) -> None:
         """Where each webhook source receives, under ``[gateway] url`` when set (the address
@@ -254,6 +282,9 @@ class Scheduler(Engine):
         agents = self.project.agents
         for agent in [agents[n] for n in names if n in agents] if names else agents.values():
             runtime = self.registry.runtimes.get(agent.runtime["type"])
+            if agent.disabled:
+                log.info("agent %s: disabled (scale = 0): it never runs", agent.name)
+                continue
             if runtime is None or self.store.agent_state(agent.name) == "error":
                 continue
             try:
@@ -263,7 +294,9 @@ class Scheduler(Engine):
                 continue
             log.info("agent %s: ready%s", agent.name, f" ({prepared})" if prepared else "")
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, signum: int | None = None, *_: Any) -> None:
+        if signum is not None:
+            log.info("received %s: stopping", signal.Signals(signum).name)
         self.stopping.set()
         self.wakeup.set()
 
@@ -287,15 +320,26 @@ class Scheduler(Engine):
         os.replace(tmp, path)
 
     def identity(self) -> dict[str, Any]:
-        """Since when it runs, its version, the config it loaded and why it refused the one on
-        disk: in ``scheduler.json`` and its heartbeat, for ``al stat`` and the control API."""
+        """Since when it runs, its version, the config it loaded, why it refused the one on
+        disk, what failed in it and the plugins it loaded: in ``scheduler.json`` and its
+        heartbeat, for ``al stat``, ``al run``, ``al validate`` and the control API."""
         return {
             "started_at": self.started_at,
             "version": __version__,
             "config_digest": self.config_digest,
             "config_errors": list(self.config_errors),
+            "kept": sorted(self.kept),
+            "refused_all": self.refused_all,
             "reloaded_at": self.reloaded_at,
+            "problems": list(self.problems),
+            "plugins": sorted(self.plugins),
         }
+
+    def _problem(self, message: str) -> None:
+        """Log ``message`` as an error and keep it for ``al stat`` (once)."""
+        log.error("%s", message)
+        if message not in self.problems:
+            self.problems.append(message)
 
     def _start_triggers(self) -> None:
         for trigger in self.registry.trigger_types.values():
@@ -303,31 +347,76 @@ class Scheduler(Engine):
             try:
                 trigger.start(host)
             except Exception as exc:
-                log.error("trigger type %s failed to start: %s", trigger.name, exc)
+                self._problem(f"trigger type {trigger.name} failed to start: {exc}")
                 continue
             self.triggers.append((trigger, host))
 
     # ------------------------------------------------------------------ live reload
+    @property
+    def disk_digest(self) -> str:
+        """The digest of the config files on disk as the watcher last read them (it looks on
+        every change, and every few seconds): what ``al stat`` compares with the loaded one,
+        so a request never reads a project file itself."""
+        return self._seen_digest
+
     def reload(self) -> None:
         """Apply the config files on disk when they changed since the last look (the
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
         not is refused (logged, and in ``al stat``) and its last good version keeps running."""
         with self._reloading:
+            if self.stopping.is_set():
+                return
+            changed_inputs = self.inputs.changed()
+            if "plugins" in changed_inputs:
+                self._check_plugins()
             digest = config_digest(self.project.root)
-            if digest == self._seen_digest or self.stopping.is_set():
+            # Files refused (or agents held) are judged again when what they lacked may have
+            # appeared: a credential, a plugin, or a `touch` of a file.
+            waiting = bool(self.config_errors or self.held)
+            if digest == self._seen_digest and not (waiting and changed_inputs):
                 return
             self._seen_digest = digest
             found = candidate(self.project, self.registry, self.gateway_overrides)
-            for problem in found.refused:
-                log.error("config change refused: %s", problem)
+            restart = self._restart_hint()
+            refused = [problem + restart for problem in found.refused]
+            if refused != self.config_errors:  # a re-check that found the same says nothing new
+                for problem in refused:
+                    log.error("config change refused: %s", problem)
             if found.project is None:
-                log.error("the running config stays as it was (fix the above, then save again)")
+                if refused != self.config_errors:
+                    log.error("the running config stays as it was (fix the above, then save)")
             else:
                 self._apply(found.project, found.kept)
-            self.config_errors = found.refused
+                self.kept = set(found.kept)
+            self.config_errors = refused
+            self.refused_all = found.project is None
             if not found.refused:
                 self.config_digest = digest
             self._write_info()
+
+    def _check_plugins(self) -> None:
+        """Plugins installed or removed since the start need a restart: said in the log, in
+        ``al stat`` and in the refusal of a config that uses them."""
+        now = installed_plugins()
+        before = [p for p in self.problems if p.startswith(PLUGINS_CHANGED)]
+        found = [
+            f"{PLUGINS_CHANGED} {verb} after start ({', '.join(sorted(names))}): "
+            "restart the scheduler (`al stop && al start`)"
+            for verb, names in (("installed", now - self.plugins), ("removed", self.plugins - now))
+            if names
+        ]
+        if found == before:
+            return
+        self.problems = [p for p in self.problems if p not in before]
+        for problem in found:
+            self._problem(problem)
+        self._write_info()
+
+    def _restart_hint(self) -> str:
+        """What a refusal adds when plugins changed since the start (an `unknown key` may be
+        a new plugin's)."""
+        changed = [p for p in self.problems if p.startswith(PLUGINS_CHANGED)]
+        return f" ({'; '.join(changed)})" if changed else ""
 
     def _apply(self, project: Any, kept: set[str]) -> None:
         old = self.project
@@ -340,7 +429,7 @@ class Scheduler(Engine):
         for (trigger, host), configs in zip(self.triggers, before, strict=True):
             if host.configs() != configs:
                 self._reconfigure(trigger, host)
-        self._release_fixed(changed)
+        self._release_fixed([name for name in project.agents if name not in kept])
         log.info(
             "config reloaded: %s",
             "; ".join(
@@ -374,9 +463,10 @@ class Scheduler(Engine):
         except Exception as exc:  # a plugin's failure must not stop the scheduler
             log.error("trigger type %s failed to take the new config: %s", trigger.name, exc)
 
-    def _release_fixed(self, changed: list[str]) -> None:
-        """Agents held at start for an invalid config that a reload fixed go back to idle."""
-        for name in changed:
+    def _release_fixed(self, valid: list[str]) -> None:
+        """Agents held at start for an invalid config that is now ``valid`` go back to idle."""
+        for name in valid:
+            self.held.discard(name)
             if self.store.agent_state(name) != "error":
                 continue
             events = self.store.agent_events(name, limit=20)
@@ -409,6 +499,7 @@ class Scheduler(Engine):
         self._leave()
         self.close()
         self.lock.release()
+        log.info("scheduler %s stopped", self.host)
 
     def _leave(self) -> None:
         """Drop our heartbeat row on a clean stop: the other hosts need not wait for it to go
@@ -467,9 +558,20 @@ class Scheduler(Engine):
         self.reconcile(running, startup=False, dead=dead)
         self._forget(dead)
         self._stop_lost_runs({run.id for run in running})
-        if now - self._last_prune > PRUNE_EVERY:
-            self._last_prune = now
-            self.store.prune(float(self.project.setting("historyRetentionDays")))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Every hour of the engine's clock (a fake one in tests), delete what is older than
+        ``historyRetentionDays``: finished runs and their events, old agent events and
+        ticks, plugins' rows (the webhooks' deliveries and dead letters)."""
+        now = self.clock()
+        if now - self._last_prune < PRUNE_EVERY:
+            return
+        self._last_prune = now
+        days = float(self.project.setting("historyRetentionDays"))
+        removed = self.store.prune(days)
+        if removed:
+            log.info("pruned %d row(s) older than %g days (historyRetentionDays)", removed, days)
 
     def recover(self) -> None:
         """Reconcile runs a crash left behind, then remove sandboxes no live run owns."""
@@ -499,10 +601,16 @@ class Scheduler(Engine):
                 continue
             if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)
-                self.store.update_run(run.id, host=self.host)
-                self.start_thread(self.store.get_run(run.id))
+            elif not orphan and not run.sandbox and not run.transcript:
+                # Claimed, then its scheduler died before its sandbox was recorded: no command
+                # of it ran, so it starts now as itself rather than end error/interrupted
+                # beside a recovery run that does the same work.
+                log.info("run %s: starting it here (its scheduler died before it began)", run.id)
+            else:
+                self.interrupted(run)
                 continue
-            self.interrupted(run)
+            self.store.update_run(run.id, host=self.host)
+            self.start_thread(self.store.get_run(run.id))
 
     def _dead_hosts(self) -> set[str]:
         """Hosts presumed dead: a stale heartbeat, or a process of this machine that is gone."""
@@ -553,7 +661,7 @@ class Scheduler(Engine):
             return  # another scheduler got there first
         log.warning("run %s was interrupted (its scheduler died)", run.id)
         self._cleanup_sandbox(run)
-        self._requeue(run, events, down_until_now=True)
+        self.requeue_interrupted(run, events, down_until_now=True)
 
     def _cut_off(self, run_id: str) -> None:
         """A run still active when the stop's grace period ends is interrupted as by a crash:
@@ -563,48 +671,7 @@ class Scheduler(Engine):
         events = self.store.events(run_id)
         if run is not None and self.runner.kill(run_id, reason="interrupted", state="error"):
             log.warning("run %s was still active when the grace period ended: requeued", run_id)
-            self._requeue(run, events)
-
-    def _requeue(
-        self, run: Any, events: list[dict[str, Any]], down_until_now: bool = False
-    ) -> None:
-        """Queue an interrupted run's trigger again, once, with what the recovery notice says
-        (``onInterrupted = "fail"`` and a run that was itself a recovery: not requeued).
-        ``down_until_now``: the system is back now (a crash found at startup); else (a stop)
-        the notice counts the downtime until the new run starts."""
-        agent = self.project.agents.get(run.agent)
-        trigger = run.trigger or {}
-        if (
-            agent is None
-            or agent.get("onInterrupted", "requeue") == "fail"
-            or trigger.get("recovery")
-        ):
-            return
-        now = self.clock()
-        last_progress = events[-1]["at"] if events else run.started_at
-        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
-        # last event: a run may be quiet for long in a tool call.
-        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
-        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
-        recovery = {
-            "interrupted_run": run.id,
-            "started_at": run.started_at,
-            "last_progress": last_progress,
-            "down_since": down_since,
-        }
-        if down_until_now:
-            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
-        self.emit(
-            TriggerEvent(
-                agent=run.agent,
-                kind=run.trigger_kind,
-                payload=trigger.get("payload", {}),
-                prompt=trigger.get("prompt", ""),
-                source=trigger.get("source"),
-                call_id=run.call_id,
-                recovery=recovery,
-            )
-        )
+            self.requeue_interrupted(run, events)
 
     def _cleanup_sandbox(self, run: Any) -> None:
         agent = self.project.agents.get(run.agent)

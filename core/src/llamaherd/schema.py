@@ -27,6 +27,7 @@ name the plugin to install when a tag is unknown.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
 import getpass
@@ -264,6 +265,22 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": schedlog.DEFAULTS["level"],
                 "description": "Least severe level the scheduler logs. `$AL_LOG_LEVEL` wins.",
             },
+            "maxBytes": {
+                "type": "integer",
+                "minimum": 0,
+                "default": schedlog.ROTATION["maxBytes"],
+                "description": "Size at which `.al/scheduler.log` is rotated to "
+                "`scheduler.log.1` (the older ones shifted to `.2`, ...). 0: never rotated by "
+                "the scheduler, but reopened when moved away, for logrotate (no "
+                "`copytruncate` needed).",
+            },
+            "backups": {
+                "type": "integer",
+                "minimum": 0,
+                "default": schedlog.ROTATION["backups"],
+                "description": "Rotated files kept (`scheduler.log.1` ... `.N`); older ones are "
+                "deleted.",
+            },
         },
         "The scheduler's log: run starts and ends, webhook receipts, triggers refused.",
     ),
@@ -287,7 +304,10 @@ PROJECT_KEYS: dict[str, Any] = {
         "Default `wait_for_trigger` timeout in seconds.", DEFAULTS["defaultWaitTimeout"]
     ),
     "historyRetentionDays": _int(
-        "Days finished runs are kept.", default=DEFAULTS["historyRetentionDays"]
+        "Days finished runs (with their events), agent events, finished calls and plugins' "
+        "rows such as webhook deliveries and dead letters are kept; the scheduler deletes "
+        "older ones every hour.",
+        default=DEFAULTS["historyRetentionDays"],
     ),
     "timezone": {
         "type": "string",
@@ -540,6 +560,9 @@ class Problem:
     message: str
     severity: str = "error"  # or "warning"
     agent: str | None = None
+    # A key Action Llama accepts that llamaherd reads differently or does not act on (these
+    # warnings are errors with `al doctor --strict`).
+    compat: bool = False
 
     @property
     def is_error(self) -> bool:
@@ -595,6 +618,13 @@ def _join(path: Iterable[Any]) -> str:
     return out
 
 
+def _parts(key: str) -> list[Any]:
+    """``_join``'s inverse: ``"webhooks[0].source"`` -> ``["webhooks", 0, "source"]``."""
+    return [
+        int(index) if index else name for index, name in re.findall(r"\[(\d+)\]|([^.\[]+)", key)
+    ]
+
+
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
@@ -622,6 +652,8 @@ def _messages(error: ValidationError) -> Iterator[tuple[list[Any], str]]:
         names = [n for option in expected for n in _as_list(option["type"])]
         wanted = " or ".join(_TYPE_NAMES.get(n, n) for n in dict.fromkeys(names))
         yield [], f"expected {wanted}, got {_describe(value)}"
+    elif kind == "not" and "x-removed" in error.schema:  # a key retired with its reason
+        yield [], error.schema["x-removed"]
     elif kind == "enum":
         yield (
             [],
@@ -671,10 +703,30 @@ class _Checker:
 
         self.store = CredentialStore()
 
+    def shared_files(self) -> None:
+        """The project's ``shared/`` directory: files left out (warnings), too much (error)."""
+        from llamaherd.shared_dir import SHARED_DIR, shared_files
+
+        try:
+            _, skipped = shared_files(self.project.root)
+        except LlamaherdError as exc:
+            self.add(f"{SHARED_DIR}/", "", str(exc).removeprefix(f"{SHARED_DIR}/: "))
+            return
+        for note in skipped:
+            self.add(f"{SHARED_DIR}/", "", note, warning=True)
+
     def add(
-        self, file: str, key: str, message: str, *, agent: str | None = None, warning: bool = False
+        self,
+        file: str,
+        key: str,
+        message: str,
+        *,
+        agent: str | None = None,
+        warning: bool = False,
+        compat: bool = False,
     ) -> None:
-        self.problems.append(Problem(file, key, message, "warning" if warning else "error", agent))
+        severity = "warning" if warning else "error"
+        self.problems.append(Problem(file, key, message, severity, agent, compat))
 
     def schema_errors(
         self,
@@ -753,22 +805,29 @@ class _Checker:
 
     def notes(self, file: str, notes: Iterable[compat.Note], agent: str | None = None) -> None:
         for key, message in notes:
-            self.add(file, key, message, agent=agent, warning=True)
+            self.add(file, key, message, agent=agent, warning=True, compat=True)
 
     # ----------------------------------------------------------------- project
 
     def check_project(self) -> None:
         config = self.project.config
         file = "config.toml"
+        first = len(self.problems)
         self.schema_errors(self.schemas.project_base, config, file, [])
         self.project_budget(file, config)
         # A key an installed plugin acts on ([telemetry] with llamaherd-otel) is not "not acted on".
         owned = set(self.registry.project_keys)
         self.notes(file, [n for n in compat.project_notes(config) if n[0] not in owned])
-        try:
-            self.notes(".env.toml", compat.env_toml_notes(self.project.env_toml))
-        except ConfigError as exc:
-            self.add(".env.toml", exc.key, exc.message)
+        self.shared_files()
+        overflow = self.project.scale_overflow()
+        if overflow:
+            self.add(
+                file,
+                "scale",
+                f"agents' scales add up to {overflow[0]}, above the project's scale "
+                f"{overflow[1]}: agents will be throttled (at most {overflow[1]} runs at once)",
+                warning=True,
+            )
         used = {
             m for agent in self.project.agents.values() for m in _names(agent.config.get("models"))
         }
@@ -803,6 +862,19 @@ class _Checker:
                     self.registry.webhook_sources[kind],
                     source,
                 )
+        self.in_layers(first)
+
+    def in_layers(self, first: int) -> None:
+        """Problems (from ``first`` on) of keys that ``.env.toml`` or the environment's file
+        set name that file, not config.toml (``llamaherd.environments``)."""
+        layering = self.project.layering
+        if layering is None or not layering.layers:
+            return
+        for i in range(first, len(self.problems)):
+            problem = self.problems[i]
+            origin = layering.origin(_parts(problem.key)) if problem.key else None
+            if problem.file == "config.toml" and origin is not None:
+                self.problems[i] = dataclasses.replace(problem, file=origin)
 
     def project_budget(self, file: str, config: dict[str, Any]) -> None:
         """The project's ``timezone`` names a zone, its ``[budget]`` parses."""
@@ -899,9 +971,8 @@ class _Checker:
         self.frontmatter(agent)
         self.notes(file, compat.agent_notes(config), agent.name)
         for where, key, message in agent.notes:
-            self.add(
-                self.project.relative(Path(where)), key, message, agent=agent.name, warning=True
-            )
+            where = self.project.relative(Path(where))
+            self.add(where, key, message, agent=agent.name, warning=True, compat=True)
         self.relocate(agent, file)
 
     def relocate(self, agent: Agent, file: str) -> None:
@@ -914,9 +985,7 @@ class _Checker:
             root = re.split(r"[.\[]", problem.key)[0]
             if problem.agent == agent.name and problem.file == file and root in agent.origins:
                 key = agent.origins[root] + problem.key[len(root) :]
-                self.problems[i] = Problem(
-                    skill, key, problem.message, problem.severity, agent.name
-                )
+                self.problems[i] = dataclasses.replace(problem, file=skill, key=key)
 
     def plugin_keys(self, agent: Agent, file: str) -> set[str]:
         """Report keys of first-party plugins that are not installed; return them."""

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
 from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
-from llamaherd.types import Conflict, LlamaherdError
+from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
 
@@ -41,7 +41,11 @@ def build_app(engine: Any) -> Starlette:
     app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
     app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
     app.state.raw_routes = {}  # prefix -> plain ASGI handler (``RawRoutes``)
+    # Why a plugin cannot serve safely (register_routes appends one line each): no start then.
+    app.state.refusals = []
     get_manager().call_each("register_routes", app=app)
+    if app.state.refusals:
+        raise LlamaherdError("; ".join(app.state.refusals))
     return app
 
 
@@ -117,7 +121,7 @@ class ServerThread:
         while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
             time.sleep(0.005)
         if not self.server.started:
-            raise LlamaherdError("HTTP server failed to start")
+            raise CommandFailed("HTTP server failed to start")
         return self
 
     def stop(self) -> None:
@@ -182,7 +186,7 @@ def _bind(host: str, port: int, uds: str | None) -> socket.socket:
         try:
             sock.bind((host, port))
         except OSError as exc:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"cannot listen on {host}:{port}: {exc.strerror} "
                 "(set [gateway] port in config.toml, or stop what uses it)"
             ) from None

@@ -19,7 +19,6 @@ import base64
 import contextlib
 import json
 import logging
-import posixpath
 import re
 import secrets
 import shlex
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llamaherd.budgets import BUDGET_EXIT, RunBudget
+from llamaherd.file_tools import FILE_HANDLERS, FILE_TOOLS
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
@@ -42,10 +42,12 @@ from llamaherd.types import (
     ProviderError,
     Reply,
     Sandbox,
+    SandboxLost,
     ToolCall,
     ToolSpec,
     Usage,
 )
+from llamaherd.write_budget import OUTPUT_OVER_BUDGET, WriteBudget
 
 if TYPE_CHECKING:
     from llamaherd.engine import Engine
@@ -93,6 +95,10 @@ INTERRUPTED = (
     "still need it"
 )
 CUT_SHORT = "ended early: a human interrupted this turn with a message (next)"
+OUTPUT_CUT = (
+    "output cut: this run has written as much as one run may; keep large output in files "
+    "and read what you need"
+)
 
 
 # ------------------------------------------------------------------------------ shared types
@@ -126,6 +132,9 @@ class ActiveRun:
     after_call: list[Callable[[], None]] = field(default_factory=list)
     # Set when the run is being stopped (the runner's); None: a store write is not retried.
     stopped: threading.Event | None = None
+    # What the run may still write (``llamaherd.write_budget``): the runner's, shared by every
+    # ActiveRun of the run in this process; taken on first use.
+    _writes: WriteBudget | None = field(default=None, repr=False, compare=False)
 
     @property
     def project(self) -> Project:
@@ -189,10 +198,38 @@ class ActiveRun:
         return self.redactor.redact(text) if self.redactor else text
 
     def log(self, type: str, data: dict[str, Any] | None = None) -> None:
-        """A structured run event, redacted; then offered to ``run_event`` plugins."""
+        """A structured run event, redacted; then offered to ``run_event`` plugins. Dropped
+        once the run's write budget is spent."""
         data = self.redact_obj(data or {})
+        if not self.within_budget(len(json.dumps(data, separators=(",", ":"), default=str))):
+            return
+        self._add_event(type, data)
+
+    def _add_event(self, type: str, data: dict[str, Any]) -> None:
         self.record(lambda: self.store.add_event(self.run_id, type, data))
         publish(self, type, data)
+
+    @property
+    def write_budget(self) -> WriteBudget:
+        if self._writes is None:
+            if self.engine is not None:
+                self._writes = self.engine.runner.write_budget(self.run_id)
+            else:  # no engine (a preview, a test): from what the store holds of the run
+                held = self.store.run_writes(self.run_id) if self.store is not None else ()
+                self._writes = WriteBudget(*held)
+        return self._writes
+
+    def within_budget(self, size: int, records: int = 1) -> bool:
+        """Whether a write of ``records`` records and ``size`` bytes fits what the run may
+        still write (counting it if so); the first that does not records the one notice."""
+        if self.write_budget.take(size, records):
+            return True
+        if self.write_budget.notice_due():
+            message = self.write_budget.notice()
+            log.warning("run %s: %s", self.run_id, message)
+            notice = {"level": "warn", "origin": "scheduler", "event": "write_budget"}
+            self._add_event("write_budget", {**notice, "message": message})
+        return False
 
     def record(self, write: Callable[[], T]) -> T:
         """``write()`` to the store; when the store cannot take it (a full disk, a lock held
@@ -248,6 +285,7 @@ class Outcome:
 
 # ------------------------------------------------------------------------------ built-in tools
 
+# Action Llama's default harness offers bash, read, write, edit, grep, find and ls.
 BUILTIN_TOOLS = [
     ToolSpec(
         "bash",
@@ -263,20 +301,7 @@ BUILTIN_TOOLS = [
             "required": ["command"],
         },
     ),
-    ToolSpec(
-        "read_file",
-        "Read a text file from the sandbox (relative paths are from the working directory).",
-        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-    ),
-    ToolSpec(
-        "write_file",
-        "Write a text file in the sandbox, creating parent directories.",
-        {
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    ),
+    *FILE_TOOLS,
 ]
 
 
@@ -316,6 +341,12 @@ def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     return f"{text[:half]}\n[... {cut} characters truncated ...]\n{text[-half:]}"
 
 
+# The first line of every tool call and hook command: which pipe its output goes to, so the
+# `state` command can tell it is captured (`x=$(state off)`, a redirect) and only read the
+# state then. `$$` is the outer shell even inside `$(...)`.
+MARK_STDOUT = 'AL_CALL_STDOUT="$(readlink /proc/$$/fd/1 2>/dev/null)"; export AL_CALL_STDOUT\n'
+
+
 def wrap_command(command: str, cwd: str, nonce: str) -> str:
     """A bash script that runs ``command`` in ``cwd`` and reports the final cwd and setenv vars.
 
@@ -332,7 +363,7 @@ if [ "$(printf %s "${{2-}}" | wc -c)" -gt {MAX_ENV_VALUE} ]; then
 echo "setenv $1: one value may have at most {MAX_ENV_VALUE} bytes" >&2; return 1; fi
 export "$1=${{2-}}" && __AL_SETENV="$__AL_SETENV $1"; }}
 cd -- {shlex.quote(cwd)} 2>/dev/null
-{command}
+{MARK_STDOUT}{command}
 """
     return "exec bash -c " + shlex.quote(script)
 
@@ -747,9 +778,13 @@ class Session:
                 builtin = [t.name for t in BUILTIN_TOOLS + TURN_TOOLS]
                 known = ", ".join(builtin + sorted(self.tools))
                 text, is_error = f"error: no tool named {tc.name!r} (tools: {known})", True
+        except SandboxLost:
+            raise  # the run ends (and is requeued): no tool result for a sandbox that is gone
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
         text = self.ctx.redact_for_model(truncate(text))
+        if not self.ctx.within_budget(len(text), records=0) and len(text) > OUTPUT_OVER_BUDGET:
+            text = f"{truncate(text, OUTPUT_OVER_BUDGET)}\n[{OUTPUT_CUT}]"
         if is_error:
             self._count_auth_failure(tc.name, text)
         self.messages.append(Message("tool", text, tool_call_id=tc.id, is_error=is_error).to_dict())
@@ -811,23 +846,6 @@ class Session:
             output += f"\n[exit code {result.exit_code}]"
         return truncate(output) or "(no output)", result.exit_code
 
-    def read_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        data = self.ctx.sandbox.get_file(self._path(args["path"]))
-        return truncate(data.decode("utf-8", "replace")), 0
-
-    def write_file(self, args: dict[str, Any]) -> tuple[str, int]:
-        path = self._path(args["path"])
-        data = str(args["content"]).encode()
-        parent = posixpath.dirname(path)
-        made = self.ctx.sandbox.exec(f"mkdir -p -- {shlex.quote(parent)}", timeout=30)
-        if made.exit_code != 0:
-            return f"cannot create {parent}: {made.output.strip()}", made.exit_code
-        self.ctx.sandbox.put_file(path, data)
-        return f"wrote {len(data)} bytes to {path}", 0
-
-    def _path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.cwd, str(path)))
-
     # -------------------------------------------------------------- turn tools
 
     def respond(self, args: dict[str, Any]) -> Any:
@@ -862,8 +880,10 @@ class Session:
 
 BUILTIN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], tuple[str, int]]] = {
     "bash": Session.bash,
-    "read_file": Session.read_file,
-    "write_file": Session.write_file,
+    **FILE_HANDLERS,
+    # Earlier names of read and write, still answered (not offered).
+    "read_file": FILE_HANDLERS["read"],
+    "write_file": FILE_HANDLERS["write"],
 }
 
 

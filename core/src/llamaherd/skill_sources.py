@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.project import parse_skill, read_toml
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
 
 GITHUB_URL_ENV = "AL_GITHUB_URL"
 GITHUB_URL = "https://github.com"
@@ -113,13 +113,13 @@ def _clone(address: str, target: Path) -> None:
             timeout=CLONE_TIMEOUT,
         )
     except OSError as exc:
-        raise LlamaherdError(f"cannot run git to fetch {address}: {exc.strerror}") from None
+        raise CommandFailed(f"cannot run git to fetch {address}: {exc.strerror}") from None
     except subprocess.TimeoutExpired:
-        raise LlamaherdError(f"git clone {address} timed out after {CLONE_TIMEOUT} s") from None
+        raise CommandFailed(f"git clone {address} timed out after {CLONE_TIMEOUT} s") from None
     if result.returncode != 0:
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         reason = lines[-1] if lines else f"exit status {result.returncode}"
-        raise LlamaherdError(f"git clone {address} failed: {reason}")
+        raise CommandFailed(f"git clone {address} failed: {reason}")
 
 
 def _skill(path: Path, where: str, fallback: str, source: str) -> Skill:

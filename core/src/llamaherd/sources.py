@@ -83,13 +83,23 @@ REPOSITORY_FILTERS: dict[str, WebhookFilter] = {
     "actions": WebhookFilter("action", "Payload actions (opened, closed, ...)."),
     "repos": WebhookFilter("repo", 'Repository full names; globs allowed ("org/*").', True, True),
     "orgs": WebhookFilter("org", "Organisations.", fold=True),
+    # As in Action Llama, an event without a branch (an issue, a comment) or a conclusion
+    # passes these filters.
     "branches": WebhookFilter(
-        "branch", "Pushed branch, or a pull request's base branch; globs allowed.", glob=True
+        "branch",
+        "Pushed branch, a pull request's head branch, a workflow run's branch; globs allowed "
+        "(an event without one passes).",
+        glob=True,
+        skip_when_absent=True,
     ),
     "labels": WebhookFilter("labels", "Any of these labels is present."),
     "assignee": WebhookFilter("assignees", "Assigned to any of these logins.", fold=True),
     "author": WebhookFilter("author", "Opened or pushed by any of these logins.", fold=True),
-    "conclusions": WebhookFilter("conclusion", "Check/workflow run conclusions."),
+    "conclusions": WebhookFilter(
+        "conclusion",
+        "Check/workflow run conclusions (an event without one passes).",
+        skip_when_absent=True,
+    ),
 }
 
 

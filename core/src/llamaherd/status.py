@@ -49,7 +49,8 @@ def next_fire(registry: Any, agent: Any, now: float) -> float | None:
 def agent_rows(
     project: Any, store: Any, registry: Any, now: float | None = None
 ) -> list[dict[str, Any]]:
-    """One row per agent: state, active/scale, queue depth, last run, next fire, hosts."""
+    """One row per agent: state, active/scale, queue depth, last run, next fire, hosts, and
+    what its runtime says about where its runs go (``runtime``: lines)."""
     now = time.time() if now is None else now
     depth = store.queue_depth()
     paused_all, paused = store.paused()
@@ -65,6 +66,8 @@ def agent_rows(
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
+        if agent.disabled and not running:
+            state = "disabled"  # scale = 0: nothing fires, queues or runs
         rows.append(
             {
                 "agent": name,
@@ -79,12 +82,26 @@ def agent_rows(
                 "last_exit": last_exit,
                 "last_finished_at": last_at,
                 "last_duration": _duration(last_at, last_started),
-                "next_fire": next_fire(registry, agent, now),
+                "next_fire": None if agent.disabled else next_fire(registry, agent, now),
                 "hosts": sorted({run.host for run in mine if run.host}),
+                "runtime": runtime_status(registry, agent, store),
                 **flow_fields(agent, store, registry),
             }
         )
     return rows
+
+
+def runtime_status(registry: Any, agent: Any, store: Any) -> list[str]:
+    """What the agent's runtime says about where its runs go (``Runtime.status``: a pool's
+    load, a host that is down), one line each; [] when it says nothing or fails."""
+    runtime = registry.runtimes.get(agent.runtime.get("type"))
+    status = getattr(runtime, "status", None)
+    if status is None:
+        return []
+    try:
+        return [str(line) for line in status(agent, store) or []]
+    except Exception as exc:  # a plugin's failure must not break `al stat`
+        return [f"(runtime {runtime.name} could not tell: {type(exc).__name__}: {exc})"]
 
 
 def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:
@@ -166,24 +183,24 @@ def until(when: float | None, now: float | None = None) -> str:
 
 
 def config_digest(root: Path) -> str:
-    """A digest of the files a scheduler loads its config from: the project ``config.toml`` and
-    each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A scheduler records the
-    one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
+    """A digest of the files a scheduler loads its config from: the project ``config.toml``,
+    ``.env.toml`` and each agent's ``SKILL.md`` and ``config.toml`` (names and contents). A
+    scheduler records the one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
-    agents = root / "agents"
-    paths = sorted(
-        [root / "config.toml", *agents.glob("*/SKILL.md"), *agents.glob("*/config.toml")]
-    )
-    signature = tuple(_file_signature(path) for path in paths)
+    signature = config_signature(root)
+    paths = [found[0] for found in signature]
     cached = _DIGESTS.get(root)
     if cached is not None and cached[0] == signature:
         return cached[1]  # no file changed since: `al stat` asks on every call
+    from llamaherd.project import read_project_file
+    from llamaherd.types import ConfigError
+
     digest = hashlib.sha256()
     for path in paths:
         try:
-            data = path.read_bytes()
-        except OSError:  # no project config.toml, or a file removed meanwhile
-            continue
+            data = read_project_file(path)
+        except ConfigError as exc:  # no project config.toml, one removed meanwhile, a FIFO...
+            data = f"\0{exc.message}".encode()  # ...still a change when it comes or goes
         digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
         digest.update(data)
     _DIGESTS[root] = (signature, digest.hexdigest()[:16])
@@ -191,6 +208,20 @@ def config_digest(root: Path) -> str:
 
 
 _DIGESTS: dict[Path, tuple[tuple[Any, ...], str]] = {}  # root -> (files' signature, digest)
+
+
+def config_signature(root: Path) -> tuple[Any, ...]:
+    """Each config file's path, mtime, size and inode: changes on any write, ``touch`` too."""
+    agents = root / "agents"
+    paths = sorted(
+        [
+            root / "config.toml",
+            root / ".env.toml",
+            *agents.glob("*/SKILL.md"),
+            *agents.glob("*/config.toml"),
+        ]
+    )
+    return tuple(_file_signature(path) for path in paths)
 
 
 def _file_signature(path: Path) -> tuple[Any, ...]:
@@ -202,14 +233,22 @@ def _file_signature(path: Path) -> tuple[Any, ...]:
 
 
 def scheduler_status(
-    project: Any, info: dict[str, Any] | None, hosts: list[dict[str, Any]] = ()
+    project: Any,
+    info: dict[str, Any] | None,
+    hosts: list[dict[str, Any]] = (),
+    on_disk: str | None = None,
 ) -> dict[str, Any]:
     """Whether a scheduler serves ``project``: the one of this checkout (``info``, what it
     wrote in ``.al/scheduler.json``), else the latest of ``hosts`` (live schedulers of other
     machines heartbeating into a shared database, as ``store.hosts()`` lists them); since when,
     its llamaherd version, and whether the config it loaded is the one on disk here
     (``config_current``; None when it did not say), with the problems for which a live reload
-    refused the files on disk (``config_errors``) and when it last reloaded (``reloaded_at``)."""
+    refused the files on disk (``config_errors``; ``kept``: the agents whose last good version
+    runs, ``refused_all``: the whole change was refused), when it last reloaded
+    (``reloaded_at``), and what failed in it (``problems``: a trigger that did not start, a
+    plugin that did not load or was installed after it started). ``on_disk``: the digest of
+    the files on disk when the caller knows it (a scheduler's own watcher), else they are read
+    here."""
     where = "this machine"
     if info is None and hosts:
         latest = max(hosts, key=lambda h: h["heartbeat_at"])
@@ -218,6 +257,8 @@ def scheduler_status(
     if info is None:
         return {"running": False}
     loaded = info.get("config_digest")
+    if loaded is not None and on_disk is None:
+        on_disk = config_digest(project.root)
     return {
         "running": True,
         "where": where,
@@ -226,10 +267,40 @@ def scheduler_status(
         "url": info.get("url"),
         "since": info.get("started_at"),
         "version": info.get("version"),
-        "config_current": None if loaded is None else loaded == config_digest(project.root),
+        "config_current": None if loaded is None else loaded == on_disk,
         "config_errors": list(info.get("config_errors") or []),
+        "kept": list(info.get("kept") or []),
+        "refused_all": bool(info.get("refused_all")),
         "reloaded_at": info.get("reloaded_at"),
+        "problems": list(info.get("problems") or []),
     }
+
+
+def database_status(project: Any, store: Any) -> dict[str, Any]:
+    """The database ``al stat`` names: where, its size in bytes, and how many days of
+    history the scheduler keeps (``historyRetentionDays``: older runs are pruned hourly)."""
+    where = store.url_display
+    try:  # a SQLite file of the project: as the config names it (.al/work-queue.db)
+        where = str(Path(where).relative_to(project.root))
+    except ValueError:
+        pass
+    return {
+        "where": where,
+        "bytes": store.size(),
+        "retention_days": project.setting("historyRetentionDays"),
+    }
+
+
+def size_text(size: int | None) -> str:
+    """``1.4 MiB``."""
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def serving_status(engine: Any) -> dict[str, Any]:
@@ -241,7 +312,9 @@ def serving_status(engine: Any) -> dict[str, Any]:
     info = None
     if identity is not None:
         info = {"host": engine.host, "pid": os.getpid(), "url": engine.gateway_url, **identity()}
-    status = scheduler_status(engine.project, info)
+    # A request thread never reads project files (a FIFO there once blocked every one): the
+    # scheduler's config watcher keeps the digest of what is on disk.
+    status = scheduler_status(engine.project, info, on_disk=getattr(engine, "disk_digest", None))
     status["paused"] = engine.store.paused()[0]
     status["hosts"] = [
         {"host": h["host"], "heartbeat_at": h["heartbeat_at"]} for h in engine.store.hosts()

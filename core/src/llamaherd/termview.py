@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from llamaherd.logview import clean
-from llamaherd.status import FINAL, ago, budget_line, key_line, until
+from llamaherd.status import FINAL, ago, budget_line, key_line, size_text, until
+from llamaherd.tables import Column, table
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
@@ -39,6 +40,7 @@ STATE_STYLES = {
     "hibernate": "blue",
     "suspended": "yellow",
     "paused": "yellow",
+    "disabled": "dim",
     "done": "green",
     "timeout": "red",
     "killed": "red",
@@ -69,7 +71,8 @@ def snapshot(reader: Any, agent: str | None = None) -> dict[str, Any]:
 # ---------------------------------------------------------------------- drawing
 def scheduler_line(scheduler: dict[str, Any]) -> str:
     """One line (rich markup) on the scheduler: up since when, version, config current (else
-    the problems that refused the config on disk, one line each)."""
+    the problems that refused the config on disk, one line each), then what failed in it (a
+    trigger that did not start, a plugin installed after the start), one line each."""
     if not scheduler["running"]:
         return (
             "[yellow]no scheduler is running[/]: schedules and webhooks fire nothing (`al start`)"
@@ -85,20 +88,47 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
         line += "; [yellow]config changed on disk since it loaded it[/]"
     elif scheduler["config_current"]:
         line += "; config current"
+    problems = scheduler.get("problems") or []
+    if problems:
+        line += f"; [red]{len(problems)} problem(s)[/]:" + "".join(
+            f"\n  {escape(p)}" for p in problems
+        )
     return line
 
 
 def stat_view(stat: dict[str, Any]) -> RenderableType:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
-    scheduler will fire them. Below it, why an agent's runs wait; for one agent
-    (``al stat AGENT``) also its flow control per key and its spend against its budgets."""
-    parts: list[RenderableType] = [scheduler_line(stat["scheduler"]), agents_table(stat)]
+    scheduler will fire them. Below it the database, what each agent's runtime says (a pool's
+    hosts, one that is down) and why an agent's runs wait; for one agent (``al stat AGENT``)
+    also its flow control per key and its spend against its budgets."""
+    parts: list[RenderableType] = [
+        scheduler_line(stat["scheduler"]),
+        *database_line(stat),
+        agents_table(stat),
+    ]
     for row in stat["agents"]:
+        parts.extend(runtime_lines(row))
         if row.get("held"):
             parts.append(Text(f"{row['agent']} waits: {clean(row['held'])}", style="yellow"))
         if len(stat["agents"]) == 1:
             parts.extend(flow_lines(row, stat.get("now")))
     return Group(*parts)
+
+
+def runtime_lines(row: dict[str, Any]) -> list[RenderableType]:
+    """What the agent's runtime says about where its runs go, one line each."""
+    return [Text(f"{row['agent']}: {clean(line)}") for line in row.get("runtime") or []]
+
+
+def database_line(stat: dict[str, Any]) -> list[str]:
+    """The database, its size and how long history is kept (none from an older scheduler)."""
+    found = stat.get("database")
+    if not found:
+        return []
+    kept = found["retention_days"]
+    return [
+        f"database {escape(found['where'])}: {size_text(found['bytes'])} (runs kept {kept:g} days)"
+    ]
 
 
 def flow_lines(row: dict[str, Any], now: float | None = None) -> list[RenderableType]:
@@ -116,58 +146,59 @@ def flow_lines(row: dict[str, Any], now: float | None = None) -> list[Renderable
 
 def agents_table(stat: dict[str, Any]) -> Table:
     running = stat["scheduler"]["running"]
-    table = Table(box=None, header_style="bold")
-    for column in ("AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"):
-        table.add_column(column)
+    rows = []
     for row in stat["agents"]:
         last = "-"
         if row["last_result"]:
             last = f"{styled(row['last_result'])} {ago(row['last_finished_at'])}"
         waiting = f" (+{row['waiting']} waiting)" if row["waiting"] else ""
-        table.add_row(
-            escape(row["agent"]),
-            styled(row["state"]),
-            f"{row['active']}/{row['scale']}{waiting}",
-            str(row["queued"]),
-            last,
-            until(row["next_fire"]) if running else "-",
-            escape(", ".join(row["hosts"]) or "-"),
+        rows.append(
+            (
+                escape(row["agent"]),
+                styled(row["state"]),
+                f"{row['active']}/{row['scale']}{waiting}",
+                str(row["queued"]),
+                last,
+                until(row["next_fire"]) if running else "-",
+                escape(", ".join(row["hosts"]) or "-"),
+            )
         )
-    return table
+    return table(["AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"], rows)
 
 
 def active_table(runs: list[dict[str, Any]], now: float) -> Table:
-    table = Table(box=None, header_style="bold", title_justify="left")
-    for column in ("RUN", "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"):
-        table.add_column(column)
-    for run in runs:
-        table.add_row(
-            run["id"],
-            escape(run["agent"]),
-            styled(run["state"]),
-            _duration(run["started_at"], now),
-            escape(run["trigger_kind"]),
-            Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
-        )
-    return table
+    return table(
+        [Column("RUN", keep=True), "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"],
+        (
+            (
+                run["id"],
+                escape(run["agent"]),
+                styled(run["state"]),
+                _duration(run["started_at"], now),
+                escape(run["trigger_kind"]),
+                Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
+            )
+            for run in runs
+        ),
+    )
 
 
 def recent_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("RUN", "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"):
-        table.add_column(column)
-    for run in runs:
-        code = run["exit_code"]
-        table.add_row(
-            run["id"],
-            escape(run["agent"]),
-            styled(run["state"]),
-            "-" if code is None else str(code),
-            ago(run["finished_at"]),
-            _duration(run["started_at"], run["finished_at"]),
-            Text(clean(run["reason"] or "")),
-        )
-    return table
+    return table(
+        [Column("RUN", keep=True), "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"],
+        (
+            (
+                run["id"],
+                escape(run["agent"]),
+                styled(run["state"]),
+                "-" if run["exit_code"] is None else str(run["exit_code"]),
+                ago(run["finished_at"]),
+                _duration(run["started_at"], run["finished_at"]),
+                Text(clean(run["reason"] or "")),
+            )
+            for run in runs
+        ),
+    )
 
 
 def redraw_after(took: float) -> float:
@@ -183,6 +214,7 @@ def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
         scheduler_line(view["scheduler"]),
         "",
         agents_table(view),
+        *[line for row in view["agents"] for line in runtime_lines(row)],
         "",
         Text.from_markup(f"[bold]Active runs[/] ({len(view['active'])})"),
     ]

@@ -26,7 +26,10 @@ Fixtures:
 - ``model_server``: a model API stand-in on 127.0.0.1 (real HTTP) answering queued replies and
   recording every request, for provider plugins' wire-format tests;
 - ``chain_env``: builds a :class:`llamaherd.models.ModelChain` for a throwaway agent over the
-  real plugin registry, with a controllable circuit-breaker clock and recorded events.
+  real plugin registry, with a controllable circuit-breaker clock and recorded events;
+- ``ssh_server``, ``sshd`` and ``ssh_user``: a real OpenSSH server on 127.0.0.1 and throwaway
+  OS users it lets in (:mod:`llamaherd.testing_ssh`; root and openssh-server), and
+  ``gateway_stub``, a unix socket standing in for the gateway a remote run is forwarded.
 
 And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook source's
 signature checks (needs hypothesis); ``fake_distribution(site, ...)``, a throwaway installed
@@ -58,6 +61,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+from llamaherd.testing_ssh import gateway_stub, ssh_server, ssh_user, sshd  # noqa: F401 (fixtures)
 
 AL = Path(sys.executable).with_name("al")
 

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 class LlamaherdError(Exception):
     """Base class for errors shown to users as one clear line (no traceback). ``al`` exits
-    with ``exit_code``: 2, a usage or configuration error, unless a subclass says otherwise."""
+    with ``exit_code``: 2, a usage or configuration error (what the user typed or wrote is
+    wrong), unless a subclass says otherwise. The contract is in docs/cli.md."""
 
     exit_code = 2
 
@@ -40,9 +41,9 @@ class CommandFailed(LlamaherdError):
     exit_code = 1
 
 
-class Conflict(LlamaherdError):
+class Conflict(CommandFailed):
     """A valid request the current state refuses (an agent that is off, a run that is not
-    waiting for an answer): the control API answers 409 with the message."""
+    waiting for an answer): the control API answers 409 with the message; ``al`` exits 1."""
 
 
 class ConfigError(LlamaherdError):
@@ -54,7 +55,7 @@ class ConfigError(LlamaherdError):
         super().__init__(where + message)
 
 
-class ProviderError(LlamaherdError):
+class ProviderError(CommandFailed):
     """A model call failed. Subclasses tell the session whether to retry or abort."""
 
 
@@ -86,12 +87,31 @@ class Aborted(ProviderError):
     human's message): neither retried nor the provider's fault."""
 
 
-class CredentialInvalid(LlamaherdError):
+class CredentialInvalid(CommandFailed):
     """Raised by a CredentialType's ``validate(values)`` when the service refuses the credential."""
 
 
-class SandboxError(LlamaherdError):
+class SandboxError(CommandFailed):
     """A runtime could not start or drive a sandbox (structural failure)."""
+
+
+class SandboxBusy(SandboxError):
+    """Raised by ``Runtime.start`` when the run cannot be placed now but can be later (every
+    host of a pool full or unreachable). The runner puts the run back in its agent's queue,
+    unstarted and unrecorded (``Store.unclaim``), and this scheduler claims none of the agent's
+    items for ``retry_after`` seconds (a run of the agent ending here ends that pause early)."""
+
+    def __init__(self, message: str, retry_after: float = 5.0):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class SandboxLost(SandboxError):
+    """Raised by a sandbox's methods when the sandbox went away with its host mid-run (a remote
+    host down, the connection to it lost for good). The run ends ``error`` with reason
+    ``interrupted: <message>`` and its trigger is queued again once, as for a run whose
+    scheduler died (the agent's ``onInterrupted`` decides), instead of the model seeing one
+    failing tool call after another."""
 
 
 # --------------------------------------------------------------------------- model conversation
@@ -312,10 +332,10 @@ class TriggerType(Protocol):
     events; default ``name``), ``while_hibernating`` (its events still start runs of a
     hibernating agent; default False, so a hibernating agent refuses them and drops those
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
-    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``describe(agent)``,
-    ``bind(registry)``, ``reconfigure(ctx)`` (a live reload changed the config of its agents:
-    ``ctx.agents`` is the new set; without it the scheduler calls ``stop()`` then
-    ``start(ctx)`` again)."""
+    ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
+    ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
     description: str
@@ -389,11 +409,16 @@ class Sandbox(Protocol):
 
 @dataclass
 class StagedFile:
-    """One credential file a runtime writes for a run, at ``<staged root>/<path>``."""
+    """One file a runtime writes for a run, at ``<staged root>/<path>``: a credential, or a
+    file of the project's ``shared/`` directory."""
 
-    path: str  # "<type>/<instance>/<field>": each part a checked, single path segment
-    content: bytes  # the value plus a newline, as in the credential store
-    mode: int  # the credential type's ``file_modes`` entry, else 0o400
+    path: str  # credentials: "<type>/<instance>/<field>", each part a checked single segment
+    content: bytes  # a credential: the value plus a newline, as in the credential store
+    mode: int  # a credential: its type's ``file_modes`` entry, else 0o400
+
+
+# Where a sandbox shows the project's shared/ files, read-only (Action Llama's path).
+SHARED_PATH = "/app/static/shared"
 
 
 @dataclass
@@ -411,6 +436,11 @@ class SandboxSpec:
     # credential types export (GITHUB_TOKEN, GIT_SSH_COMMAND, ...).
     credential_env: Callable[[str], dict[str, str]] = lambda root: {}
     gateway_socket: str | None = None  # host path of the gateway's unix socket (containers)
+    # The project's shared/ files (paths relative to it): read-only at SHARED_PATH.
+    shared_files: list[StagedFile] = field(default_factory=list)
+    # The project's store, for a runtime that keeps state of its own (``register_tables``): a
+    # host pool's leases. None where no store is at hand.
+    store: Any = None
 
 
 @runtime_checkable
@@ -570,7 +600,8 @@ class WebhookSource(Protocol):
 
     Optional members (``OPTIONAL_MEMBERS``): ``filters`` (its ``[[webhooks]]`` filter keys),
     ``secret_field``, ``configured(table)``, ``request_headers(...)``, ``renew(body, delivery)``,
-    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``."""
+    ``reply(fields, routed)``, ``answer_get(query, secrets)``, ``signs_with_private_key``,
+    ``dedupe_bodies``."""
 
     name: str
     description: str
@@ -591,7 +622,8 @@ class TableSet:
     ``define(db)`` declares the plugin's peewee models on the database it is given (each with
     ``class Meta: database = db``) and returns them; core calls it for each store it opens.
     ``version`` is the schema those models describe (start at 1). Opening a store creates tables
-    that are missing (an existing table of the same name is adopted as it is) and, when the
+    that are missing (an existing table of the same name is adopted as the set's version 1, and
+    brought forward by its steps) and, when the
     ``meta`` table records an older version for ``name``, runs each of ``migrations``
     (``(version, step(db, tables))``, ascending) above it, in one transaction with the new
     stamp. A step keeps every row and uses portable schema operations (SQLite and PostgreSQL);
@@ -733,7 +765,6 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "validate": METHOD,  # (agent) -> list[ConfigError]
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
-        "describe": METHOD,  # (agent) -> str | None: one line for `al stat` and the dashboard
         # (registry) -> None: called once the registry holding it is complete, for a type built
         # on other plugins' objects (the webhooks trigger on every installed webhook source).
         "bind": METHOD,
@@ -759,8 +790,17 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # The sender signs with a private key and the stored credential holds only the public
         # key (Discord): `al webhooks test` needs the private key of a test key pair.
         "signs_with_private_key": bool,
+        # Every body is unique to its event (ids, times) and only the body is signed (GitHub,
+        # Sentry, Linear): a verified body the source delivered before, under any delivery id,
+        # is dropped as a duplicate (a replay).
+        "dedupe_bodies": bool,
     },
-    Runtime: {"validate": METHOD},  # (agent, project) -> list[ConfigError]
+    Runtime: {
+        "validate": METHOD,  # (agent, project) -> list[ConfigError]
+        # (agent, store) -> list[str]: where the agent's runs go now, one line each, for
+        # `al stat` and the dashboard ("build-1: down since 12:03: ..."); [] for nothing.
+        "status": METHOD,
+    },
     # Kill the commands running now, the sandbox stays (`al say`). Not registered, so not
     # checked at registration: the session calls it when present.
     Sandbox: {"interrupt": METHOD},

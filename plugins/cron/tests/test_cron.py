@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from llamaherd_cron.trigger import CronTrigger, Plan
+from llamaherd_cron.trigger import CronTrigger, Plan, parse_timezone
 
 from llamaherd.api import ConfigError
 from llamaherd.testing import wait_until
@@ -173,6 +173,17 @@ def test_plan_ticks_in_a_zone_and_intervals():
     assert interval.following(at(12, 10)) == at(12, 20)
 
 
+def test_no_timezone_is_the_machines_zone_with_its_daylight_saving(monkeypatch, tmp_path):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    zone = parse_timezone(None)
+    assert datetime(2026, 1, 5, 12, tzinfo=zone).utcoffset().total_seconds() == 3600
+    assert datetime(2026, 7, 6, 12, tzinfo=zone).utcoffset().total_seconds() == 7200
+    monkeypatch.setenv("TZ", ":America/New_York")  # libc's leading colon
+    assert datetime(2026, 1, 5, 12, tzinfo=parse_timezone(None)).utcoffset().days == -1
+    monkeypatch.setenv("TZ", "Not/AZone")  # unknown: the machine's file, else UTC, never an error
+    assert parse_timezone(None) is not None
+
+
 def test_next_fire_for_al_stat(project):
     trigger = CronTrigger()
     agents = project.load().agents
@@ -184,7 +195,9 @@ def test_next_fire_for_al_stat(project):
     ("config", "key", "text"),
     [
         ({"schedule": "* * *"}, "schedule", "expected 5 fields"),
-        ({"schedule": "61 * * * *"}, "schedule", "invalid cron expression"),
+        ({"schedule": "61 * * * *"}, "schedule", "minute 61 is out of range 0-59"),
+        ({"schedule": "0 25 * * *"}, "schedule", "hour 25 is out of range 0-23"),
+        ({"schedule": "*/61 * * * *"}, "schedule", "minute step 61 is out of range 1-60"),
         ({"schedule": "* * * * *", "timezone": "Mars/Olympus"}, "timezone", "unknown time zone"),
         ({"every": "soon"}, "every", "expected a duration"),
         ({"every": "0s"}, "every", "positive duration"),
@@ -222,3 +235,31 @@ def test_reconfigure_applies_a_live_reload_from_the_next_tick(project, clock, sc
         ("every2", at(12, 10), True),
         ("every5", at(12, 10), True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ("0 25 * * *", "schedule: hour 25 is out of range 0-23"),
+        ("*/61 * * * *", "schedule: minute step 61 is out of range 1-60"),
+        ("0 0 30 2 *", "schedule: '0 0 30 2 *' never fires (no such date)"),
+    ],
+)
+def test_al_validate_names_the_cron_field(offline_project, schedule, message):
+    offline_project.add_scripted_agent("nightly", f'schedule = "{schedule}"\n')
+    result = offline_project.al("validate")
+    assert result.returncode == 2
+    assert f"agents/nightly/config.toml: {message}" in result.stdout + result.stderr
+
+
+def test_six_field_schedule_fires_every_ten_seconds(project, clock, schedulers):
+    project.add_agent("tensec", 'schedule = "*/10 * * * * *"\ntimezone = "UTC"\n')
+    first = schedulers(project)
+    first.settled()  # the tick due at start fires before the clock moves on
+    clock.set(at(12, 0, 41))
+    first.settled()
+    clock.set(at(12, 0, 51))
+    first.settled()
+    fired = [tick for agent, tick, _ in first.fired if agent == "tensec"]
+    # T0 (12:00:30) is itself a tick: due at start, then every ten seconds.
+    assert fired == [at(12, 0, 30), at(12, 0, 40), at(12, 0, 50)]

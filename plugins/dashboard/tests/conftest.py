@@ -6,7 +6,6 @@ runs are real (sandbox, gateway, store) and need no network.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -15,19 +14,17 @@ from typing import Any
 
 import httpx
 import pytest
+from llamaherd_dashboard.password import write_verifier
 
 from llamaherd.testing import OfflineProject, SchedulerProcess, wait_until
 
 SECRET = "dash-secret-token-value-7f3a91"
 PASSWORD = "correct horse battery staple"
 # A generic source taking unsigned deliveries, for the deliveries page and Replay.
-PROJECT_TABLES = f"""
+PROJECT_TABLES = """
 [webhooks.hooks]
 type = "generic"
 allowUnsigned = true
-
-[dashboard]
-password_sha256 = "{hashlib.sha256(PASSWORD.encode()).hexdigest()}"
 """
 
 # Six log lines half a second apart: long enough to watch arrive, short enough for the suite.
@@ -76,6 +73,7 @@ def make_project(root: Path, bind: str | None = None) -> OfflineProject:
     secret = 'credentials = ["github_token:bot"]\nevery = "6h"\nscale = 4'
     project.add_scripted_agent("secret", secret, SECRET_SCRIPT)
     project.write("credentials/github_token/bot/token", SECRET)
+    write_verifier(project.root / ".al", PASSWORD)  # as `al dashboard password` does
     return project
 
 

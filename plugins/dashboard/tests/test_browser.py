@@ -273,6 +273,98 @@ def test_deliveries_page_replays_a_delivery(project: Any, page: Any) -> None:
     )
 
 
+def test_a_paused_agent_says_so_and_is_resumed_from_its_page(project: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    project.sched.project.al("pause", "forever", check=True)  # as an operator would
+    sign_in(page, project, "/agents/forever")
+    expect(page.locator("#agent-state .badge")).to_have_text("paused")
+    expect(page.locator("#agent-state select")).to_have_value("paused")  # the state control
+    expect(page.locator("#paused-note")).to_contain_text("Run now queues a run that starts on")
+    run_now = page.get_by_role("button", name="Run now")
+    expect(run_now).to_have_attribute("title", re.compile("starts when runs are resumed"))
+    run_now.click()
+    expect(page).to_have_url(re.compile(r"/agents/forever\?queued=\d+$"))
+    expect(page.locator("p.flash").last).to_contain_text("it starts when runs are resumed")
+    expect(page.locator("#queued tr[data-item]")).to_have_count(1)
+
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("#agent-state .badge")).to_have_text("active", timeout=LONG)
+    expect(page.locator("#paused-note")).to_be_empty()
+    assert project.get("/api/agents/forever").json()["paused"] == {"agent": False, "all": False}
+    run_id = page.locator("#runs tbody tr").first.get_attribute("data-run")
+    project.kill(run_id)
+
+
+def test_charts_have_axes_and_units(project: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    sign_in(page, project, "/agents/secret")
+    duration = page.locator("#chart-duration")
+    expect(duration.locator("figcaption")).to_contain_text("(seconds per run)")
+    expect(duration.locator(".y-axis .top")).to_have_text(re.compile(r"^\d+\.\ds$|^\d+m \d+s$"))
+    expect(duration.locator(".y-axis span").last).to_have_text("0")
+    expect(duration.locator(".x-axis")).to_contain_text(
+        re.compile(r"oldest.*the last \d+ runs.*newest")
+    )
+    expect(page.locator("#chart-cost figcaption")).to_contain_text("(USD per run)")
+
+
+def test_a_delivery_links_its_matched_agents_to_their_runs(project: Any, page: Any) -> None:
+    from playwright.sync_api import expect
+
+    before = {run["id"] for run in project.runs("slow")}
+    answer = project.deliver("push", {"ref": "linked"}).json()
+    run_id = project.wait_for(
+        lambda: next(
+            (
+                run["id"]
+                for run in project.runs("slow")
+                if run["id"] not in before and run["trigger_kind"] == "webhook"
+            ),
+            None,
+        )
+    )
+    project.wait_for(lambda: project.state(run_id) == "done")
+    sign_in(page, project, "/deliveries")
+    row = page.locator("#deliveries tbody tr[data-delivery]").filter(has_text=answer["delivery"])
+    link = row.get_by_role("link", name="slow")
+    expect(link).to_have_attribute("href", f"/runs/{run_id}")
+    link.click()
+    expect(page).to_have_url(f"{project.url}/runs/{run_id}")
+
+
+@pytest.mark.parametrize("path", ["/", "/agents/slow", "/runs", "/deliveries"])
+def test_at_390_px_nothing_overflows_and_the_header_stays_readable(
+    project: Any, chromium: Any, path: str
+) -> None:
+    from playwright.sync_api import expect
+
+    context = chromium.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        sign_in(page, project, path)
+        expect(page.locator("#sched-state")).to_be_visible()
+        widths = page.evaluate(
+            """() => ({
+                page: document.documentElement.scrollWidth,
+                header: Math.max(...[...document.querySelectorAll('header.top *')]
+                    .filter((el) => el.getClientRects().length)
+                    .map((el) => el.getBoundingClientRect().right)),
+                smallest: Math.min(...[...document.querySelectorAll('header.top *')]
+                    .filter((el) => el.getClientRects().length && el.textContent.trim())
+                    .map((el) => parseFloat(getComputedStyle(el).fontSize))),
+            })"""
+        )
+        assert widths["page"] <= 390, f"{path}: the page is {widths['page']} px wide"
+        assert widths["header"] <= 390, f"{path}: the header reaches {widths['header']} px"
+        assert widths["smallest"] >= 12, f"{path}: header text at {widths['smallest']} px"
+        if path == "/agents/slow":
+            screenshot(page, "narrow")
+    finally:
+        context.close()
+
+
 def test_overview_with_history_and_a_live_run(project: Any, page: Any) -> None:
     """Last of the local ones, so every agent has a history: the overview's picture."""
     from playwright.sync_api import expect
@@ -308,7 +400,7 @@ def test_non_local_browser_signs_in_with_the_control_token(remote: Any, page: An
     screenshot(page, "login")
     page.fill("#token", "not-the-token")
     page.get_by_role("button", name="Sign in").click()
-    expect(page.locator(".flash.error")).to_have_text("wrong token")
+    expect(page.locator(".flash.error")).to_have_text("wrong token or password")
     page.fill("#token", remote.token)
     page.get_by_role("button", name="Sign in").click()
     expect(page).to_have_url(remote.url + "/agents/slow")

@@ -152,8 +152,8 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def deploy_al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """``deploy_al(*args, cwd=..., timeout=...)``: this environment's ``al`` with environments
-    and credentials kept under ``tmp_path`` (``.envs``, ``.creds``)."""
+    """``deploy_al(*args, cwd=..., timeout=..., extra={VAR: value})``: this environment's ``al``
+    with environments and credentials kept under ``tmp_path`` (``envs``, ``creds``)."""
     env = {
         **os.environ,
         "AL_ENVIRONMENTS_DIR": str(tmp_path / "envs"),
@@ -162,12 +162,15 @@ def deploy_al(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]
     env.pop("AL_ENV", None)
 
     def run(
-        *args: str, cwd: Path | None = None, timeout: float = 120
+        *args: str,
+        cwd: Path | None = None,
+        timeout: float = 120,
+        extra: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "llamaherd", *args],
             cwd=cwd or tmp_path,
-            env=env,
+            env={**env, **(extra or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

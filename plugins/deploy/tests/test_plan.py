@@ -37,9 +37,16 @@ LAYOUT = {
     "agents/b/SKILL.md": "---\nname: b\n---\nB\n",
     "build/out.bin": "x",
     ".al/work-queue.db": "x",  # not ignored here, and still never shipped
+    ".env.toml": 'environment = "prod"\n',  # this machine's: the server gets its own
+    # shared/ travels whole as the peer hands it to agents (hidden files left out), whatever
+    # git ignores; hidden ones travel too when git would commit them.
+    "shared/conventions.md": "# Conventions\n",
+    "shared/deep/notes.log": "ignored by git, read by agents\n",
+    "shared/.cache/x.log": "x",
 }
 SHIPPED = [".gitignore", "agents/a/.gitignore", "agents/a/SKILL.md", "agents/a/tool.sh",
-           "agents/b/SKILL.md", "config.toml"]  # fmt: skip
+           "agents/b/SKILL.md", "config.toml", "shared/conventions.md",
+           "shared/deep/notes.log"]  # fmt: skip
 
 
 @pytest.mark.parametrize("repository", [True, False], ids=["git-repo", "plain-dir"])
@@ -53,8 +60,10 @@ def test_files_are_what_git_would_commit(tmp_path, repository):
     files = plan.project_files(root)
     assert sorted(files) == SHIPPED
     assert files["agents/a/tool.sh"].executable and not files["config.toml"].executable
-    assert sorted(plan.project_files(root, "agents/a/")) == [
-        "agents/a/.gitignore", "agents/a/SKILL.md", "agents/a/tool.sh",
+    # A one-agent push: that agent and shared/, which it may read.
+    assert sorted(plan.project_files(root, plan.scope_of("a"))) == [
+        "agents/a/.gitignore", "agents/a/SKILL.md", "agents/a/tool.sh", "shared/conventions.md",
+        "shared/deep/notes.log",
     ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import os
 import socket
 import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -290,7 +291,7 @@ def test_a_release_that_does_not_start_is_rolled_back(deployment):
             config.read_text().replace(f"port = {d.port}", f"port = {taken.getsockname()[1]}")
         )
         failed = d.push("test")
-    assert failed.returncode == 2
+    assert failed.returncode == 1  # it did not come up: an operation failure
     assert "rolling back" in failed.stdout
     assert "Address already in use" in failed.stderr and "which runs again" in failed.stderr
     assert os.readlink(d.base / "current") == release
@@ -298,3 +299,73 @@ def test_a_release_that_does_not_start_is_rolled_back(deployment):
     new_pid = wait_until(lambda: scheduler_pid(d.base), 30)
     assert new_pid != pid and owner(new_pid) == d.user.uid
     assert signed_post(d.port, {"event": "ping"}).status_code == 202  # the old release serves
+
+
+def test_a_provisioned_server_takes_a_push(tmp_path, sshd, remote_user, wheels, deploy_al):
+    """`al env prov` (the cloud's API a stand-in, the server this machine's sshd), then
+    `al env set` and `al push` as a peer user runs them: the environment's layers and the
+    project's shared/ travel, the scheduler listens on every interface at the port the
+    firewall opens, and the bound project's `al stat` reads it there."""
+    import fake_cloud
+
+    cloud = fake_cloud.start("hetzner")
+    gateway = free_port()
+    project = tmp_path / "proj"
+    make_project(project, remote_user.name, free_port())
+    write(project, {"shared/conventions.md": "Be brief.\n"})
+    store = CredentialStore(tmp_path / "creds")
+    store.write("webhook_secret", "default", {"secret": SECRET})
+    store.write("hetzner_api_key", "default", {"api_key": fake_cloud.TOKEN})
+    public = remote_user.key.with_suffix(".pub").read_text()
+    store.write(
+        "vps_ssh", "default", {"private_key": remote_user.key.read_text(), "public_key": public}
+    )
+    extra = {"AL_HETZNER_API_URL": cloud.url, "AL_PROVISION_POLL": "0.05"}
+    base = remote_user.home / "deploy"
+    try:
+        made = deploy_al(
+            "env", "prov", "prod", "--provider", "hetzner", "--ssh-port", str(sshd.port),
+            "--gateway-port", str(gateway), "--user", remote_user.name, "--path", "~/deploy",
+            "--ssh-option", f"UserKnownHostsFile={sshd.known_hosts}", cwd=project, extra=extra,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert deploy_al("env", "set", "prod", cwd=project).returncode == 0
+        pushed = deploy_al(
+            "push", "--wheels", str(wheels), "--grace", "10", cwd=project, timeout=600
+        )
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        assert "+ shared/conventions.md" in pushed.stdout and "+ .env.toml" in pushed.stdout
+        deployed = base / "current" / "project"
+        assert (deployed / "shared" / "conventions.md").read_text() == "Be brief.\n"
+        server_env = tomllib.loads((deployed / ".env.toml").read_text())
+        assert server_env == {
+            "gateway": {"url": f"http://127.0.0.1:{gateway}", "port": gateway, "bind": "0.0.0.0"}
+        }
+        assert json.loads((base / "state" / "scheduler.json").read_text())["url"].endswith(
+            f":{gateway}"
+        )
+        assert signed_post(gateway, {"event": "ping"}).status_code == 202
+        stat = deploy_al("stat", "--json", cwd=project)  # bound: the deployed scheduler
+        assert stat.returncode == 0, stat.stderr
+        assert {r["agent"] for r in json.loads(stat.stdout)["agents"]} == {"greeter", "other"}
+
+        store.write("webhook_secret", "default", {"secret": "rotated"})
+        skipping = deploy_al("push", "-E", "prod", "--skip-creds", "--dry-run", cwd=project)
+        assert skipping.returncode == 0, skipping.stdout + skipping.stderr
+        assert "credentials:" not in skipping.stdout and "files: unchanged" in skipping.stdout
+
+        gone = deploy_al("env", "deprov", "prod", cwd=project, extra=extra)
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert "unbound this project from prod" in gone.stdout
+        assert "environment" not in (project / ".env.toml").read_text()
+        assert not cloud.servers and not cloud.firewalls and not cloud.keys
+    finally:
+        cloud.shutdown()
+        cloud.server_close()
+        wrapper = base / "bin" / "al"
+        if wrapper.exists():
+            subprocess.run(
+                ["runuser", "-u", remote_user.name, "--", str(wrapper), "service", "stop",
+                 "--timeout", "30"],
+                capture_output=True, timeout=60, cwd="/",
+            )  # fmt: skip

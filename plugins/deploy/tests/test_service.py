@@ -60,7 +60,7 @@ def test_install_where_systemd_does_not_run_says_so(offline_project):
         pytest.skip("systemd runs here")
     offline_project.add_scripted_agent("greeter")
     result = offline_project.al("service", "install")
-    assert result.returncode == 2
+    assert result.returncode == 1  # this machine cannot: an operation failure
     assert result.stderr.startswith("error: cannot install a systemd unit here: ")
 
 
@@ -129,7 +129,7 @@ def test_a_scheduler_that_cannot_come_up_is_not_retried(supervised):
             "port = 0", f"port = {port}"
         ))  # fmt: skip
         result = supervised.al("service", "start", "--timeout", "60")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.strip() == "error: the scheduler exited while starting (its log is above)"
     assert f"cannot listen on 127.0.0.1:{port}" in result.stdout  # the log's tail, shown
     assert "before it came up; not restarting it" in result.stdout

@@ -90,8 +90,8 @@ def test_pull_request_fields():
     assert fields["repo"] == "acme/widgets"
     assert fields["org"] == "acme"
     assert fields["number"] == 42
-    assert fields["branch"] == "main"
-    assert fields["head_ref"] == "fix-thing"
+    assert fields["branch"] == "fix-thing"  # the head branch, as in Action Llama
+    assert fields["base_ref"] == "main"
     assert fields["labels"] == ["bug", "triage"]
     assert fields["assignees"] == ["bob"]
     assert fields["author"] == "alice"
@@ -123,9 +123,10 @@ def test_push_branch_and_check_run_conclusion():
     assert (fields["conclusion"], fields["branch"]) == ("failure", "main")
 
 
-def test_tag_push_has_no_branch():
+def test_tag_push_keeps_its_ref_as_branch():
+    """As in Action Llama: a branches filter does not let a tag push through."""
     body = json.dumps({"ref": "refs/tags/v1.0"}).encode()
-    assert GitHubSource().parse(headers(body, "push"), body)["branch"] is None
+    assert GitHubSource().parse(headers(body, "push"), body)["branch"] == "refs/tags/v1.0"
 
 
 def test_ping_is_answered_and_ignored():

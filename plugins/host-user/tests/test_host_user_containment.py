@@ -257,3 +257,52 @@ def test_get_file_of_a_fifo_times_out(start, monkeypatch):
     sandbox.exec("mkfifo pipe")
     with pytest.raises(TimeoutError):
         sandbox.get_file("pipe")
+
+
+class Killed(BaseException):
+    """The scheduler dies (``kill -9``) here: nothing after this point of cleanup runs."""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_kill_at_any_point_of_cleanup_leaves_nothing_the_next_start_misses(
+    start, monkeypatch, keep
+):
+    """The scheduler is killed after each single file or directory removal of a sandbox's
+    cleanup in turn; the next start's orphan sweep removes what was left every time (the
+    owner record used to go first, and a kill right after it leaked the working dir for
+    good), and a working dir kept with keepWorkdir stays kept."""
+    unlink, rmdir = os.unlink, os.rmdir
+    step = 0
+    while True:
+        step += 1
+        sandbox = start(credentials={"github_token/default": {"token": "t"}}, keepWorkdir=keep)
+        sandbox.exec("echo result > out.txt")
+        removals = iter(range(step))
+
+        def removal(real, removals=removals):
+            def remove(*args, **kwargs):
+                if next(removals, None) is None:
+                    raise Killed
+                return real(*args, **kwargs)
+
+            return remove
+
+        monkeypatch.setattr(os, "unlink", removal(unlink))
+        monkeypatch.setattr(os, "rmdir", removal(rmdir))
+        try:
+            sandbox.cleanup()
+            finished = True
+        except Killed:
+            finished = False
+        finally:
+            monkeypatch.setattr(os, "unlink", unlink)
+            monkeypatch.setattr(os, "rmdir", rmdir)
+        HostUserRuntime().cleanup_orphans(set())
+        assert not sandbox.layout.private.exists(), step
+        assert Path(sandbox.workdir).exists() == keep, step
+        if keep:
+            assert Path(sandbox.workdir, "out.txt").read_text() == "result\n"
+            shutil.rmtree(sandbox.workdir)
+        if finished:
+            break
+    assert step > 5  # it went through the whole cleanup, one removal at a time

@@ -148,9 +148,9 @@ def test_put_and_get_file_as_agent_user(start, agent_users):
 
 
 def test_endless_output_is_bounded(start, monkeypatch):
-    from llamaherd_host_user import sandbox as sandbox_module
+    from llamaherd import execoutput
 
-    monkeypatch.setattr(sandbox_module, "MAX_OUTPUT", 1000)
+    monkeypatch.setattr(execoutput, "MAX_OUTPUT", 1000)
     sandbox = start()
     seen: list[str] = []
     result = sandbox.exec("echo first; seq 1 20000; echo last", on_output=seen.append)

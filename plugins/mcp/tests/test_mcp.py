@@ -29,13 +29,13 @@ text = "Finished."
 """
 
 
-def connect(project: Any, check: Callable[[Any], Awaitable[Any]]) -> Any:
+def connect(project: Any, check: Callable[[Any], Awaitable[Any]], *options: str) -> Any:
     """Start `al mcp serve` for ``project`` as the SDK's stdio client does; run ``check``."""
     from mcp import Client, StdioServerParameters
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "llamaherd", "--project", str(project.root), "mcp", "serve"],
+        args=["-m", "llamaherd", "--project", str(project.root), "mcp", "serve", *options],
         env={**os.environ, **getattr(project, "env", {})},
     )
 
@@ -139,6 +139,30 @@ def test_an_agent_runs_through_mcp_with_a_prompt(offline, scheduler):
     assert hibernated["state"] == "hibernate" and hibernated["previous"] == "idle"
 
 
+def test_serve_with_an_environment_runs_the_project_as_it_layers_it(offline, tmp_path):
+    """`al mcp serve -E staging`, as Action Llama's: its settings over the project's, for the
+    scheduler it starts too."""
+    if offline.fakes:
+        pytest.skip("needs the scripted provider (its script key)")
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    (envs / "staging.toml").write_text('[models.scripted]\nscript = "staging.toml"\n')
+    offline.write("agents/greeter/staging.toml", SCRIPT.replace("did ", "staged "))
+    offline.env["AL_ENVIRONMENTS_DIR"] = str(envs)
+
+    async def check(client: Any) -> Any:
+        started = text(await client.call_tool("al_start", {}))
+        arguments = {"agent": "greeter", "prompt": "x", "wait": True, "timeout": 120}
+        done = data(await client.call_tool("al_run", arguments))
+        stopped = text(await client.call_tool("al_stop", {}))
+        return started, done, stopped
+
+    started, done, stopped = connect(offline, check, "-E", "staging")
+    assert started.startswith("scheduler started")
+    assert done["return_value"] == "staged x"
+    assert "is stopping" in stopped
+
+
 def test_init_writes_the_project_mcp_json_and_keeps_other_servers(tmp_project, al):
     tmp_project.config("")
     (tmp_project.root / ".mcp.json").write_text(
@@ -155,6 +179,15 @@ def test_init_writes_the_project_mcp_json_and_keeps_other_servers(tmp_project, a
     entry = printed["mcpServers"]["llamaherd"]
     assert os.path.isabs(entry["command"]) and entry["command"].endswith("al")
     assert entry["args"] == ["--project", str(tmp_project.root), "mcp", "serve"]
+
+
+@pytest.mark.parametrize("name", ["", "two words", "x" * 65, "a/b"])
+def test_init_refuses_a_name_no_client_takes(tmp_project, al, name):
+    tmp_project.config("")
+    result = al("mcp", "init", "--name", name, cwd=tmp_project.root)
+    assert result.returncode == 2 and "--name" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_project.root / ".mcp.json").exists()
 
 
 def test_init_refuses_a_broken_mcp_json(tmp_project, al):

@@ -128,7 +128,8 @@ def test_filters(server):
     other = {**FAILED, "project": "other-docs"}
     assert server.send("docs", other, secret=SECRET).json()["agents"] == []
     unbranched = {k: v for k, v in SUCCEEDED.items() if k != "branch"}
-    assert server.send("docs", unbranched, secret=SECRET).json()["agents"] == ["legacy", "releaser"]
+    # As in Action Llama, a build without a branch is of "main".
+    assert server.send("docs", unbranched, secret=SECRET).json()["agents"] == ["legacy"]
 
 
 def test_wait_filters_use_mintlifys_keys(server):

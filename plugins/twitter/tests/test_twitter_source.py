@@ -139,7 +139,7 @@ def test_fields():
         "Hello World!",
     )
     follow = TwitterSource().parse({}, json.dumps(FOLLOW).encode())
-    assert follow["title"] == "@TwitterDev follow @Furious_Camper"
+    assert follow["title"] == "@TwitterDev followed @Furious_Camper"
 
 
 @pytest.mark.parametrize("body", [b"{}", b'{"for_user_id": "1"}', b"[]", b"nope"])

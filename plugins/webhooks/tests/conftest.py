@@ -60,7 +60,9 @@ AGENTS = {
 }
 
 
-def pull_request(action="opened", repo="acme/widgets", base="main", labels=()):
+def pull_request(action="opened", repo="acme/widgets", head="main", labels=()):
+    """A pull request from branch ``head`` (what `branches` filters match, as in Action
+    Llama) into ``release``."""
     return {
         "action": action,
         "number": 7,
@@ -69,8 +71,8 @@ def pull_request(action="opened", repo="acme/widgets", base="main", labels=()):
             "title": "Fix it",
             "user": {"login": "alice"},
             "labels": [{"name": n} for n in labels],
-            "base": {"ref": base},
-            "head": {"ref": "topic"},
+            "base": {"ref": "release"},
+            "head": {"ref": head},
         },
         "repository": {"full_name": repo, "owner": {"login": repo.split("/")[0]}},
         "sender": {"login": "alice"},

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 
+import pytest
 from llamaherd_webhooks.ingest import REJECTED_BODY_KEPT
 
 
@@ -45,9 +47,36 @@ def test_oversized_body_is_413(server):
     assert server.depth() == {}
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_oversized_body_is_answered_413_and_the_connection_closed(server, chunked):
+    """The rest of the body is never read: the 413 says ``Connection: close`` and the server
+    closes (it used to keep the connection and read, then discard, a declared gigabyte)."""
+    port = int(server.url.rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.settimeout(5)  # the rest of the body never comes: only a close ends this in time
+    framing = "Transfer-Encoding: chunked" if chunked else "Content-Length: 1073741824"
+    first = b"x" * (1024 * 1024 + 65536)  # past the source's 1 MiB limit
+    sent = f"{len(first):x}\r\n".encode() + first + b"\r\n" if chunked else first
+    sock.sendall(
+        f"POST /webhooks/open HTTP/1.1\r\nHost: 127.0.0.1\r\n{framing}\r\n\r\n".encode() + sent
+    )
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):  # socket.timeout here: the server kept reading
+            answer += chunk
+    except ConnectionResetError:  # closed with our unread bytes in its buffer: a reset
+        pass
+    sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"413", answer[:200]
+    assert b"connection: close" in head.lower()
+    assert "larger than" in json.loads(body)["error"]
+    assert server.depth() == {}
+
+
 def test_filters_by_action_repo_branch_and_labels(server):
     assert server.send("github", server.pull_request(action="closed")).json()["agents"] == []
-    assert server.send("github", server.pull_request(base="develop")).json()["agents"] == []
+    assert server.send("github", server.pull_request(head="develop")).json()["agents"] == []
     assert server.send("github", server.pull_request(repo="acme/other")).json()["agents"] == []
     labelled = server.send("github", server.pull_request(repo="acme/other", labels=["triage"]))
     assert labelled.json()["agents"] == ["labeller"]

@@ -49,7 +49,12 @@ FIELDS = {
         ({"source": "gh", "labels": ["security"]}, False),
         ({"source": "gh", "assignee": "bob"}, True),
         ({"source": "gh", "author": ["carol"]}, False),
-        ({"source": "gh", "conclusions": ["failure"]}, False),
+        # As in Action Llama: an event without a conclusion passes a conclusions filter.
+        ({"source": "gh", "conclusions": ["failure"]}, True),
+        (
+            {"source": "gh", "conclusions": ["failure"], "match": {"pull_request.draft": True}},
+            False,
+        ),
         ({"source": "gh", "match": {"pull_request.draft": False}}, True),
         ({"source": "gh", "match": {"pull_request.draft": True}}, False),
         ({"source": "gh", "match": {"pull_request.base.ref": ["main", "develop"]}}, True),

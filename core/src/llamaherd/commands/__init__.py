@@ -10,4 +10,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.talk",
     "llamaherd.commands.doctor",
     "llamaherd.commands.update",
+    "llamaherd.commands.configure",
 )

@@ -191,11 +191,20 @@ def ls(app: AppContext, as_json: bool) -> None:
     if not rows:
         click.echo(f"no credentials in {store.root}; add one with `al creds add TYPE[:INSTANCE]`")
         return
-    table = _table("Type", "Instance", "Fields", "Used by")
-    for row in rows:
-        fields = ", ".join(row["fields"]) if row["stored"] else "[red]missing[/red]"
-        table.add_row(row["type"], row["instance"], fields, ", ".join(row["agents"]) or "-")
-    _print(table)
+    from llamaherd.tables import Column, print_table
+
+    print_table(
+        [Column("TYPE", keep=True), Column("INSTANCE", keep=True), "FIELDS", "USED BY"],
+        (
+            (
+                row["type"],
+                row["instance"],
+                ", ".join(row["fields"]) if row["stored"] else "[red]missing[/red]",
+                ", ".join(row["agents"]) or "-",
+            )
+            for row in rows
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- rm, types, test
@@ -243,12 +252,20 @@ def types(app: AppContext, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    table = _table("Type", "Plugin", "Fields", "Env vars")
-    for row in rows:
-        fields = ", ".join(f["name"] + (" (secret)" if f["secret"] else "") for f in row["fields"])
-        env = (", ".join(row["env"]) or "-") if row["staged"] else "(not staged into runs)"
-        table.add_row(row["type"], row["plugin"] or "-", fields, env)
-    _print(table)
+    from llamaherd.tables import Column, print_table
+
+    print_table(
+        [Column("TYPE", keep=True), "PLUGIN", "FIELDS", "ENV VARS"],
+        (
+            (
+                row["type"],
+                row["plugin"] or "-",
+                ", ".join(f["name"] + (" (secret)" if f["secret"] else "") for f in row["fields"]),
+                (", ".join(row["env"]) or "-") if row["staged"] else "(not staged into runs)",
+            )
+            for row in rows
+        ),
+    )
 
 
 @creds.command("test")
@@ -278,25 +295,6 @@ def test(app: AppContext, ref: str) -> None:
 def _fail(shown: str, message: str) -> NoReturn:
     click.echo(f"failed: {shown}: {message}", err=True)
     sys.exit(1)
-
-
-# --------------------------------------------------------------------------- output
-
-
-def _table(*columns: str) -> Any:
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        # Fold long names rather than cut them with an ellipsis: every name must stay readable.
-        table.add_column(column, overflow="fold")
-    return table
-
-
-def _print(renderable: Any) -> None:
-    from rich.console import Console
-
-    Console(soft_wrap=False).print(renderable)
 
 
 def register(cli: click.Group) -> None:

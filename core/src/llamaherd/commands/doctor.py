@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.types import ConfigError, Finding, LlamaherdError
 
 STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
@@ -20,17 +20,25 @@ STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
     "--yes", "-y", is_flag=True, help="With --fix: do not ask (fixes that need input are skipped)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@environment_option
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Warnings about keys llamaherd reads differently or does not act on are errors, as "
+    "Action Llama's --strict makes unknown fields errors.",
+)
 @pass_app
-def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool) -> None:
+def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool, strict: bool) -> None:
     """Check the project and this machine: everything `al validate` checks, then the
     credentials (valid, where their type can tell), webhook secrets, model keys and base URLs,
     the gateway port, scales, the database, the scheduler, and what plugins check (the Docker
     daemon and images, host-user users, ...). Exit 1 when anything is an error.
 
     With --fix, offers to fix what it can (build an image, create a user, add a missing
-    credential, migrate the database), then checks again.
+    credential, migrate the database), then checks again. With --strict, a warning about a
+    key llamaherd reads differently or does not act on is an error.
     """
-    from llamaherd.doctor import Result, failed, run_checks
+    from llamaherd.doctor import Result, failed, run_checks, strict_config
 
     try:
         project = app.project
@@ -38,7 +46,8 @@ def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool) -> None
         results = [Result("config", Finding.error(exc.file, str(exc)))]
         _report(results, [], as_json, fix)
         sys.exit(1)
-    results = run_checks(project, app.registry)
+    checked = strict_config if strict else run_checks
+    results = checked(project, app.registry)
     applied: list[Any] = []
     shown = False  # the first report was printed before the fixes were offered
     if fix and any(_fixable(r) for r in results):
@@ -47,7 +56,7 @@ def doctor_command(app: AppContext, fix: bool, yes: bool, as_json: bool) -> None
             shown = True
         applied = _apply_fixes(results, yes)
         if applied:
-            results = run_checks(project, app.registry)
+            results = checked(project, app.registry)
             if not as_json:
                 click.echo("after fixing:")
     if as_json or not shown or applied:

@@ -9,16 +9,14 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.commands.scheduler import (
     FINAL,
-    _console,
     _print_events,
     _reader,
     _searchable,
     complete_agent,
     complete_run_or_agent,
-    env_option,
     follow,
 )
 from llamaherd.types import CommandFailed, LlamaherdError
@@ -29,13 +27,11 @@ from llamaherd.types import CommandFailed, LlamaherdError
 @click.argument("agent", required=False, shell_complete=complete_agent)
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@env_option
+@environment_option
 @pass_app
-def runs_command(
-    app: AppContext, agent: str | None, limit: int, as_json: bool, environment: str | None
-) -> None:
+def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) -> None:
     """Recent runs, newest first."""
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
         rows = reader.runs(agent, limit)
@@ -43,65 +39,68 @@ def runs_command(
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
         return
-    _console().print(_runs_table(rows))
+    from llamaherd.tables import show
+
+    show(_runs_table(rows))
     if not_run:
-        _console().print(_not_run_table(not_run))
+        show(_not_run_table(not_run))
 
 
 def _not_run_table(rows: list[dict[str, Any]]) -> Any:
     """Triggers flow control did not run (skipped, dropped, superseded), with why."""
-    from rich.table import Table
     from rich.text import Text
 
     from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.tables import table
 
-    table = Table(
-        box=None, header_style="bold", title="not run (flow control)", title_justify="left"
+    return table(
+        ["WHEN", "AGENT", "WHAT", "TRIGGER", "REASON"],
+        (
+            (
+                ago(row["at"]),
+                Text(row["agent"]),
+                Text(row["what"]),
+                Text(clean(str(row["trigger"] or "-"))),
+                Text(clean(row["reason"] or "")),
+            )
+            for row in rows
+        ),
+        title="not run (flow control)",
     )
-    for column in ("WHEN", "AGENT", "WHAT", "TRIGGER"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("REASON", overflow="fold")
-    for row in rows:
-        table.add_row(
-            ago(row["at"]),
-            row["agent"],
-            row["what"],
-            Text(clean(str(row["trigger"] or "-"))),
-            Text(clean(row["reason"] or "")),
-        )
-    return table
 
 
 def _runs_table(rows: list[dict[str, Any]]) -> Any:
-    """Runs as a table: run ids whole whatever the width (a script or a person copies them),
-    the reason folded instead; what a run wrote (its reason) without terminal escapes."""
-    from rich.table import Table
+    """Runs as a table: run ids whole whatever the width (a script or a person copies them);
+    what a run wrote (its reason) without terminal escapes."""
     from rich.text import Text
 
     from llamaherd.logview import clean
     from llamaherd.status import ago
+    from llamaherd.tables import Column, table
     from llamaherd.termview import STATE_STYLES
 
-    table = Table(box=None, header_style="bold")
-    widest = max((len(run["id"]) for run in rows), default=3)
-    table.add_column("RUN", no_wrap=True, min_width=widest)
-    for column in ("AGENT", "STATE", "EXIT", "TRIGGER", "STARTED", "DURATION"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("REASON", overflow="fold")
-    for run in rows:
-        started, finished = run["started_at"], run["finished_at"]
-        table.add_row(
-            run["id"],
-            run["agent"],
-            Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
-            "-" if run["exit_code"] is None else str(run["exit_code"]),
-            run["trigger_kind"],
-            ago(started),
-            f"{finished - started:.1f}s" if finished and started else "-",
-            Text(clean(run["reason"] or "")),
-        )
-    return table
+    columns = [Column("RUN", keep=True), "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED"]
+    return table(
+        [*columns, "DURATION", "REASON"],
+        (
+            (
+                run["id"],
+                Text(run["agent"]),
+                Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
+                "-" if run["exit_code"] is None else str(run["exit_code"]),
+                Text(run["trigger_kind"]),
+                ago(run["started_at"]),
+                _took(run["started_at"], run["finished_at"]),
+                Text(clean(run["reason"] or "")),
+            )
+            for run in rows
+        ),
+    )
+
+
+def _took(started: float | None, finished: float | None) -> str:
+    return f"{finished - started:.1f}s" if finished and started else "-"
 
 
 def _resolve_run(reader: Any, target: str) -> str:
@@ -157,7 +156,20 @@ def _resolve_run(reader: Any, target: str) -> str:
     help="Show long tool output whole (by default its first and last lines, saying how many "
     "were cut).",
 )
-@env_option
+@click.option(
+    "-a", "--all", "everything", is_flag=True, help="Every entry, those the view leaves out too."
+)
+@click.option(
+    "-d",
+    "--date",
+    metavar="YYYY-MM-DD",
+    help="One day (local time): the scheduler's entries of that day, or every run of AGENT "
+    "started that day.",
+)
+@click.option(
+    "-i", "--instance", metavar="RUN_ID", help="One run of AGENT: its id or a unique prefix."
+)
+@environment_option
 @pass_app
 def logs_command(
     app: AppContext,
@@ -169,41 +181,103 @@ def logs_command(
     before: str | None,
     pattern: str | None,
     full: bool,
-    environment: str | None,
+    everything: bool,
+    date: str | None,
+    instance: str | None,
 ) -> None:
     """Print a run's log as a conversation: the assistant's text, each tool call with its
-    command and output (TARGET is a run id, a unique prefix, or an agent for its latest run).
-    Without TARGET, the scheduler's log (.al/scheduler.log): run starts and ends, webhook
-    receipts, warnings."""
-    keep = _entry_filter(since, before, pattern)
+    command and output (TARGET is a run id, a unique prefix, or an agent for its latest run;
+    -i picks a run of the agent, -d every run of a day). Without TARGET, the scheduler's log
+    (.al/scheduler.log): run starts and ends, webhook receipts, warnings."""
+    day = _day(date) if date else None
+    keep = _entry_filter(since, before, pattern, day)
     if target is None:
+        deployed = app.deployed_environment()
+        if deployed is not None:
+            raise LlamaherdError(
+                f"{deployed.said}: the deployed scheduler's own log is on its server: "
+                f"`al env logs {deployed.name}` (a run's log: `al logs AGENT -E {deployed.name}`)"
+            )
+        if instance:
+            raise click.UsageError("-i/--instance needs the agent: al logs AGENT -i RUN_ID")
         _scheduler_log(app, keep, lines or 50, as_json, follow_)
         return
-    with _reader(app, environment) as reader:
-        run_id = _resolve_run(reader, target)
-        events = [e for e in reader.events(run_id) if keep(e["at"], _searchable(e))]
+    with _reader(app) as reader:
+        run_ids = _runs_shown(reader, target, instance, day)
+        events = [
+            (run_id, event)
+            for run_id in run_ids
+            for event in reader.events(run_id)
+            if keep(event["at"], _searchable(event))
+        ]
         shown = events[-lines:] if lines else events
-        if as_json:
-            for event in shown:
-                click.echo(json.dumps(event))
-        else:
-            _print_events(shown, run_id, full)
+        for run_id in run_ids:
+            own = [event for owner, event in shown if owner == run_id]
+            if as_json:
+                for event in own:
+                    click.echo(json.dumps(event if len(run_ids) == 1 else {"run": run_id, **event}))
+                continue
+            if len(run_ids) > 1 and own:
+                click.echo(f"--- run {run_id}")
+            _print_events(own, run_id, full, everything)
         if follow_:
-            after = events[-1]["id"] if events else 0
-            follow(reader, run_id, after=after, full=full, keep=keep, as_json=as_json)
+            last = [event for owner, event in events if owner == run_ids[-1]]
+            after = last[-1]["id"] if last else 0
+            follow(reader, run_ids[-1], after=after, full=full, keep=keep, as_json=as_json)
+
+
+def _day(text: str) -> tuple[float, float]:
+    """The local day YYYY-MM-DD as (start, end) epoch seconds."""
+    from datetime import date, datetime, timedelta
+
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"expected YYYY-MM-DD, got {text!r}", param_hint="--date"
+        ) from None
+    start = datetime(day.year, day.month, day.day)
+    return start.timestamp(), (start + timedelta(days=1)).timestamp()
+
+
+def _runs_shown(
+    reader: Any, target: str, instance: str | None, day: tuple[float, float] | None
+) -> list[str]:
+    """The runs ``al logs TARGET`` prints: one (TARGET, or -i of the agent TARGET), or with
+    -d every run of the agent TARGET created that day, oldest first."""
+    if instance:
+        reader.check_agent(target)
+        run = reader.run(instance)
+        if run is None or run["agent"] != target:
+            raise LlamaherdError(
+                f"no run {instance!r} of agent {target!r} (see `al runs {target}`)"
+            )
+        return [run["id"]]
+    if day and target in reader.agent_names():
+        runs = [r for r in reader.runs(target, 10_000) if day[0] <= r["created_at"] < day[1]]
+        if not runs:
+            raise LlamaherdError(f"agent {target!r} has no runs on that day")
+        return [r["id"] for r in reversed(runs)]
+    return [_resolve_run(reader, target)]
 
 
 def _entry_filter(
-    since: str | None, before: str | None, pattern: str | None
+    since: str | None,
+    before: str | None,
+    pattern: str | None,
+    day: tuple[float, float] | None = None,
 ) -> Callable[[float | None, str], bool]:
-    """``keep(at, text)``: whether a log entry written at ``at`` passes --since, --before and
-    --grep (an entry of unknown time passes the time bounds)."""
+    """``keep(at, text)``: whether a log entry written at ``at`` passes --since, --before,
+    --date and --grep (an entry of unknown time passes the time bounds)."""
     import re
 
     from llamaherd.durations import parse_since
 
     low = parse_since(since, "--since") if since else None
     high = parse_since(before, "--before") if before else None
+    if day is not None:
+        low = day[0] if low is None else max(low, day[0])
+        high = day[1] if high is None else min(high, day[1])
     try:
         regex = re.compile(pattern) if pattern else None
     except re.error as exc:
@@ -272,7 +346,7 @@ def _echo_entries(entries: list[Any], as_json: bool) -> None:
     "-n", "recent", type=click.IntRange(min=0), default=0, help="Also list the N latest runs."
 )
 @click.option("--calls", is_flag=True, help="Only the agent-call graph.")
-@env_option
+@environment_option
 @pass_app
 def stats_command(
     app: AppContext,
@@ -281,14 +355,13 @@ def stats_command(
     as_json: bool,
     recent: int,
     calls: bool,
-    environment: str | None,
 ) -> None:
     """Run history per agent: runs, success rate, p50/p95 duration, tokens, cost; and the
     agent-call graph."""
     from llamaherd.durations import parse_since
 
     start = parse_since(since, "--since")
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
         data = reader.stats(agent, start)
@@ -317,44 +390,47 @@ def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
 
 
 def _print_stats(data: dict[str, Any], since: str) -> None:
-    from rich.table import Table
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.text import Text
 
     from llamaherd.status import budget_line
+    from llamaherd.tables import Column, show, table
 
-    console = _console()
+    parts: list[Any] = []
     if "agents" in data:
-        console.print(f"[bold]runs since {since}[/]")
-        console.print(_agents_stats_table(data) if data["runs"] else "  none")
+        parts += [f"[bold]runs since {escape(since)}[/]"]
+        parts += [_agents_stats_table(data) if data["runs"] else "  none", ""]
     if data.get("budgets"):
-        console.print("\n[bold]budgets[/]")
+        parts.append("[bold]budgets[/]")
         for name, spend in data["budgets"].items():
             for budget in spend["budget"]:
-                console.print(f"  {name}: {budget_line(budget, spend['now'])}", markup=False)
+                parts.append(Text(f"  {name}: {budget_line(budget, spend['now'])}"))
             if spend["held"]:
-                console.print(f"  {name} waits: {spend['held']}", markup=False, style="yellow")
-    table = Table(box=None, header_style="bold", title_justify="left")
-    for column in ("CALLER", "", "TARGET", "CALLS"):
-        table.add_column(column, justify="right" if column == "CALLS" else "left")
-    for call in data["calls"]:
-        table.add_row(call["caller"], "→", call["target"], str(call["count"]))
-    console.print("\n[bold]agent calls[/]")
-    console.print(table if data["calls"] else "  none")
+                parts.append(Text(f"  {name} waits: {spend['held']}", style="yellow"))
+        parts.append("")
+    calls = table(
+        ["CALLER", "", "TARGET", Column("CALLS", justify="right")],
+        ((escape(c["caller"]), "→", escape(c["target"]), str(c["count"])) for c in data["calls"]),
+    )
+    parts += ["[bold]agent calls[/]", calls if data["calls"] else "  none"]
     if data.get("recent"):
-        console.print("\n[bold]latest runs[/]")
-        console.print(_runs_table(data["recent"]))
+        parts += ["", "[bold]latest runs[/]", _runs_table(data["recent"])]
+    show(Group(*parts))
 
 
 def _agents_stats_table(data: dict[str, Any]) -> Any:
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table(box=None, header_style="bold", show_footer=len(data["agents"]) > 1)
-    columns = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
-    total = _stats_cells("all agents", data)
-    for i, column in enumerate(columns):
-        table.add_column(column, footer=total[i], justify="left" if i == 0 else "right")
-    for name, row in data["agents"].items():
-        table.add_row(*_stats_cells(name, row))
-    return table
+    from llamaherd.tables import Column, table
+
+    names = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
+    total = _stats_cells("all agents", data) if len(data["agents"]) > 1 else [""] * len(names)
+    columns = [
+        Column(name, justify="left" if i == 0 else "right", footer=total[i])
+        for i, name in enumerate(names)
+    ]
+    return table(columns, (_stats_cells(escape(name), row) for name, row in data["agents"].items()))
 
 
 def _stats_cells(name: str, row: dict[str, Any]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
 
@@ -28,22 +29,17 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table("name", "distribution", "version", box=None, pad_edge=False)
-    table.add_column("registers", overflow="fold")  # never cut a name off with "…"
-    for row in rows:
-        table.add_row(row["name"], row["distribution"] or "", row["version"] or "", _registers(row))
-    console = Console(soft_wrap=True)
-    if console.is_terminal:
-        console.print(table)
-        return
-    # Piped: one line per plugin whatever its length (for grep), without trailing padding.
-    wide = Console(soft_wrap=True, width=100_000)
-    with wide.capture() as captured:
-        wide.print(table)
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+    from llamaherd.tables import Column, print_table
+
+    print_table(
+        [Column("NAME", keep=True), "DISTRIBUTION", "VERSION", "REGISTERS"],
+        (
+            (row["name"], row["distribution"] or "", row["version"] or "", escape(_registers(row)))
+            for row in rows
+        ),
+    )
 
 
 def _registers(row: dict[str, Any]) -> str:
@@ -62,31 +58,93 @@ def _registers(row: dict[str, Any]) -> str:
 
 @click.command("validate")
 @click.argument("agents", nargs=-1)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the findings as JSON (file, key, message, severity).",
+)
 @pass_app
-def validate_command(app: AppContext, agents: tuple[str, ...]) -> None:
+def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) -> None:
     """Check the project and agent configs; exit 2 on any error.
 
     With AGENT names, check only those agents (and the project config).
     """
-    from llamaherd.schema import validate_project
+    from llamaherd.schema import Problem, validate_project
 
-    project = _load(app)
+    try:
+        project = _load(app)
+    except ConfigError as exc:
+        if not as_json:
+            raise
+        problems = [Problem(exc.file, exc.key, exc.message)]
+        _print_findings(problems, [])
+        raise SystemExit(2) from None
     problems = validate_project(project, app.registry, agents or None)
+    problems += _running_scheduler(project)
     broken = {p.agent for p in problems if p.agent}  # includes agents that failed to parse
     for name in agents:
         if name not in broken:
             project.agent(name)  # an unknown name is one clear error
-    for problem in problems:
-        if problem.agent is None:
-            click.echo(str(problem))
-    for name in agents or sorted(set(project.agents) | broken):
-        own = [p for p in problems if p.agent == name]
-        for problem in own:
-            click.echo(str(problem))
-        if not any(p.is_error for p in own):
-            click.echo(f"ok  agents/{name}")
+    names = list(agents) or sorted(set(project.agents) | broken)
+    if as_json:
+        _print_findings(problems, names)
+    else:
+        for problem in problems:
+            if problem.agent is None:
+                click.echo(str(problem))
+        for name in names:
+            own = [p for p in problems if p.agent == name]
+            for problem in own:
+                click.echo(str(problem))
+            if not any(p.is_error for p in own):
+                click.echo(f"ok  agents/{name}")
     if any(p.is_error for p in problems):
         raise SystemExit(2)
+
+
+def _running_scheduler(project: Any) -> list[Any]:
+    """Warnings about the scheduler running this project here: plugins installed since it
+    started (it knows none of their keys: restart it), and its refusal of the files on disk."""
+    from llamaherd.local import scheduler_info
+    from llamaherd.plugins import installed_plugins
+    from llamaherd.schema import Problem
+
+    info = scheduler_info(project.state_dir)
+    if not info or "plugins" not in info:
+        return []
+    subject = f"scheduler pid {info.get('pid', '?')}"
+    found = []
+    new = sorted(installed_plugins() - set(info["plugins"]))
+    if new:
+        message = (
+            f"plugin(s) {', '.join(new)} installed after it started: restart it "
+            "(`al stop && al start`) to use them"
+        )
+        found.append(Problem(subject, "", message, "warning"))
+    for refusal in info.get("config_errors") or []:
+        found.append(Problem(subject, "", f"refused the config on disk: {refusal}", "warning"))
+    return found
+
+
+def _print_findings(problems: list[Any], agents: list[str]) -> None:
+    """``al validate --json``: whether it passed, each finding, and each agent's verdict."""
+    failed = {p.agent for p in problems if p.is_error}
+    found = {
+        "ok": not any(p.is_error for p in problems),
+        "findings": [
+            {
+                "file": p.file,
+                "key": p.key,
+                "message": p.message,
+                "severity": p.severity,
+                "agent": p.agent,
+            }
+            for p in problems
+        ],
+        "agents": [{"agent": name, "ok": name not in failed} for name in agents],
+    }
+    click.echo(json.dumps(found, indent=2))
 
 
 def _load(app: AppContext) -> Any:
@@ -143,18 +201,47 @@ NEW_PROJECT_FILES: dict[str, tuple[str, ...]] = {
 
 @click.command("new")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-def new_command(directory: Path) -> None:
-    """Create a project in DIRECTORY with one example agent that runs offline."""
+@click.option(
+    "--interactive/--no-interactive",
+    default=None,
+    help="Ask for the model provider, model and key (default: when in a terminal).",
+)
+@click.option("--provider", help="Model provider of the project's model (anthropic, openai, ...).")
+@click.option("--model", help="Model name (default: the provider's recommended one).")
+def new_command(
+    directory: Path, interactive: bool | None, provider: str | None, model: str | None
+) -> None:
+    """Create a project in DIRECTORY with one example agent that runs offline.
+
+    As Action Llama's `al new`: in a terminal it asks for the model provider, the model and its
+    API key; --no-interactive --provider P --model M sets them without asking. The example
+    agent keeps the offline `scripted` model, so `al run hello` works at once.
+    """
     import getpass
     from string import Template
 
+    from llamaherd import scaffold
+
     if directory.exists() and any(directory.iterdir()):
         raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
-    values = {"user": getpass.getuser()}
-    for target, template in NEW_PROJECT_FILES.items():
-        path = directory / target
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(Template(_template(*template)).safe_substitute(values), encoding="utf-8")
+    if interactive is None:
+        interactive = provider is None and click.get_text_stream("stdin").isatty()
+    choice = scaffold.ask_model() if interactive else scaffold.given_model(provider, model)
+    key = scaffold.ask_key(choice) if interactive and choice else None
+    values = {"user": getpass.getuser(), "models": scaffold.model_table(choice)}
+    try:
+        for target, template in NEW_PROJECT_FILES.items():
+            path = directory / target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = Template(_template(*template)).safe_substitute(values)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        where = exc.filename or directory
+        raise CommandFailed(f"{where}: cannot create the project: {exc.strerror}") from None
+    if key:
+        scaffold.store_key(choice, key)
+    if choice:
+        click.echo(scaffold.summary(choice, directory, stored=bool(key)))
     click.echo(f"created {directory}: cd {directory} && al validate && al run hello")
 
 
@@ -179,6 +266,13 @@ AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 @click.option(
     "--no-config", "no_config", is_flag=True, help="Accepted for Action Llama users (no prompts)."
 )
+@click.option(
+    "-y",
+    "--yes",
+    is_flag=True,
+    help="Install without asking when a fetched skill's config gives the agent powers "
+    "(run_as, hooks, credentials); needed to install such a skill without a terminal.",
+)
 @pass_app
 def add_command(
     app: AppContext,
@@ -187,12 +281,15 @@ def add_command(
     name: str | None,
     force: bool,
     no_config: bool,
+    yes: bool,
 ) -> None:
     """Install a skill as agents/<name>/ from a folder, a git URL or GitHub owner/repo.
 
     SOURCE#path picks a folder inside it; else every SKILL.md is found (at the root, in
     skills/*/ and agents/*/) and -a NAME picks one. A skill's own config.toml is kept, with
-    the model and webhook source names it uses fitted to this project.
+    the model and webhook source names it uses fitted to this project. A fetched skill whose
+    config sets run_as, hooks or credentials is shown, then installed only when you agree
+    (asked in a terminal; --yes otherwise).
     """
     from llamaherd import skill_sources
 
@@ -210,7 +307,7 @@ def add_command(
             raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
         recorded = source if fetched.subdir or not skill.where else f"{source}#{skill.where}"
         if fetched.cloned:
-            _warn_risky(skill.path / "config.toml", recorded, name)
+            _confirm_grants(skill.path, recorded, name, yes)
         config = _added_config(app, project, fetched, skill, recorded)
         if target.exists():
             shutil.rmtree(target)
@@ -219,33 +316,47 @@ def add_command(
     click.echo(f"added agents/{name} from {recorded}")
 
 
-def _warn_risky(path: Path, source: str, name: str) -> None:
-    """Say what a fetched config.toml lets the agent do before it is installed."""
-    from llamaherd import skill_sources
-    from llamaherd.project import read_toml
+def _confirm_grants(skill_dir: Path, source: str, name: str, yes: bool) -> None:
+    """Say what a fetched skill's config (its config.toml and SKILL.md frontmatter) grants
+    the agent, and go on only when the user agrees: asked in a terminal, ``--yes`` otherwise.
+    Someone else's repository must not get a root run_as, hooks or credentials on warnings."""
+    from llamaherd import compat, skill_sources
+    from llamaherd.project import parse_skill, read_toml
 
-    if not path.is_file():
-        return
+    own = skill_dir / "config.toml"
     try:
-        risky = skill_sources.risky_settings(read_toml(path))
+        meta, _ = parse_skill(skill_dir / "SKILL.md")
+        config, _, _ = compat.merge_frontmatter(meta, read_toml(own) if own.exists() else {})
     except LlamaherdError:
         return  # fitting it reports the problem
-    for item in risky:
-        click.echo(f"warning: agents/{name}/config.toml from {source} sets {item}", err=True)
-    if risky:
-        click.echo(f"warning: review agents/{name}/config.toml before running the agent", err=True)
+    grants = skill_sources.risky_settings(config)
+    if not grants:
+        return
+    click.echo(f"agents/{name} from {source} (review its config.toml and SKILL.md) sets:", err=True)
+    for item in grants:
+        click.echo(f"  {item}", err=True)
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise LlamaherdError(
+            f"agents/{name} was not installed: it sets what is listed above; "
+            "run again with --yes to install it anyway"
+        )
+    if not click.confirm(f"install agents/{name}?", default=False, err=True):
+        raise CommandFailed(f"agents/{name} was not installed")
 
 
 def _added_config(app: AppContext, project: Any, fetched: Any, skill: Any, source: str) -> str:
     """The new agent's config.toml: the skill's own, fitted to the project (each change and
     what is left to add is printed), else a commented one."""
     from llamaherd import skill_sources
+    from llamaherd.project import read_project_text
 
     own = skill.path / "config.toml"
-    if not own.is_file():
+    if not own.exists():
         return _agent_config(project, source)
     text, fitted = skill_sources.fit_config(
-        own.read_text(encoding="utf-8"),
+        read_project_text(own),
         skill_sources.source_config(fetched, skill),
         project.config,
         source,

@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.statedir import open_private, private_dir
-from llamaherd.types import CommandFailed, LlamaherdError
+from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
 NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start
@@ -31,29 +31,18 @@ def _store(app: AppContext) -> Any:
     return Store.open(app.project.database_url, str(app.project.root))
 
 
-def env_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``-E/--env NAME``: read from the scheduler deployed as NAME instead of this project."""
-    return click.option(
-        "-E",
-        "--env",
-        "environment",
-        envvar="AL_ENV",
-        metavar="NAME",
-        help="Read from the scheduler deployed as environment NAME (through its plugin, "
-        "e.g. over SSH) instead of this project's store.",
-    )(command)
-
-
 @contextmanager
-def _reader(app: AppContext, environment: str | None) -> Iterator[Any]:
-    """The control API of ``environment``'s scheduler; else of this project's running
-    scheduler (its rows are ready: no project to load, no store to open); else the store."""
+def _reader(app: AppContext) -> Iterator[Any]:
+    """The control API of the command's deployed environment (``app.remote()``); else of this
+    project's running scheduler (its rows are ready: no project to load, no store to open);
+    else the store."""
     from llamaherd.client import ControlClient
     from llamaherd.readers import ControlReader, StoreReader
 
-    if environment:
-        with ControlClient.for_environment(environment) as client:
-            yield ControlReader(client)
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            yield ControlReader(remote)
         return
     state_dir = app.state_dir
     local = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
@@ -151,6 +140,7 @@ def complete_run_or_agent(ctx: click.Context, param: click.Parameter, incomplete
     help="Accepted for Action Llama users: the dashboard is served (at /) whenever "
     "llamaherd-dashboard is installed.",
 )
+@environment_option
 @pass_app
 def start_command(
     app: AppContext,
@@ -213,6 +203,8 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     private_dir(project.state_dir)
     args = [sys.executable, "-m", "llamaherd", "--project", str(project.root), "start"]
     args += ["--grace", str(grace)]
+    if project.requested_environment:
+        args += ["--env", project.requested_environment]
     for key, value in overrides.items():
         if value is not None:
             args += [f"--{key}", str(value)]
@@ -258,12 +250,19 @@ def _start_error(path: Path, offset: int) -> str:
 
 
 @click.command("stop")
+@environment_option
 @pass_app
 def stop_command(app: AppContext) -> None:
     """Stop the running scheduler (active runs get its grace period)."""
     from llamaherd.client import ControlClient
     from llamaherd.processes import pid_alive
 
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            remote.post("/control/stop")
+        click.echo(f"stop requested: the scheduler at {remote.url} stops once its runs end")
+        return
     client = ControlClient.find(app.project)
     if client is None:
         raise CommandFailed("no scheduler is running for this project")
@@ -324,8 +323,15 @@ def _exits_within(pid: int | None, seconds: float) -> bool:
 )
 @click.option("--wake", is_flag=True, help="Set a hibernating or off agent idle first.")
 @click.option(
+    "--last-good",
+    is_flag=True,
+    help="When the running scheduler refused AGENT's config on disk, run the last good "
+    "version it keeps (said on stderr) instead of refusing.",
+)
+@click.option(
     "-H", "--headless", is_flag=True, help="Accepted for Action Llama users: never prompts."
 )
+@environment_option
 @pass_app
 def run_command(
     app: AppContext,
@@ -335,6 +341,7 @@ def run_command(
     no_follow: bool,
     detach: bool,
     wake: bool,
+    last_good: bool,
     headless: bool,
 ) -> None:
     """Run AGENT now: through the running scheduler (or the schedulers sharing its database),
@@ -351,12 +358,18 @@ def run_command(
     data = _load_payload(payload)
     if prompt is not None:
         data["prompt"] = prompt
+    remote = app.remote()
+    if remote is not None:
+        with remote:
+            sys.exit(_run_remote(remote, agent, {"agent": agent, "payload": data, "wake": wake},
+                                 no_follow))  # fmt: skip
     if no_follow and _queued_without_the_project(app, agent, data, wake):
         return
     project = app.project
     project.agent(agent)
     client = ControlClient.find(project)
     if client is not None:
+        _check_on_disk(app, agent, last_good)
         body = {"agent": agent, "payload": data, "wake": wake}
         item = client.post("/control/run", body)["items"][0]
     elif _live_hosts(app):
@@ -394,11 +407,15 @@ def _queued_without_the_project(
     answers with its id once started, so the project is never loaded here. False when no
     scheduler runs here (the run goes the slower way)."""
     from llamaherd.client import ControlClient
+    from llamaherd.local import scheduler_info
 
     state_dir = app.state_dir
     client = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
     if client is None:
         return False
+    info = scheduler_info(state_dir) or {}
+    if info.get("refused_all") or agent in (info.get("kept") or []):
+        return False  # the slower way refuses, or says which version runs (--last-good)
     body = {"agent": agent, "payload": data, "wake": wake, "started_within": NO_FOLLOW_WAIT}
     answer = client.post("/control/run", body)
     run_id = (answer.get("runs") or [None])[0]
@@ -410,6 +427,51 @@ def _queued_without_the_project(
     click.echo(run_id)
     click.echo(f"follow it with `al logs {run_id} -f`", err=True)
     return True
+
+
+def _run_remote(client: Any, agent: str, body: dict[str, Any], no_follow: bool) -> int:
+    """``al run -E NAME``: queue the run on the deployed scheduler and follow it there."""
+    from llamaherd.readers import ControlReader
+
+    reader = ControlReader(client)
+    item = client.post("/control/run", body)["items"][0]
+    while True:
+        run_id = next((r["id"] for r in reader.runs(agent, 50) if r["item_id"] == item), None)
+        if run_id is not None:
+            break
+        if no_follow:
+            click.echo(f"queued on {client.url} (work item {item})", err=True)
+            return 0
+        time.sleep(0.2)
+    if no_follow:
+        click.echo(run_id)
+        return 0
+    return follow(reader, run_id, poll=0.5)
+
+
+def _check_on_disk(app: AppContext, agent: str, last_good: bool) -> None:
+    """Never run a config other than the one on disk without saying so: when the running
+    scheduler refused ``agent``'s files (it runs their last good version), refuse, or with
+    ``last_good`` say which version runs."""
+    from llamaherd.local import scheduler_info
+    from llamaherd.status import scheduler_status
+
+    status = scheduler_status(app.project, scheduler_info(app.project.state_dir))
+    if not status["running"] or not (status["refused_all"] or agent in status["kept"]):
+        return
+    mine = [p for p in status["config_errors"] if p.startswith(f"agents/{agent}/")]
+    problems = "".join(f"\n  {p}" for p in (mine or status["config_errors"]))
+    if not last_good:
+        raise LlamaherdError(
+            f"the running scheduler refused the config on disk for {agent}:{problems}\n"
+            f"fix it (`al validate {agent}`), or run the last good version it keeps with "
+            f"`al run {agent} --last-good`"
+        )
+    click.echo(
+        f"note: running the last good config of {agent}; the scheduler refused the one on "
+        f"disk:{problems}",
+        err=True,
+    )
 
 
 def _why_queued(reader: Any, agent: str) -> str:
@@ -463,7 +525,7 @@ def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any],
     finally:
         engine.close()
     if result.refused:
-        raise LlamaherdError(result.refused)
+        raise Conflict(result.refused)
     return result.queued
 
 
@@ -523,7 +585,7 @@ def run_foreground(
             raise LlamaherdError("\n".join(str(p) for p in errors))
         result = queue(engine)
         if result.refused:
-            raise LlamaherdError(result.refused)
+            raise Conflict(result.refused)
         engine.serve("127.0.0.1", 0)
         reader = StoreReader(engine.store, project, engine.registry)
 
@@ -612,17 +674,15 @@ def follow(
 @click.option(
     "--watch", is_flag=True, help="Live view (active runs, recent results), redrawn every second."
 )
-@env_option
+@environment_option
 @pass_app
-def stat_command(
-    app: AppContext, agent: str | None, as_json: bool, watch: bool, environment: str | None
-) -> None:
+def stat_command(app: AppContext, agent: str | None, as_json: bool, watch: bool) -> None:
     """Agents (or AGENT): state, active/scale, queue depth, last result, next scheduled fire;
     with --watch, the live view `al start` shows in a terminal (active runs with their
     status, recent results, queue depth)."""
     from llamaherd.termview import stat_view
 
-    with _reader(app, environment) as reader:
+    with _reader(app) as reader:
         if agent:
             reader.check_agent(agent)
 
@@ -635,7 +695,9 @@ def stat_command(
             click.echo(json.dumps(stat(), indent=2))
             return
         if not watch:
-            _console().print(stat_view(stat()))
+            from llamaherd.tables import show
+
+            show(stat_view(stat()))
             return
         _watch(reader, agent)
 
@@ -645,11 +707,14 @@ def _watch(reader: Any, agent: str | None) -> None:
     else printed anew every second) until Ctrl-C."""
     from contextlib import nullcontext
 
+    from rich.console import Console
     from rich.live import Live
 
     from llamaherd.termview import redraw_after, render, snapshot
 
-    console = _console()
+    # Wrapped at spaces (not soft_wrap): a live display crops what is wider than the terminal,
+    # which cut the scheduler line mid-URL.
+    console = Console(highlight=False)
     live = Live(console=console, auto_refresh=False) if console.is_terminal else None
     try:
         with live or nullcontext():
@@ -669,26 +734,31 @@ def _searchable(event: dict[str, Any]) -> str:
     return json.dumps(event, ensure_ascii=False)
 
 
-def _print_events(events: list[dict[str, Any]], run_id: str, full: bool) -> None:
+def _print_events(
+    events: list[dict[str, Any]], run_id: str, full: bool, everything: bool = False
+) -> None:
+    """The conversation view of a run's events (``everything``: none left out)."""
     from llamaherd.logview import format_event, worth_showing
 
     console = _console()
-    for event in filter(worth_showing, events):
+    for event in events if everything else filter(worth_showing, events):
         console.print(format_event(event, full=full, run_id=run_id))
 
 
 # ---------------------------------------------------------------------- kill / pause / resume
 @click.command("kill")
 @click.argument("target", shell_complete=complete_run_or_agent)
+@environment_option
 @pass_app
 def kill_command(app: AppContext, target: str) -> None:
     """Kill a run (id or prefix), or every live run of an agent."""
     from llamaherd.client import ControlClient
 
-    client = ControlClient.find(app.project)
+    client = app.remote() or ControlClient.find(app.project)
     if client is None:
         raise CommandFailed("no scheduler is running for this project (`al start`)")
-    killed = client.post("/control/kill", {"target": target})["killed"]
+    with client:
+        killed = client.post("/control/kill", {"target": target})["killed"]
     click.echo(f"killed {len(killed)} run(s): {', '.join(killed) or '-'}")
 
 
@@ -697,17 +767,23 @@ def _pause_command(paused: bool) -> click.Command:
 
     @click.command(verb)
     @click.argument("agent", required=False, shell_complete=complete_agent)
+    @environment_option
     @pass_app
     def command(app: AppContext, agent: str | None) -> None:
         from llamaherd.client import ControlClient
 
-        if agent:
+        remote = app.remote()
+        if remote is None and agent:
             app.project.agent(agent)
-        client = ControlClient.find(app.project)
-        if client is not None:  # the scheduler starts what it may at once (a wake-up)
-            client.post(f"/control/{verb}", {"agent": agent} if agent else {})
-        else:
+        # Through the scheduler (a deployed one with -E, else the local one when it runs):
+        # it wakes its dispatcher at once (a resume starts runs now) and, like every control
+        # call, checks the token; else in the store.
+        client = remote or ControlClient.find(app.project)
+        if client is None:
             _store(app).set_paused(agent, paused)
+        else:
+            with client:
+                client.post(f"/control/{verb}", {"agent": agent or ""})
         click.echo(f"{verb}d {agent or 'the scheduler'}")
 
     command.help = (

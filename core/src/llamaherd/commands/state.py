@@ -6,6 +6,7 @@ where they run), else acts on the database directly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -52,8 +53,11 @@ def _when(at: float | None) -> str:
 @click.argument("state", required=False, type=click.Choice(DISPLAY_STATES))
 @click.option("--reason", default="", help="Why (recorded with the change).")
 @click.option("--wake", is_flag=True, help="With active: run it even if hibernating or off.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the state, or the change).")
 @pass_app
-def state_command(app: AppContext, agent: str, state: str | None, reason: str, wake: bool) -> None:
+def state_command(
+    app: AppContext, agent: str, state: str | None, reason: str, wake: bool, as_json: bool
+) -> None:
     """Print AGENT's state, or set it: idle (every trigger runs), hibernate (only its schedule),
     off (nothing fires; its runs are killed and its queue cleared), active (run it now),
     suspended (hold: triggers queue, nothing runs until idle). See docs/agent-states.md."""
@@ -63,6 +67,9 @@ def state_command(app: AppContext, agent: str, state: str | None, reason: str, w
     path = f"/control/agents/{agent}/state"
     if state is None:
         info = through(app, path, None, lambda engine: state_of(engine, agent))
+        if as_json:
+            click.echo(json.dumps(info, indent=2))
+            return
         shown = (
             info["state"]
             if info["shown"] == info["state"]
@@ -79,6 +86,9 @@ def state_command(app: AppContext, agent: str, state: str | None, reason: str, w
         {"state": state, "cause": cause, "wake": wake},
         lambda engine: change_state(engine, agent, state, cause, wake),
     )
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
     line = f"{agent}: {answer['previous']} -> {answer['state']}"
     if answer.get("queued") is not None:
         line += f"; queued a run (work item {answer['queued']})"

@@ -135,12 +135,9 @@ def upstream_skill(skills: list[Any], name: str, source: str) -> Path:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LlamaherdError(f"cannot read {path}: {exc}") from None
+    from llamaherd.project import read_project_text
+
+    return read_project_text(path) if path.exists() else None
 
 
 def _show(lines: list[str]) -> None:

@@ -13,10 +13,11 @@ from llamaherd.types import Tool, TriggerEvent
 
 PREAMBLE = """\
 Calls (also `al-subagent AGENT CONTEXT`, `al-subagent-check ID`, `al-subagent-wait ID [TIMEOUT]`):
-- call_agent(agent, context): start another agent of this project with a context text; returns \
-a call_id at once. The callee works in its own run and sets a return value.
-- check_call(call_id): "pending", or "done" with the callee's return_value, or "error". Poll it \
-sparingly (do other work in between), or run `al-subagent-wait ID` in bash to block."""
+- call_agent(target_agent, context): start another agent of this project with a context text; \
+returns a call_id at once. The callee works in its own run and sets a return value.
+- check_call(call_id): its status: "pending" (queued), "running", "completed" with the callee's \
+return_value, or "error". Poll it sparingly (do other work in between), or run \
+`al-subagent-wait ID` in bash to block."""
 
 
 def call_chain(ctx: Any) -> list[str]:
@@ -30,7 +31,7 @@ def call_chain(ctx: Any) -> list[str]:
 
 
 def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
-    target = str(args.get("agent", ""))
+    target = str(args.get("target_agent") or args.get("agent") or "")
     context = capped("the call context", str(args.get("context", "")), MAX_CALL_CONTEXT)
     agents = ctx.project.agents
     if target not in agents:
@@ -104,6 +105,7 @@ def check_call(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
         "ok": True,
         "call_id": call_id,
         "agent": call["target"],
+        "status": call_status(ctx, call),
         "state": call["state"],
     }
     if call["state"] == "done":
@@ -111,6 +113,16 @@ def check_call(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     elif call["state"] == "error":
         answer["error"] = call.get("error")
     return answer
+
+
+def call_status(ctx: Any, call: dict[str, Any]) -> str:
+    """Action Llama's status of a call: pending (not started), running, completed, error."""
+    if call["state"] == "done":
+        return "completed"
+    if call["state"] == "error":
+        return "error"
+    run = ctx.store.get_run(call["run_id"]) if call.get("run_id") else None
+    return "running" if run is not None and run.state in ("running", "waiting") else "pending"
 
 
 SKILL = CoreSkill(
@@ -121,12 +133,19 @@ SKILL = CoreSkill(
         Tool(
             "call_agent",
             "Start another agent with a context; returns a call_id.",
-            obj({"agent": {"type": "string"}, "context": {"type": "string"}}, ("agent", "context")),
+            # Action Llama's argument names (``agent``, the earlier name, is still read).
+            obj(
+                {
+                    "target_agent": {"type": "string", "description": "Name of the agent to call"},
+                    "context": {"type": "string", "description": "What the agent should do"},
+                },
+                ("target_agent", "context"),
+            ),
             call_agent,
         ),
         Tool(
             "check_call",
-            "State of a call: pending, done (with return_value) or error.",
+            "Status of a call: pending, running, completed (with return_value) or error.",
             obj({"call_id": {"type": "integer"}}, ("call_id",)),
             check_call,
         ),

@@ -19,7 +19,10 @@ def set_status(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     text = ctx.redact(capped("status text", str(args.get("text", "")), MAX_STATUS)).strip()
     if not text:
         raise ValueError("set_status needs a non-empty text")
-    ctx.store.set_status(ctx.run_id, text)
+    if ctx.within_budget(len(text.encode("utf-8"))):
+        ctx.store.set_status(ctx.run_id, text)
+    else:  # the run's write budget is spent: the current status only, no history
+        ctx.store.update_run(ctx.run_id, status=text)
     ctx.log("status", {"text": text})
     return {"ok": True}
 
@@ -27,8 +30,14 @@ def set_status(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
 def return_value(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if "value" not in args:
         raise ValueError("return_value needs a value")
-    capped("the return value (as JSON)", json.dumps(args["value"], default=str), MAX_RETURN)
-    ctx.store.set_return(ctx.run_id, ctx.redact_obj(args["value"]))
+    size = len(
+        capped("the return value (as JSON)", json.dumps(args["value"], default=str), MAX_RETURN)
+    )
+    value = ctx.redact_obj(args["value"])
+    if ctx.within_budget(size):
+        ctx.store.set_return(ctx.run_id, value)
+    else:  # the run's write budget is spent: the value, without its event
+        ctx.store.update_run(ctx.run_id, return_value=value)
     return {"ok": True}
 
 

@@ -48,7 +48,10 @@ DATABASE_ERRORS = (pw.PeeweeException, sqlite3.Error, OSError)
 
 
 class StoreError(LlamaherdError):
-    """The database cannot be used (corrupt, read-only, disk full, locked by another writer)."""
+    """The database cannot be used (corrupt, read-only, disk full, locked by another writer):
+    the operation failed, ``al`` exits 1."""
+
+    exit_code = 1
 
 
 P = ParamSpec("P")
@@ -138,6 +141,11 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
         return db, str(path), timeout
     from playhouse import db_url  # late: it loads the PostgreSQL driver, which SQLite never needs
 
+    if parts.scheme.startswith("postgres") and not _postgres_driver():
+        raise StoreError(
+            f"database {display_url(url)}: the PostgreSQL driver (psycopg2) is not installed; "
+            "install it with: pip install 'llamaherd[postgres]'"
+        )
     try:
         db = db_url.connect(
             parts._replace(query=urlencode(query)).geturl(),
@@ -151,6 +159,15 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
             f"database {display_url(url)}: only sqlite:// and postgresql:// are supported"
         )
     return db, display_url(url), timeout
+
+
+def _postgres_driver() -> bool:
+    """Whether psycopg2, peewee's PostgreSQL driver, can be imported."""
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _create_private(path: Path) -> None:
@@ -381,6 +398,24 @@ class Connection:
         """The store's time (epoch seconds) that stamps what it writes: use it for rows of a
         plugin's own tables too, so they age with the rest (``prune``)."""
         return self._clock()
+
+    @guarded
+    def size(self) -> int | None:
+        """Bytes the database takes (``al stat``): SQLite's file with its write-ahead log; on
+        PostgreSQL the tables and indexes of its schema. None when it cannot tell."""
+        if self._pg:
+            row = self._db.execute_sql(
+                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ).fetchone()
+            return int(row[0])
+        try:
+            return sum(
+                os.path.getsize(p) for p in (self._where, self._where + "-wal") if os.path.exists(p)
+            )
+        except OSError:
+            return None
 
     @guarded
     def close(self) -> None:

@@ -42,19 +42,7 @@ class Overview(Queue):
     ) -> list[RunRow]:
         """Runs matching every filter given, newest first: ``text`` is a case-insensitive
         substring of the run's id, agent, status or reason."""
-        filters: list[tuple[str, list[Any]]] = [
-            ("agent = ?", [agent]) if agent else ("", []),
-            (f"state IN ({marks(states)})", list(states)) if states else ("", []),
-            ("trigger_kind = ?", [trigger_kind]) if trigger_kind else ("", []),
-            ("created_at >= ?", [since]) if since is not None else ("", []),
-            ("created_at < ?", [until]) if until is not None else ("", []),
-        ]
-        if text:
-            like = f"%{text.lower()}%"
-            searched = " OR ".join(f"LOWER(COALESCE({c}, '')) LIKE ?" for c in _SEARCHED)
-            filters.append((f"({searched})", [like] * len(_SEARCHED)))
-        where = " AND ".join(clause for clause, _ in filters if clause) or "1 = 1"
-        params = [value for _, values in filters for value in values]
+        where, params = _run_filters(agent, states, trigger_kind, since, until, text)
 
         def build() -> str:
             return (
@@ -65,6 +53,22 @@ class Overview(Queue):
         return self._run_rows(
             self._statement(("find_runs", where), build), [*params, limit, offset]
         )
+
+    @guarded
+    def count_runs(
+        self,
+        *,
+        agent: str | None = None,
+        states: tuple[str, ...] | None = None,
+        trigger_kind: str | None = None,
+        since: float | None = None,
+    ) -> int:
+        """How many runs ``find_runs`` with these filters would page through."""
+        where, params = _run_filters(agent, states, trigger_kind, since, None, None)
+        statement = self._statement(
+            ("count_runs", where), lambda: f"SELECT COUNT(*) FROM runs WHERE {where}"
+        )
+        return int(self._value(statement, tuple(params)))
 
     @guarded
     def activity(self, since: float, width: float, buckets: int) -> dict[str, dict[str, Any]]:
@@ -133,6 +137,25 @@ class Overview(Queue):
         return [self._item(row) for row in self._exec(sql, (agent, limit)).fetchall()]
 
     @guarded
+    def runs_of_keys(self, keys: list[str]) -> dict[str, list[str]]:
+        """The runs (ids, oldest first) started from the work items queued with each of
+        ``keys`` (their ``dedupe_key``): where a trigger's event went, e.g. a webhook
+        delivery's runs on the dashboard."""
+        if not keys:
+            return {}
+        sql = self._statement(
+            ("runs_of_keys", len(keys)),
+            lambda: (
+                "SELECT w.dedupe_key, r.id FROM work_items w JOIN runs r ON r.item_id = w.id "
+                f"WHERE w.dedupe_key IN ({marks(keys)}) ORDER BY r.created_at"
+            ),
+        )
+        found: dict[str, list[str]] = {}
+        for key, run_id in self._exec(sql, list(keys)).fetchall():
+            found.setdefault(key, []).append(run_id)
+        return found
+
+    @guarded
     def drop_queued(self, item_id: int, reason: str = "removed from the queue") -> bool:
         """Delete one queued item (False when it is no longer queued); an agent call it carried
         is settled as an error with ``reason``, so its caller stops waiting."""
@@ -150,3 +173,27 @@ class Overview(Queue):
         """A value that differs whenever runs, their logs, agent states, the queue or pauses
         changed since it was taken (one cheap query: what a live page polls)."""
         return tuple(self._exec(_MARKER).fetchone())
+
+
+def _run_filters(
+    agent: str | None,
+    states: tuple[str, ...] | None,
+    trigger_kind: str | None,
+    since: float | None,
+    until: float | None,
+    text: str | None,
+) -> tuple[str, list[Any]]:
+    """The WHERE clause and parameters of ``find_runs`` / ``count_runs``."""
+    filters: list[tuple[str, list[Any]]] = [
+        ("agent = ?", [agent]) if agent else ("", []),
+        (f"state IN ({marks(states)})", list(states)) if states else ("", []),
+        ("trigger_kind = ?", [trigger_kind]) if trigger_kind else ("", []),
+        ("created_at >= ?", [since]) if since is not None else ("", []),
+        ("created_at < ?", [until]) if until is not None else ("", []),
+    ]
+    if text:
+        like = f"%{text.lower()}%"
+        searched = " OR ".join(f"LOWER(COALESCE({c}, '')) LIKE ?" for c in _SEARCHED)
+        filters.append((f"({searched})", [like] * len(_SEARCHED)))
+    where = " AND ".join(clause for clause, _ in filters if clause) or "1 = 1"
+    return where, [value for _, values in filters for value in values]

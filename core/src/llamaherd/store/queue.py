@@ -9,7 +9,6 @@ hosts, while items are taken with ``FOR UPDATE SKIP LOCKED``.
 from __future__ import annotations
 
 import heapq
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from typing import Any
 from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
+from llamaherd.surrogates import loads
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,8 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
             f"SELECT id, kind, created_at, call_id {queued} AND kind <> 'resume' "
             "ORDER BY id LIMIT ?"
         ),
+        "drop_events": q("DELETE FROM run_events WHERE run_id = ?"),
+        "drop_run": q("DELETE FROM runs WHERE id = ?"),
         "pending_resume": q(
             "SELECT 1 FROM work_items WHERE run_id = ? AND kind = 'resume' "
             "AND state = 'queued' LIMIT 1"
@@ -406,11 +408,11 @@ class Queue(Runs):
     @staticmethod
     def _item(row: tuple) -> WorkItemRow:
         item = WorkItemRow(*row)  # the columns are selected in field order (_ITEM_COLUMNS)
-        item.payload = json.loads(item.payload)
+        item.payload = loads(item.payload)
         if item.recovery is not None:
-            item.recovery = json.loads(item.recovery)
+            item.recovery = loads(item.recovery)
         if item.flow is not None:
-            item.flow = json.loads(item.flow)
+            item.flow = loads(item.flow)
         return item
 
     @guarded
@@ -459,6 +461,24 @@ class Queue(Runs):
         where = (m.WorkItem.id == item_id) & (m.WorkItem.state == "queued")
         with self._write():
             return m.WorkItem.delete().where(where).execute() == 1
+
+    @guarded
+    @grouped
+    def unclaim(self, run_id: str) -> bool:
+        """Undo the claim of a run that never started (its runtime had no room for it, see
+        ``SandboxBusy``): the run and its events are deleted and its work item is queued again
+        in its place (same id, so first in line again). False when the run is no longer
+        ``running`` (killed meanwhile: that stands) or did not come from the queue."""
+        with self._write():
+            run = self._fetch_run(run_id, lock=True)
+            if run is None or run.state != "running" or run.item_id is None:
+                return False
+            self._exec(self._sql.drop_events, (run_id,))
+            self._exec(self._sql.drop_run, (run_id,))
+            self._exec(self._sql.item_state, ("queued", run.item_id))
+            if run.call_id is not None:
+                self._exec(self._sql.call_run, (None, run.call_id))
+            return True
 
     @guarded
     @grouped

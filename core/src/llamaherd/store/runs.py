@@ -8,7 +8,6 @@ its call, in the same transaction.
 from __future__ import annotations
 
 import functools
-import json
 import operator
 import secrets
 import statistics
@@ -29,6 +28,7 @@ from llamaherd.store.connection import (
     marks,
 )
 from llamaherd.store.schema import JSONText, dumps
+from llamaherd.surrogates import loads
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")
 FINAL_STATES = ("done", "error", "timeout", "killed")
@@ -109,6 +109,12 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
         ),
         "status_messages": q(
             'SELECT id, "at", "text" FROM status_messages WHERE run_id = ? ORDER BY id'
+        ),
+        "run_writes": q(
+            "SELECT (SELECT COUNT(*) FROM run_events WHERE run_id = ?) + "
+            "(SELECT COUNT(*) FROM status_messages WHERE run_id = ?), "
+            "(SELECT COALESCE(SUM(LENGTH(data)), 0) FROM run_events WHERE run_id = ?) + "
+            '(SELECT COALESCE(SUM(LENGTH("text")), 0) FROM status_messages WHERE run_id = ?)'
         ),
     }
 
@@ -398,7 +404,7 @@ class Runs(Connection):
         sql = self._sql.events
         rows = self._exec(sql, (run_id, after_id)).fetchall()
         return [
-            {"id": id, "at": at, "type": type, "data": json.loads(data) if data else {}}
+            {"id": id, "at": at, "type": type, "data": loads(data) if data else {}}
             for id, at, type, data in rows
         ]
 
@@ -407,6 +413,13 @@ class Runs(Connection):
         """The run's status history, oldest first: {id, at, text}."""
         rows = self._exec(self._sql.status_messages, (run_id,)).fetchall()
         return [{"id": id, "at": at, "text": text} for id, at, text in rows]
+
+    @guarded
+    def run_writes(self, run_id: str) -> tuple[int, int]:
+        """How many events and status messages the run has, and their characters (what its
+        write budget counts: ``llamaherd.write_budget``)."""
+        records, size = self._exec(self._sql.run_writes, (run_id,) * 4).fetchone()
+        return int(records), int(size)
 
     @guarded
     def active_count(self, agent: str | None = None) -> int:
@@ -439,7 +452,7 @@ class Runs(Connection):
         """(run id, agent, filter) of every waiting run, oldest first: what matching an event
         needs, without loading transcripts (emit calls this for every trigger)."""
         rows = self._exec(self._sql.wait_filters).fetchall()
-        return [(run_id, agent, json.loads(raw) if raw else None) for run_id, agent, raw in rows]
+        return [(run_id, agent, loads(raw) if raw else None) for run_id, agent, raw in rows]
 
     @guarded
     def expired_waits(self, now: float) -> list[RunRow]:

@@ -31,6 +31,7 @@ from llamaherd.store.connection import (
     explain,
     guarded,
 )
+from llamaherd.surrogates import loads
 
 if TYPE_CHECKING:
     from llamaherd.types import TableSet
@@ -51,7 +52,7 @@ class JSONText(pw.TextField):
         return None if value is None else dumps(value)
 
     def python_value(self, value: str | None) -> Any:
-        return None if value is None else json.loads(value)
+        return None if value is None else loads(value)
 
 
 def define_models(db: pw.Database) -> SimpleNamespace:
@@ -421,6 +422,8 @@ class Schema(Connection):
                 f"newer than the plugin that registers them knows ({table_set.version}): "
                 "upgrade that plugin"
             )
+        if not have and any(model.table_exists() for model in tables.models):
+            have = 1  # adopted (core made it before a plugin owned it): the set's first version
         if have:
             migrations.upgrade(self._db, tables, have, table_set.migrations)
         self._db.create_tables(list(tables.models), safe=True)

@@ -1,6 +1,6 @@
 """llamaherd-cron: Trigger: cron expressions and intervals.
 
-Only the hook lives here; croniter and the trigger code load when the registry is built, so
+Only the hook lives here; the trigger code loads when the registry is built, so
 ``al --help`` stays fast.
 """
 

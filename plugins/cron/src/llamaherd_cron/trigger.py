@@ -1,4 +1,5 @@
-"""The ``cron`` trigger type: ``schedule`` (5-field cron) or ``every`` ("10m") per agent.
+"""The ``cron`` trigger type: ``schedule`` (cron, as Action Llama parses it) or ``every``
+("10m") per agent.
 
 Ticks are absolute epoch times computed from the expression, so every scheduler host derives the
 same ticks and ``TriggerContext.emit_once`` makes each fire happen exactly once, across restarts
@@ -14,8 +15,10 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
+from functools import cached_property
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from llamaherd.api import (
     Agent,
@@ -24,8 +27,10 @@ from llamaherd.api import (
     TriggerContext,
     TriggerEvent,
     TriggerInfo,
+    clock,
     parse_duration,
 )
+from llamaherd_cron.pattern import CronError, CronPattern
 
 log = logging.getLogger("llamaherd.cron")
 
@@ -42,7 +47,10 @@ SCHEDULED_TEXT = (
 SCHEMA: dict[str, Any] = {
     "schedule": {
         "type": "string",
-        "description": 'Cron expression, 5 fields ("*/15 * * * *") or a macro such as "@hourly".',
+        "description": (
+            'Cron expression: 5 fields ("*/15 * * * *"), 6 with seconds first ("*/10 * * * * *"),'
+            ' 7 with a year last, or a macro such as "@hourly".'
+        ),
     },
     "every": {
         "type": ["string", "integer"],
@@ -71,14 +79,30 @@ def parse_interval(value: str | int) -> float:
     return seconds
 
 
+def local_zone() -> tzinfo:
+    """The machine's zone as libc picks it: ``$TZ`` when it names a zone, else
+    ``/etc/localtime``, else UTC. A ZoneInfo, so DST changes apply (a fixed offset would not)."""
+    key = os.environ.get("TZ", "").removeprefix(":")
+    if key:
+        try:
+            return ZoneInfo(key) if not key.startswith("/") else _zone_file(key)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    try:
+        return _zone_file("/etc/localtime")
+    except (OSError, ValueError):
+        return UTC
+
+
+def _zone_file(path: str) -> tzinfo:
+    with open(path, "rb") as fh:
+        return ZoneInfo.from_file(fh, key="localtime")
+
+
 def parse_timezone(name: str | None) -> tzinfo:
     """A zone by IANA name, or the machine's local zone (DST-aware) when ``name`` is None."""
     if name is None:
-        from dateutil import tz
-
-        return tz.tzlocal()
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
+        return local_zone()
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -87,17 +111,13 @@ def parse_timezone(name: str | None) -> tzinfo:
         ) from None
 
 
-def check_cron(expr: str) -> None:
-    """Raise ValueError unless ``expr`` is a valid 5-field cron expression or an @macro."""
-    from croniter import croniter
-
-    fields = expr.split()
-    if not expr.strip().startswith("@") and len(fields) != 5:
-        raise ValueError(
-            f"expected 5 fields (minute hour day month weekday), got {len(fields)} in {expr!r}"
-        )
-    if not croniter.is_valid(expr):
-        raise ValueError(f"invalid cron expression {expr!r}")
+def check_cron(expr: str) -> CronPattern:
+    """The pattern of ``expr``; ValueError (a CronError) naming the field when it is invalid,
+    or when it never fires (``0 0 30 2 *``)."""
+    pattern = CronPattern.parse(expr)
+    if pattern.following(clock(), UTC) is None:
+        raise CronError(f"{expr!r} never fires (no such date)")
+    return pattern
 
 
 def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
@@ -144,24 +164,24 @@ class Plan:
         zone = parse_timezone(config.get("timezone"))
         return cls(name, expr, interval, zone, bool(config.get("catchUp", True)))
 
+    @cached_property
+    def pattern(self) -> CronPattern:
+        assert self.expr is not None
+        return CronPattern.parse(self.expr)
+
     def latest(self, now: float) -> float:
-        """The latest tick at or before ``now``."""
+        """The latest tick at or before ``now`` (-inf when the schedule never fired)."""
         if self.interval is not None:
             return math.floor(now / self.interval) * self.interval
-        from croniter import croniter
-
-        # Cron ticks fall on whole seconds, so the latest tick <= now is the one strictly
-        # before floor(now) + 0.5 (croniter's get_prev is strict).
-        start = datetime.fromtimestamp(math.floor(now) + 0.5, self.tz)
-        return float(croniter(self.expr, start).get_prev(float))
+        tick = self.pattern.latest(now, self.tz)
+        return -math.inf if tick is None else tick
 
     def following(self, now: float) -> float:
-        """The earliest tick strictly after ``now``."""
+        """The earliest tick strictly after ``now`` (inf when none comes: a year passed)."""
         if self.interval is not None:
             return (math.floor(now / self.interval) + 1) * self.interval
-        from croniter import croniter
-
-        return float(croniter(self.expr, datetime.fromtimestamp(now, self.tz)).get_next(float))
+        tick = self.pattern.following(now, self.tz)
+        return math.inf if tick is None else tick
 
 
 def _config(agent: Agent) -> tuple[str, dict[str, Any]]:
@@ -180,7 +200,8 @@ def describe_plan(agent: Agent, now: float) -> list[TriggerInfo]:
     details = {"timezone": str(config["timezone"])} if config.get("timezone") else {}
     kind = "schedule" if config.get("schedule") is not None else "every"
     summary = str(config[kind])
-    return [TriggerInfo(kind, summary, details, plan.following(now))]
+    following = plan.following(now)
+    return [TriggerInfo(kind, summary, details, following if math.isfinite(following) else None)]
 
 
 class CronTrigger:
@@ -226,17 +247,8 @@ class CronTrigger:
         if due is not None and due > now:
             return due
         plan = self.plan(agent)
-        return plan.following(now) if plan else None
-
-    def describe(self, agent: Agent) -> str | None:
-        """``schedule */5 * * * * (Europe/Berlin)`` or ``every 2m``, for ``al stat``."""
-        config = agent.config
-        if config.get("schedule") is not None:
-            zone = f" ({config['timezone']})" if config.get("timezone") else ""
-            return f"schedule {config['schedule']}{zone}"
-        if config.get("every") is not None:
-            return f"every {config['every']}"
-        return None
+        following = plan.following(now) if plan else math.inf
+        return following if math.isfinite(following) else None
 
     def prompt_block(self, trigger: dict[str, Any]) -> str:
         return SCHEDULED_TEXT

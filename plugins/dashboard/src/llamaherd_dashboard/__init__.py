@@ -10,7 +10,8 @@ from llamaherd import hookimpl
 
 
 class DashboardKey:
-    """The project's ``[dashboard]`` table: a password to sign in with besides the token."""
+    """The project's ``[dashboard]`` table. It holds no password: ``al dashboard password``
+    keeps one as a verifier in ``.al/`` (``llamaherd_dashboard.password``)."""
 
     name = "dashboard"
     description = "The web dashboard on the scheduler's server."
@@ -18,11 +19,13 @@ class DashboardKey:
         "type": "object",
         "properties": {
             "password_sha256": {
-                "type": "string",
-                "pattern": "^[0-9a-fA-F]{64}$",
-                "description": "SHA-256 (hex) of a password the dashboard's sign-in accepts "
-                "besides the control token: `printf %s 'long passphrase' | sha256sum`. Without "
-                "it, sign in with `.al/control-token`.",
+                "not": {},
+                "x-removed": "no longer accepted: an unsalted SHA-256 in config.toml, which "
+                "other local users can read, is cracked offline. Set the password with "
+                "`al dashboard password` (kept as a salted scrypt verifier in "
+                ".al/dashboard-password, private), then remove this key",
+                "description": "Removed: set the dashboard password with `al dashboard "
+                "password` instead (a salted scrypt verifier in `.al/dashboard-password`).",
             }
         },
         "additionalProperties": False,
@@ -32,6 +35,20 @@ class DashboardKey:
 @hookimpl
 def register_project_keys(register):
     register(DashboardKey())
+
+
+@hookimpl
+def register_tables(register):
+    from llamaherd_dashboard.sessions import TABLES
+
+    register(TABLES)
+
+
+@hookimpl
+def register_commands(cli):
+    from llamaherd_dashboard.commands import dashboard
+
+    cli.add_command(dashboard)
 
 
 @hookimpl

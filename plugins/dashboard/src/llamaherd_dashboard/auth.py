@@ -6,10 +6,12 @@ them) can connect from 127.0.0.1 too. Reading and changing need one of:
 - an ``Authorization: Bearer <control token>`` header (scripts, ``curl``): browsers never add
   it on their own, so it cannot be forged cross-site and needs no CSRF token;
 - a signed-in browser session: ``/login`` takes the control token (``.al/control-token``) or
-  the dashboard password (``[dashboard] password_sha256``) once and sets the ``al_auth``
-  cookie, an HMAC (keyed with the control token) of the browser's ``al_session`` id and an
-  expiry. It proves the sign-in without holding the token, and dies with the session, its
-  expiry or a new control token. A browser's changes also need its CSRF token (form field
+  the dashboard password (``password``: an scrypt verifier in ``.al/dashboard-password``)
+  once and sets the ``al_auth`` cookie, an HMAC (keyed with the control token) of the
+  browser's ``al_session`` id and an expiry. It proves the sign-in without holding the token;
+  the sign-in is also kept server-side (``sessions``), so it dies with a sign-out, its expiry
+  or a new control token. Wrong sign-ins are throttled per client (``password``). A
+  browser's changes also need its CSRF token (form field
   ``csrf`` or header ``X-CSRF-Token``), HMAC-bound to the same session; an ``Origin`` header,
   when sent, must be this server's own.
 
@@ -32,6 +34,8 @@ from starlette.responses import Response
 
 from llamaherd.api import authorized, token_matches
 from llamaherd.api import is_local as local_client
+from llamaherd_dashboard.password import SignInThrottle, load_verifier, matches
+from llamaherd_dashboard.sessions import Sessions
 
 SESSION_COOKIE = "al_session"
 AUTH_COOKIE = "al_auth"
@@ -96,13 +100,22 @@ def auth_value(request: Request, session: str, expires: int) -> str:
 
 
 def signed_in(request: Request) -> bool:
-    """True when the browser's ``al_auth`` cookie proves a sign-in of its session, unexpired."""
+    """True when the browser's ``al_auth`` cookie proves a sign-in of its session, unexpired
+    and not signed out."""
     session = session_of(request)
     expires, _, _ = request.cookies.get(AUTH_COOKIE, "").partition(".")
     if not session or not expires.isdigit() or int(expires) < time.time():
         return False
     given = request.cookies.get(AUTH_COOKIE, "")
-    return hmac.compare_digest(given.encode(), auth_value(request, session, int(expires)).encode())
+    proven = auth_value(request, session, int(expires)).encode()
+    return hmac.compare_digest(given.encode(), proven) and _sessions(request).is_open(session)
+
+
+def _sessions(request: Request) -> Sessions:
+    state = request.app.state
+    if getattr(state, "dashboard_sessions", None) is None:
+        state.dashboard_sessions = Sessions(state.engine.store)
+    return state.dashboard_sessions
 
 
 def may_read(request: Request) -> bool:
@@ -112,13 +125,26 @@ def may_read(request: Request) -> bool:
 
 
 def password_matches(request: Request, given: str) -> bool:
-    """``given`` is the control token, or the password whose SHA-256 ``[dashboard]`` holds."""
+    """``given`` is the control token, or the dashboard password (checked against its scrypt
+    verifier; blocking: call it off the event loop)."""
     if token_matches(request, given):
         return True
-    config = request.app.state.engine.project.config.get("dashboard") or {}
-    wanted = str(config.get("password_sha256") or "").lower()
-    digest = hashlib.sha256(given.encode()).hexdigest()
-    return bool(wanted and given) and hmac.compare_digest(digest.encode(), wanted.encode())
+    verifier = load_verifier(request.app.state.engine.project.state_dir)
+    if verifier is None or not given:
+        return False
+    with throttle(request).checks:  # each check costs 32 MiB for a moment: a few at a time
+        return matches(verifier, given)
+
+
+def throttle(request: Request) -> SignInThrottle:
+    state = request.app.state
+    if getattr(state, "sign_in_throttle", None) is None:
+        state.sign_in_throttle = SignInThrottle()
+    return state.sign_in_throttle
+
+
+def client_of(request: Request) -> str:
+    return request.client.host if request.client else "-"
 
 
 def _secure(request: Request) -> bool:
@@ -134,9 +160,11 @@ def set_session_cookie(request: Request, response: Response, session: str) -> No
 
 
 def sign_in(request: Request, response: Response) -> None:
-    """A fresh session (never one handed out before the sign-in) with its ``al_auth`` proof."""
+    """A fresh session (never one handed out before the sign-in) with its ``al_auth`` proof,
+    kept server-side too (blocking: call it off the event loop)."""
     session = new_session()
     expires = int(time.time()) + SESSION_SECONDS
+    _sessions(request).open(session, expires)
     set_session_cookie(request, response, session)
     response.set_cookie(
         AUTH_COOKIE,
@@ -148,7 +176,12 @@ def sign_in(request: Request, response: Response) -> None:
     )
 
 
-def sign_out(response: Response) -> None:
+def sign_out(request: Request, response: Response) -> None:
+    """End the browser's sign-in server-side (a copy of its cookie proves nothing from now
+    on) and drop the cookie (blocking: call it off the event loop)."""
+    session = session_of(request)
+    if session is not None:
+        _sessions(request).close(session)
     response.delete_cookie(AUTH_COOKIE, httponly=True, samesite="lax")
 
 

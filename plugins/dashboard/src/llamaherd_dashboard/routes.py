@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -36,6 +37,9 @@ from starlette.staticfiles import StaticFiles
 
 from llamaherd.api import FINAL, ago, until
 from llamaherd_dashboard import auth, views
+from llamaherd_dashboard.password import MAX_FAILURES, WINDOW, start_refusal
+
+log = logging.getLogger("llamaherd.dashboard")
 
 Handler = Callable[[Request], Awaitable[Response]]
 # A page's builder: (request, path parameters, query) -> (template, context), None for a 404.
@@ -277,7 +281,11 @@ def _safe_next(target: str) -> str:
 
 
 async def login_page(request: Request) -> Response:
-    """GET: the form. POST: check the token or password, start a signed-in session, go on."""
+    """GET: the form. POST: check the token or password, start a signed-in session, go on.
+
+    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds is answered 429
+    with ``Retry-After`` (before anything is checked); each wrong one is logged with the
+    client's address, never with what was typed."""
     if not auth.allowed_host(request):
         return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
@@ -286,18 +294,33 @@ async def login_page(request: Request) -> Response:
     reason = await auth.csrf_refusal(request)
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
+    client, throttle = auth.client_of(request), auth.throttle(request)
+    wait = throttle.retry_after(client)
+    if wait:
+        error = f"too many wrong sign-ins: try again in {wait} s"
+        refused = render(request, "login.html", status_code=429, next=target, error=error)
+        refused.headers["Retry-After"] = str(wait)
+        return refused
     form = await auth.form_fields(request)
-    if not auth.password_matches(request, form.get("token", "").strip()):
-        return render(request, "login.html", status_code=401, next=target, error="wrong token")
+    if not await run_in_threadpool(auth.password_matches, request, form.get("token", "").strip()):
+        count = throttle.failed(client)
+        log.warning(
+            "dashboard: wrong sign-in from %s (%d within %g s%s)",
+            client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
+        )  # fmt: skip
+        error = "wrong token or password"
+        return render(request, "login.html", status_code=401, next=target, error=error)
+    throttle.succeeded(client)
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
-    auth.sign_in(request, response)
+    await run_in_threadpool(auth.sign_in, request, response)
+    log.info("dashboard: signed in from %s", client)
     return response
 
 
 @mutation
 async def logout(request: Request) -> Response:
     response = RedirectResponse("/login", status_code=303)
-    auth.sign_out(response)
+    await run_in_threadpool(auth.sign_out, request, response)
     return response
 
 
@@ -488,8 +511,13 @@ async def run_agent(request: Request) -> Response:
     result = results[0]
     if result.refused:
         return failed(request, 409, result.refused)
+    answer: dict[str, Any] = {"queued": result.queued}
+    paused_all, paused = await run_in_threadpool(_engine(request).store.paused)
+    if paused_all or name in paused:
+        what = "the scheduler is paused (Resume all)" if paused_all else f"{name} is paused"
+        answer["note"] = f"queued as work item {result.queued}: {what}; it starts on resume"
     back = f"/agents/{quote(name)}?queued={result.queued}"
-    return done(request, {"queued": result.queued}, back, status=202)
+    return done(request, answer, back, status=202)
 
 
 async def _fields(request: Request) -> dict[str, Any]:
@@ -533,16 +561,21 @@ async def remove_queued(request: Request) -> Response:
 
 
 def _pause(paused: bool) -> Handler:
-    """Pause or resume the whole scheduler: queued work waits, triggers still queue."""
+    """Pause or resume the whole scheduler, or one agent (``/api/agents/{name}/...``, as
+    ``al pause AGENT``): queued work waits, triggers still queue."""
 
     @mutation
     async def endpoint(request: Request) -> Response:
         engine = _engine(request)
-        await run_in_threadpool(engine.store.set_paused, None, paused)
+        name, missing = _agent_or_404(request) if "name" in request.path_params else (None, None)
+        if missing:
+            return missing
+        await run_in_threadpool(engine.store.set_paused, name, paused)
         wakeup = getattr(engine, "wakeup", None)
         if wakeup is not None:
             wakeup.set()
-        return done(request, {"paused": paused}, "/")
+        back = f"/agents/{quote(name)}" if name else "/"
+        return done(request, {"paused": paused, "agent": name}, back)
 
     endpoint.__name__ = "pause" if paused else "resume"
     return endpoint
@@ -642,6 +675,8 @@ ROUTES = [
     Route("/api/agents/{name}/run", run_agent, methods=["POST"]),
     Route("/api/agents/{name}/state", set_state, methods=["POST"]),
     Route("/api/agents/{name}/queue/{item}/remove", remove_queued, methods=["POST"]),
+    Route("/api/agents/{name}/pause", _pause(True), methods=["POST"]),
+    Route("/api/agents/{name}/resume", _pause(False), methods=["POST"]),
     Route("/api/scheduler/pause", _pause(True), methods=["POST"]),
     Route("/api/scheduler/resume", _pause(False), methods=["POST"]),
     Route("/api/runs", api_runs, methods=["GET"]),
@@ -658,7 +693,13 @@ ROUTES = [
 
 
 def add_routes(app: Any) -> None:
-    """Add the dashboard to the scheduler's Starlette app."""
+    """Add the dashboard to the scheduler's Starlette app, unless its password's verifier may
+    have been copied (then the server does not start: ``password.start_refusal``)."""
+    engine = app.state.engine
+    refusal = start_refusal(engine.project.state_dir, getattr(engine, "made_private", ()))
+    if refusal is not None:
+        app.state.refusals.append(refusal)
+        return
     static = StaticFiles(packages=[("llamaherd_dashboard", "static")])
     app.router.routes.extend(
         [*ROUTES, Mount("/static/dashboard", app=static, name="dashboard-static")]

@@ -165,10 +165,12 @@ def _credentials(engine: Any, agent: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def bars(values: list[float | None]) -> list[dict[str, Any]]:
-    """Bar heights in percent of the largest value (oldest first), for the agent's charts."""
-    top = max((v for v in values if v), default=0) or 1
-    return [{"value": v, "height": round(100 * (v or 0) / top)} for v in values]
+def chart(values: list[float | None]) -> dict[str, Any]:
+    """An agent's chart of ``values`` (oldest first): the y axis's top (the largest value, in
+    the chart's unit) and each bar's height in percent of it."""
+    top = max((v for v in values if v), default=0)
+    bars = [{"value": v, "height": round(100 * (v or 0) / (top or 1))} for v in values]
+    return {"top": top, "bars": bars}
 
 
 def agent(engine: Any, name: str) -> dict[str, Any] | None:
@@ -187,6 +189,7 @@ def agent(engine: Any, name: str) -> dict[str, Any] | None:
         run["cost"] = spend["runs"].get(run["id"])
     day = engine.store.activity(now - DAY, DAY, 1).get(name) or {}
     chronological = runs[::-1]
+    paused_all, paused = engine.store.paused()
     return {
         "name": name,
         "description": found.description,
@@ -198,6 +201,8 @@ def agent(engine: Any, name: str) -> dict[str, Any] | None:
         "credentials": _credentials(engine, found),
         "status": {**row, "badge": badge(row)},
         "settable": SETTABLE_STATES,
+        # `al pause AGENT` (resumed here) and `al pause` (the whole scheduler: Resume all).
+        "paused": {"agent": name in paused, "all": paused_all},
         "queue": [
             {"id": item.id, "kind": item.kind, "created_at": item.created_at, "source": item.source}
             for item in engine.store.queued_items(name, QUEUE_LIMIT)
@@ -205,8 +210,8 @@ def agent(engine: Any, name: str) -> dict[str, Any] | None:
         "runs": runs,
         "charts": {
             "runs": [{"id": r["id"], "state": r["state"]} for r in chronological],
-            "duration": bars([r["duration"] for r in chronological]),
-            "cost": bars([r["cost"] for r in chronological]),
+            "duration": chart([r["duration"] for r in chronological]),
+            "cost": chart([r["cost"] for r in chronological]),
         },
         "day": {"runs": day.get("runs", 0), "success_rate": _rate(day)},
         "cost_24h": engine.store.costs(now - DAY, agent=name)["agents"].get(name),

@@ -1,5 +1,6 @@
-"""llamaherd-deploy: named environments (``al env``), ``al push`` over SSH, ``al service`` on the
-server, and ``--env NAME`` for the read commands (hook ``open_control_channel``).
+"""llamaherd-deploy: named environments (``al env``, servers provisioned with ``al env prov``),
+``al push`` over SSH, ``al service`` on the server, and a deployed environment's scheduler for
+``-E NAME`` (hook ``open_control_channel``).
 
 Heavy modules are imported inside the hooks so ``al --help`` stays fast.
 """

@@ -16,7 +16,7 @@ from llamaherd_deploy.ssh import Connection
 
 
 def open_channel(name: str) -> ControlChannel | None:
-    if environments.NAME.fullmatch(name) is None or not environments.exists(name):
+    if not environments.is_name(name) or not environments.exists(name):
         return None  # not ours: another plugin may know it
     env = environments.load(name)
     conn = Connection(env).open()

@@ -47,6 +47,9 @@ STALE_INCOMING = 86400.0  # an upload older than this belongs to a push that die
 FRESH_VENV = 3600.0  # a venv this young may belong to a push in progress: never pruned
 START_TIMEOUT = 120.0
 UPLOAD_TOPS = ("files", "credentials", "wheels")
+# What the first-boot script of `al env prov` leaves (llamaherd_deploy.cloud.DONE, FAILED).
+PROVISION_DONE = "/var/lib/llamaherd/provisioned"
+PROVISION_FAILED = "/var/lib/llamaherd/provision-failed"
 
 
 class Failure(Exception):
@@ -169,9 +172,14 @@ def sha256_file(path):
     return digest.hexdigest()
 
 
+def _prefixes(scope):
+    """A push's scope (a path prefix, or a list of them) for ``str.startswith``."""
+    return scope if isinstance(scope, str) else tuple(scope)
+
+
 def manifest(root, scope=None):
     """``{relative path: [sha256, executable]}`` of the regular files under ``root``, the
-    project's ``.al`` left out; with ``scope``, only paths under that prefix."""
+    project's ``.al`` left out; with ``scope``, only paths under those prefixes."""
     found = {}
     if not os.path.isdir(root):
         return found
@@ -184,7 +192,7 @@ def manifest(root, scope=None):
             rel = os.path.normpath(os.path.join(rel_dir, name))
             if os.path.islink(path) or not os.path.isfile(path):
                 continue
-            if scope and not rel.startswith(scope):
+            if scope and not rel.startswith(_prefixes(scope)):
                 continue
             found[rel] = [sha256_file(path), bool(os.stat(path).st_mode & 0o100)]
     return found
@@ -245,6 +253,38 @@ def service_mode(user=None):
     }
 
 
+def unit_name(root):
+    """The systemd unit (without ``.service``) of the project or deployment at ``root``."""
+    import re
+
+    return "llamaherd-" + (re.sub(r"[^A-Za-z0-9]+", "-", str(root)).strip("-") or "root")
+
+
+def op_logs(request):
+    """Become the command that prints the deployed scheduler's log (``al env logs``): its
+    unit's journal under systemd, else the supervisor's ``state/scheduler.log``."""
+    layout = Layout(request["base"])
+    lines = str(int(request.get("lines") or 50))
+    follow = bool(request.get("follow"))
+    mode = service_mode()["mode"]
+    unit = unit_name(layout.base) + ".service"
+    units = {
+        "system": "/etc/systemd/system",
+        "user": os.path.join(os.path.expanduser("~"), ".config", "systemd", "user"),
+    }
+    if mode in units and os.path.exists(os.path.join(units[mode], unit)):
+        which = "--user-unit" if mode == "user" else "--unit"
+        command = ["journalctl", which, unit, "-n", lines, "--no-pager", "-o", "short-iso"]
+        command += ["-f"] if follow else []
+    else:
+        log = os.path.join(layout.state, "scheduler.log")
+        if not os.path.exists(log):
+            raise Failure(f"no scheduler log in {layout.state} yet (deploy with `al push`)")
+        command = ["tail", "-n", lines] + (["-F"] if follow else []) + [log]
+    sys.stdout.flush()
+    os.execvp(command[0], command)
+
+
 def _deployed(layout):
     release = layout.current_release()
     if release is None:
@@ -272,6 +312,23 @@ def _free_space(path):
     return usage.free, os.access(probe, os.W_OK | os.X_OK)
 
 
+def provisioning():
+    """Where the first-boot script of ``al env prov`` is (``llamaherd_deploy.cloud``): "done",
+    "failed: <step>", "running" while cloud-init runs, None on a server without cloud-init."""
+    try:
+        with open(PROVISION_FAILED) as fh:
+            return "failed: " + fh.read().strip()
+    except OSError:
+        pass
+    if os.path.exists(PROVISION_DONE):
+        return "done"
+    if os.path.exists("/var/lib/cloud/instance") and not os.path.exists(
+        "/var/lib/cloud/instance/boot-finished"
+    ):
+        return "running"
+    return None
+
+
 def op_probe(request):
     """The server as a push needs to know it; changes nothing."""
     entry = pwd.getpwuid(os.geteuid())
@@ -280,6 +337,7 @@ def op_probe(request):
         "executable": sys.executable,
         "user": entry.pw_name,
         "home": entry.pw_dir,
+        "provisioning": provisioning(),
     }
     if tuple(sys.version_info[:2]) < MIN_PYTHON:
         return answer
@@ -450,7 +508,7 @@ def _assemble_project(layout, request, current):
     _mkdir(project)
     if scope and old:  # a one-agent push: everything outside the agent stays as it is
         for rel, (_, executable) in manifest(old).items():
-            if not rel.startswith(scope):
+            if not rel.startswith(_prefixes(scope)):
                 _place(os.path.join(old, rel), os.path.join(project, rel), executable, False)
     for rel, (digest, executable) in request["files"].items():
         if ".." in rel.split("/") or rel.startswith("/"):
@@ -682,6 +740,7 @@ OPS = {
     "release": op_release,
     "discard": op_discard,
     "activate": op_activate,
+    "logs": op_logs,
 }
 
 

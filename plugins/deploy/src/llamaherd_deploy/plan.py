@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -18,18 +19,24 @@ from typing import Any
 
 from llamaherd import __version__
 from llamaherd.api import (
+    ENV_TOML,
+    CommandFailed,
     CredentialStore,
     LlamaherdError,
     Problem,
     agents_using,
+    deep_merge,
     describe_plugins,
     format_ref,
+    read_env_toml,
     referenced_credentials,
     validate_project,
 )
 
-# Never shipped, whatever .gitignore says: the state (database, control token, logs) and git's.
-NEVER = (".al", ".git")
+# Never shipped, whatever .gitignore says: the state (database, control token, logs), git's,
+# and this machine's .env.toml (the server gets its own: ``server_env_toml``).
+NEVER = (".al", ".git", ENV_TOML)
+SHARED = "shared"  # files every agent reads (the peer's /app/static/shared/): always shipped
 # Plugins that act on every run or on the server whenever they are installed.
 SERVER_HOOKS = ("register_routes", "run_started", "run_finished")
 
@@ -37,9 +44,13 @@ SERVER_HOOKS = ("register_routes", "run_started", "run_finished")
 @dataclass(frozen=True)
 class LocalFile:
     path: str  # relative to the project root, "/"-separated
-    source: Path
+    source: Path | None  # None: ``content`` was made for the server
     sha: str
     executable: bool
+    content: bytes | None = None
+
+    def read(self) -> bytes:
+        return self.content if self.content is not None else self.source.read_bytes()  # type: ignore[union-attr]
 
 
 # --------------------------------------------------------------------------- validation
@@ -59,14 +70,16 @@ def local_problems(project: Any, registry: Any, agents: list[str] | None) -> lis
 # --------------------------------------------------------------------------- files
 
 
-def project_files(root: Path, scope: str | None = None) -> dict[str, LocalFile]:
+def project_files(root: Path, scope: list[str] | None = None) -> dict[str, LocalFile]:
     """The project's files as git would commit them (tracked and untracked, minus what any
     ``.gitignore``, ``.git/info/exclude`` or the user's global excludes ignore), whether or not
-    the project is a git repository; never ``.al/`` or ``.git/``. ``scope``: a path prefix."""
+    the project is a git repository, and every file under ``shared/`` but hidden ones (as the
+    peer gives them to agents, ignored or not); never ``.al/``, ``.git/`` or ``.env.toml``.
+    ``scope``: path prefixes."""
     found = {}
-    for rel in _git_listing(root):
+    for rel in sorted({*_git_listing(root), *_shared_files(root)}):
         parts = rel.split("/")
-        if parts[0] in NEVER or (scope and not rel.startswith(scope)):
+        if parts[0] in NEVER or (scope and not rel.startswith(tuple(scope))):
             continue
         path = root / rel
         if not path.is_file():  # deleted but still in the index, or a dangling link
@@ -75,9 +88,36 @@ def project_files(root: Path, scope: str | None = None) -> dict[str, LocalFile]:
     return found
 
 
+def _shared_files(root: Path) -> list[str]:
+    """``shared/...`` paths of the files under the project's ``shared/``, hidden ones (and
+    those in hidden directories) left out, as the peer's ``loadSharedFiles`` reads them."""
+    found = []
+    for directory, dirs, names in os.walk(root / SHARED, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        rel = Path(directory).relative_to(root).as_posix()
+        found += [f"{rel}/{name}" for name in names if not name.startswith(".")]
+    return found
+
+
+def server_env_toml(project: Any, env: Any) -> LocalFile | None:
+    """The server's ``.env.toml``: this machine's settings over config.toml (its ``.env.toml``
+    without the binding) with the environment's over them, and ``[gateway] bind = "0.0.0.0"``
+    when the environment says ``expose``; so the server runs what ``-E NAME`` runs here."""
+    from llamaherd_deploy.environments import dumps
+
+    local = {k: v for k, v in read_env_toml(project.root).items() if k != "environment"}
+    data = deep_merge(local, env.layers)
+    if env.expose:
+        data = deep_merge(data, {"gateway": {"bind": "0.0.0.0"}})
+    if not data:
+        return None
+    content = ("# Written by `al push` for environment " + env.name + ".\n" + dumps(data)).encode()
+    return LocalFile(ENV_TOML, None, sha256_bytes(content), False, content)
+
+
 def _git_listing(root: Path) -> list[str]:
     if shutil.which("git") is None:
-        raise LlamaherdError(
+        raise CommandFailed(
             "al push needs git to read the project's .gitignore files (apt-get install git)"
         )
     inside = _git(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"], check=False)
@@ -94,7 +134,7 @@ def _git_listing(root: Path) -> list[str]:
 def _git(command: list[str], check: bool = True) -> subprocess.CompletedProcess[bytes]:
     result = subprocess.run(command, capture_output=True, timeout=120)
     if check and result.returncode != 0:
-        raise LlamaherdError(
+        raise CommandFailed(
             f"{' '.join(command[:4])}: {result.stderr.decode(errors='replace').strip()}"
         )
     return result
@@ -285,8 +325,9 @@ def credential_changes(
     return changes
 
 
-def scope_of(agent: str | None) -> str | None:
-    return f"agents/{agent}/" if agent else None
+def scope_of(agent: str | None) -> list[str] | None:
+    """What a one-agent push ships: that agent's folder, and ``shared/`` (which it may read)."""
+    return [f"agents/{agent}/", f"{SHARED}/"] if agent else None
 
 
 def release_id() -> str:

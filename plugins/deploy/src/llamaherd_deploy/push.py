@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from llamaherd.api import LlamaherdError
+from llamaherd.api import CommandFailed, LlamaherdError
 from llamaherd_deploy import plan as plans
 from llamaherd_deploy.environments import Environment
 from llamaherd_deploy.ssh import Connection
@@ -141,6 +141,11 @@ class Push:
         self.echo(f"push {self.agent or 'the project'} to {self.env.where} (env {self.env.name})")
         self.check_project()
         files = {} if opts.creds_only else plans.project_files(self.project.root, self.scope)
+        generated = (
+            None if opts.creds_only or self.scope else plans.server_env_toml(self.project, self.env)
+        )
+        if generated is not None:
+            files[generated.path] = generated
         creds = {} if opts.files_only else plans.credential_files(
             self.project, self.registry, self.agents
         )  # fmt: skip
@@ -153,7 +158,7 @@ class Push:
             self.check_server(info, need=MIN_FREE)
             deployed = info.get("deployed")
             if self.agent and not deployed:
-                raise LlamaherdError(
+                raise CommandFailed(
                     f"nothing is deployed in {self.env.where} yet: push the whole project "
                     f"first (`al push {self.env.name}`)"
                 )
@@ -176,7 +181,7 @@ class Push:
     def check_server(self, info: dict[str, Any], need: int) -> None:
         failed = [line for ok, line in server_problems(info, need) if not ok]
         if failed:
-            raise LlamaherdError(f"{self.env.where}: {failed[0]}")
+            raise CommandFailed(f"{self.env.where}: {failed[0]}")
 
     def plan(
         self,
@@ -365,9 +370,9 @@ def write_archive(
     ``wheels/<name>``."""
     with tarfile.open(fileobj=stream, mode="w|") as tar:
         for local in files:
-            content = local.source.read_bytes()
+            content = local.read()
             if plans.sha256_bytes(content) != local.sha:
-                raise LlamaherdError(f"{local.path} changed during the push; push again")
+                raise CommandFailed(f"{local.path} changed during the push; push again")
             _add(tar, f"files/{local.path}", content, 0o755 if local.executable else 0o644)
         for key, content in creds.items():
             _add(tar, f"credentials/{key}", content, 0o600)

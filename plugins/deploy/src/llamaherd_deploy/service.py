@@ -24,13 +24,14 @@ from typing import Any
 
 from llamaherd.api import (
     AppContext,
+    CommandFailed,
     ControlClient,
     LlamaherdError,
     control_token,
     pid_alive,
     scheduler_info,
 )
-from llamaherd_deploy.helper import service_mode
+from llamaherd_deploy.helper import service_mode, unit_name
 
 START_TIMEOUT = 120.0
 STOP_MARGIN = 60.0  # beyond the grace period, for the scheduler to write its last state
@@ -76,7 +77,7 @@ class Service:
             al, root = (sys.executable, "-m", "llamaherd"), given
         mode = service_mode()
         return cls(
-            name="llamaherd-" + (re.sub(r"[^A-Za-z0-9]+", "-", str(root)).strip("-") or "root"),
+            name=unit_name(root),
             mode=mode["mode"],
             why=mode["why"],
             project=str(given),
@@ -148,7 +149,7 @@ class Service:
             env.setdefault("XDG_RUNTIME_DIR", f"/run/user/{os.geteuid()}")
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
         if check and result.returncode != 0:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"{' '.join(command)} failed: {result.stderr.strip() or result.returncode}"
             )
         return result
@@ -156,7 +157,7 @@ class Service:
     def install(self, grace: float) -> bool:
         """Write (or refresh) and enable the unit; True when its text changed."""
         if not self.systemd:
-            raise LlamaherdError(f"cannot install a systemd unit here: {self.why}")
+            raise CommandFailed(f"cannot install a systemd unit here: {self.why}")
         text = self.unit(grace)
         path = self.unit_path
         changed = not path.exists() or path.read_text() != text
@@ -296,9 +297,9 @@ class Service:
                 finally:
                     client.close()
             if not alive():
-                raise LlamaherdError("the scheduler exited while starting (its log is above)")
+                raise CommandFailed("the scheduler exited while starting (its log is above)")
             time.sleep(0.2)
-        raise LlamaherdError(f"the scheduler did not come up within {timeout:g} s")
+        raise CommandFailed(f"the scheduler did not come up within {timeout:g} s")
 
     def stop(self, timeout: float, echo: Callable[[str], None]) -> bool:
         """Stop whatever runs this project's scheduler: the unit, the supervisor, or a
@@ -336,7 +337,7 @@ def _wait_gone(pid: int, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
         if time.monotonic() > deadline:
-            raise LlamaherdError(f"{what} (pid {pid}) did not stop within {timeout:g} s")
+            raise CommandFailed(f"{what} (pid {pid}) did not stop within {timeout:g} s")
         time.sleep(0.1)
 
 

@@ -35,7 +35,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import IO, Any
 
-from llamaherd.api import LlamaherdError
+from llamaherd.api import CommandFailed
 from llamaherd_deploy.environments import Environment
 
 CONNECT_TIMEOUT = 20  # seconds, for TCP connect plus authentication
@@ -59,9 +59,14 @@ class Connection:
 
     def __init__(self, env: Environment):
         if shutil.which("ssh") is None:
-            raise LlamaherdError(
+            raise CommandFailed(
                 "the ssh command is not installed (llamaherd-deploy uses OpenSSH: "
                 "apt-get install openssh-client)"
+            )
+        if env.pending:
+            raise CommandFailed(
+                f"environment {env.name}: its server has no address yet (`al env prov` did not "
+                f"finish): `al env deprov {env.name}` deletes what was made"
             )
         self.env = env
         self.dir = tempfile.mkdtemp(prefix="al-ssh-")  # 0700: the control and forward sockets
@@ -70,7 +75,8 @@ class Connection:
 
     # ------------------------------------------------------------------ connection
     def args(self, *extra: str) -> list[str]:
-        """``ssh`` with the environment's options and our control socket, before the host."""
+        """``ssh`` with the environment's options and our control socket, ending with ``--``:
+        what follows (the host, then the remote command) is never read as an option."""
         env = self.env
         args = ["ssh"]
         # ssh keeps the first value it gets for an option: the user's own options win.
@@ -88,7 +94,7 @@ class Connection:
         ]  # fmt: skip
         if env.key:
             args += ["-i", str(Path(env.key).expanduser()), "-o", "IdentitiesOnly=yes"]
-        return [*args, *extra]
+        return [*args, *extra, "--"]
 
     def open(self) -> Connection:
         """Authenticate once; later commands reuse the connection."""
@@ -106,10 +112,10 @@ class Connection:
                     self.master.stderr.read().decode(errors="replace") if self.master.stderr else ""
                 )
                 self.close()
-                raise LlamaherdError(f"ssh {self.env.user}@{self.env.host}: {_last_line(error)}")
+                raise CommandFailed(f"ssh {self.env.user}@{self.env.host}: {_last_line(error)}")
             if time.monotonic() > deadline:
                 self.close()
-                raise LlamaherdError(
+                raise CommandFailed(
                     f"ssh {self.env.user}@{self.env.host}: no connection after "
                     f"{CONNECT_TIMEOUT + 10} s"
                 )
@@ -162,7 +168,7 @@ class Connection:
             timeout=30,
         )
         if result.returncode != 0:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"ssh {self.env.user}@{self.env.host}: cannot forward to {remote_host}:"
                 f"{remote_port}: {_last_line(result.stderr.decode(errors='replace'))}"
             )
@@ -199,10 +205,35 @@ class Connection:
             finally:
                 timer.cancel()
             if proc.returncode == -9:
-                raise LlamaherdError(
+                raise CommandFailed(
                     f"{self.env.where}: step {op!r} did not finish within {timeout:g} s"
                 )
         return self._answer(op, proc.returncode, out, stderr_tail)
+
+    def stream(self, op: str, request: dict[str, Any], echo: Callable[[str], None]) -> int:
+        """Run the helper's ``op``, which becomes a command whose output lines go to ``echo``
+        as they come (``logs``); its exit status. The helper's own refusal is raised."""
+        source = helper_source()
+        command = f"{shlex.quote(self.env.python)} -c '{BOOTSTRAP}'"
+        proc = subprocess.Popen(
+            [*self.args(), self.env.host, command], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(b"%d\n" % len(source) + source)
+            proc.stdin.write(json.dumps({"op": op, **request}).encode() + b"\n")
+            proc.stdin.close()
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                refusal = _refusal(line)
+                if refusal is not None:
+                    raise CommandFailed(f"{self.env.where}: {refusal}")
+                echo(line)
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     @contextmanager
     def _process(
@@ -232,15 +263,15 @@ class Connection:
         except ValueError:
             answer = None
         if isinstance(answer, dict) and "error" in answer:
-            raise LlamaherdError(f"{self.env.where}: {answer['error']}")
+            raise CommandFailed(f"{self.env.where}: {answer['error']}")
         if code == 127 and not lines:
-            raise LlamaherdError(
+            raise CommandFailed(
                 f"{self.env.where}: {self.env.python!r} not found on the server (install "
                 "Python 3.11 or later, or set the environment's python)"
             )
         if code != 0 or not isinstance(answer, dict):
             detail = _last_line("\n".join(tail)) or f"exit status {code}"
-            raise LlamaherdError(f"{self.env.where}: step {op!r} failed: {detail}")
+            raise CommandFailed(f"{self.env.where}: step {op!r} failed: {detail}")
         return answer
 
 
@@ -256,6 +287,16 @@ def _relay(
         del tail[:-20]
         if progress is not None and line:
             progress(line)
+
+
+def _refusal(line: str) -> str | None:
+    """The helper's error answer (``{"error": ...}``), when ``line`` is one."""
+    if not line.startswith('{"error"'):
+        return None
+    try:
+        return str(json.loads(line)["error"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _last_line(text: str) -> str:

@@ -54,6 +54,15 @@ def _key(hex_key: str) -> Ed25519PublicKey | None:
         return None
 
 
+def _js(value: Any) -> str:
+    """A value as Action Llama writes it into text (JavaScript's ``String(value)``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "null" if value is None else str(value)
+
+
 def _options(data: dict[str, Any]) -> str | None:
     """A command's options as ``name: value, ...`` (subcommands flattened)."""
     found: list[str] = []
@@ -63,7 +72,7 @@ def _options(data: dict[str, Any]) -> str | None:
         if not isinstance(option, dict):
             continue
         if "value" in option:
-            found.append(f"{option.get('name')}: {option['value']}")
+            found.append(f"{option.get('name')}: {_js(option['value'])}")
         pending += [o for o in option.get("options") or [] if isinstance(o, dict)]
     return clip(", ".join(found)) if found else None
 
@@ -128,14 +137,23 @@ class DiscordSource:
             }
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         command = pick(data, "name") if kind in (2, 4) else None
+        # Action and title as Action Llama names them: the command; a component's type and
+        # custom id; a modal's custom id.
+        if kind == 3:
+            action = _js(data.get("component_type") or "unknown")
+            title = pick(data, "custom_id") or "component"
+        elif kind == 5:
+            action = title = pick(data, "custom_id") or "modal"
+        else:
+            action = title = command or "unknown"
         return {
             "event": EVENTS[kind],
-            "action": command or pick(data, "custom_id", "component_type"),
+            "action": action,
             "guild": pick(payload, "guild_id"),
             "channel": pick(payload, "channel_id", "channel.id"),
             "command": command,
-            "sender": pick(payload, "member.user.username", "user.username"),
-            "title": command or pick(data, "custom_id"),
+            "sender": pick(payload, "member.user.username", "user.username") or "unknown",
+            "title": title,
             "body": _options(data),
             "delivery": pick(payload, "id") or body_digest(body),
             "payload": payload,

@@ -44,8 +44,9 @@ def connect() -> Any:
 
 
 @contextmanager
-def docker_errors(what: str) -> Iterator[None]:
-    """Re-raise the SDK's errors inside the block as ``SandboxError("<what>: <reason>")``."""
+def docker_errors(what: str, where: str | None = None) -> Iterator[None]:
+    """Re-raise the SDK's errors inside the block as ``SandboxError("<what>: <reason>")``;
+    ``where`` names the engine in a lost connection's message."""
     from docker.errors import APIError, DockerException
     from requests.exceptions import ConnectionError as RequestsConnectionError
 
@@ -55,4 +56,4 @@ def docker_errors(what: str) -> Iterator[None]:
         reason = exc.explanation or str(exc)
         raise SandboxError(f"{what}: {reason}") from None
     except (RequestsConnectionError, DockerException):
-        raise unreachable() from None
+        raise unreachable(where) from None

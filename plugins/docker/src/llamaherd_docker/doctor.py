@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.api import Finding, Fix, SandboxError
+from llamaherd.api import ConfigError, Finding, Fix, SandboxError
 from llamaherd_docker import images
-from llamaherd_docker.daemon import connect, docker_host
 
 
 class DockerCheck:
@@ -16,18 +15,33 @@ class DockerCheck:
 
     def check(self, project: Any, registry: Any) -> list[Finding]:
         agents = [a for a in project.agents.values() if a.runtime.get("type") == "container"]
-        if not agents:
+        runtime = registry.runtimes.get("container")
+        if not agents or runtime is None:
             return []
+        engines: dict[str, tuple[Any, list[Any]]] = {}
+        findings = []
+        for agent in agents:
+            try:
+                engine = runtime.engine(agent)
+            except ConfigError as exc:
+                findings.append(Finding.error(f"agents/{agent.name}", str(exc)))
+                continue
+            engines.setdefault(engine.name, (engine, []))[1].append(agent)
+        for engine, users in engines.values():
+            findings += self._engine(engine, users, project, runtime)
+        return findings
+
+    def _engine(self, engine: Any, agents: list[Any], project: Any, runtime: Any) -> list[Finding]:
+        subject = f"Docker daemon {engine.where}"
         try:
-            client = connect()
+            client = engine.client()
         except SandboxError as exc:
-            return [Finding.error("Docker daemon", str(exc))]
+            return [Finding.error(subject, str(exc))]
         version = client.version().get("Version", "?")
-        findings = [Finding.ok(f"Docker daemon {docker_host()}", f"answers (Docker {version})")]
+        findings = [Finding.ok(subject, f"answers (Docker {version})")]
         base = project.local["image"]
         if any(self._needs_base(agent, base) for agent in agents):
-            findings.append(self._base(client, base))
-        runtime = registry.runtimes.get("container")
+            findings.append(self._base(engine, base))
         for agent in agents:
             if (agent.path / "Dockerfile").is_file():
                 findings.append(self._agent(client, agent, project, runtime))
@@ -38,17 +52,17 @@ class DockerCheck:
         dockerfile = agent.path / "Dockerfile"
         if not dockerfile.is_file():
             return True
-        return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+        return images.uses_base(images.rewrite_from(images.project_text(dockerfile), base), base)
 
     @staticmethod
-    def _base(client: Any, base: str) -> Finding:
-        subject = f"image {base}"
-        if images.image_exists(client, base, subject):
+    def _base(engine: Any, base: str) -> Finding:
+        subject = f"image {base}" + ("" if engine.name == "local" else f" on {engine.name}")
+        if images.image_exists(engine.client(), base, subject):
             return Finding.ok(subject, "present")
         start = images.default_base_image()
 
         def build() -> str:
-            images.build_base(connect(), start, base)
+            images.build_base(engine.client(), start, base)
             return f"built {base} from {start}"
 
         return Finding.error(

@@ -113,12 +113,20 @@ def customized(dockerfile: str) -> bool:
     return any(not step.upper().startswith("FROM") for step in steps)
 
 
+def project_text(path: Path) -> str:
+    """A Dockerfile or ``.dockerignore`` of the project, read as core reads every project file:
+    a regular file, size-capped (a FIFO or a link to /dev/zero is refused, not read)."""
+    from llamaherd.api import read_project_text
+
+    return read_project_text(path)
+
+
 def ignore_patterns(root: Path) -> list[str]:
     """The patterns of ``root/.dockerignore`` (none when it is absent)."""
     ignore = root / ".dockerignore"
     if not ignore.is_file():
         return []
-    lines = (line.strip() for line in ignore.read_text().splitlines())
+    lines = (line.strip() for line in project_text(ignore).splitlines())
     return [line for line in lines if line and not line.startswith("#")]
 
 
@@ -139,7 +147,8 @@ def context_digest(root: Path, files: Iterable[str], dockerfile: str, base_id: s
             digest.update(f"{name}\0link\0{os.readlink(path)}\0".encode())
         elif path.is_file():
             digest.update(f"{name}\0{path.stat().st_mode & 0o777:o}\0".encode())
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
+            with path.open("rb") as fh:  # streamed: a context file may be large
+                digest.update(hashlib.file_digest(fh, "sha256").digest())
         else:
             digest.update(f"{name}\0dir\0".encode())
     return digest.hexdigest()[:DIGEST_LENGTH]
@@ -211,7 +220,7 @@ def build_project(
     path = root / PROJECT_DOCKERFILE
     if not path.is_file():
         return None
-    dockerfile = rewrite_from(path.read_text(), base_image)
+    dockerfile = rewrite_from(project_text(path), base_image)
     if not customized(dockerfile):
         return None
     what = PROJECT_DOCKERFILE
@@ -260,7 +269,7 @@ def agent_image(client: Any, agent_dir: Path, what: str, base_image: str) -> tup
     """The tag an agent's image has for its build context as it is now, and its Dockerfile
     with ``FROM`` rewritten (SandboxError when the base image it builds on is missing)."""
 
-    dockerfile = rewrite_from((agent_dir / "Dockerfile").read_text(), base_image)
+    dockerfile = rewrite_from(project_text(agent_dir / "Dockerfile"), base_image)
     base_id = _base_id(client, dockerfile, base_image, what)
     files = context_files(agent_dir)
     repository = agent_repository(agent_dir.name)

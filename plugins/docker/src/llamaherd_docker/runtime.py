@@ -2,7 +2,8 @@
 
 Isolation (DESIGN §6): read-only root fs; ``/tmp`` (the working dir ``/tmp/work``) and the home dir
 are tmpfs; ``/app/bin`` (the language-skill commands), ``/credentials`` (only the credentials the
-agent declares) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
+agent declares), ``/app/static/shared`` (the project's ``shared/`` files, as Action Llama bakes
+them in) and ``/run/al-gateway`` (the gateway's unix socket) are read-only binds; every
 capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bridge`` or ``none``.
 """
 
@@ -12,17 +13,24 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import SandboxError, SandboxSpec, StagedFile
+from llamaherd.api import (
+    SHARED_PATH,
+    ConfigError,
+    SandboxError,
+    SandboxSpec,
+    SshError,
+    SshMasters,
+    SshTarget,
+)
 from llamaherd_docker import images
-from llamaherd_docker.daemon import connect, docker_errors
+from llamaherd_docker.daemon import docker_errors
+from llamaherd_docker.hosts import Engine, LocalEngine, RemoteEngine, Staged, engine_target
 from llamaherd_docker.sandbox import WORKDIR, ContainerSandbox, remove
 
 log = logging.getLogger("llamaherd.docker")
@@ -74,6 +82,24 @@ SCHEMA: dict[str, Any] = {
         "pattern": _SIZE,
         "default": "64m",
         "description": "Size of the home dir tmpfs.",
+    },
+    "host": {
+        "type": "string",
+        "pattern": "^ssh://",
+        "description": (
+            'The Docker engine of another host, "ssh://[user@]host[:port]": images are built '
+            "and containers run there, over one SSH connection (default: this machine's)."
+        ),
+    },
+    "key_path": {
+        "type": "string",
+        "minLength": 1,
+        "description": "With host: the private key to log in with (default: ssh's).",
+    },
+    "ssh_options": {
+        "type": "object",
+        "additionalProperties": {"type": ["string", "integer", "boolean"]},
+        "description": "With host: extra ssh_config options (as for the ssh runtime).",
     },
 }
 
@@ -159,33 +185,6 @@ def sandbox_env(spec: SandboxSpec, config: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def stage_credentials(run_id: str, files: list[StagedFile]) -> Path:
-    """Write only the run's credential files to a fresh host dir, ``<type>/<instance>/<field>``.
-
-    Returns the private parent dir (0700, so no other host user can reach the files); its
-    ``credentials`` subdir is what gets mounted. Inside it everything is world-readable because
-    the image's user, whatever its uid, must read them through the read-only bind (so the
-    types' own file modes do not apply here).
-    """
-    safe_run = re.sub(r"[^A-Za-z0-9_.-]", "-", run_id)
-    private = Path(tempfile.mkdtemp(prefix=f"al-docker-{safe_run}-"))
-    root = private / "credentials"
-    root.mkdir(mode=0o755)
-    root.chmod(0o755)
-    try:
-        for staged in files:
-            target = root / staged.path
-            for directory in reversed(target.relative_to(root).parents[:-1]):
-                (root / directory).mkdir(mode=0o755, exist_ok=True)
-                (root / directory).chmod(0o755)
-            target.write_bytes(staged.content)
-            target.chmod(0o444)
-    except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
-        raise
-    return private
-
-
 def _log_progress(line: str) -> None:
     log.info("%s", line)
 
@@ -193,7 +192,7 @@ def _log_progress(line: str) -> None:
 def _uses_al_base(dockerfile: Path, project: Any) -> bool:
     """Whether an agent Dockerfile builds on our layers (``FROM al-agent`` or [local].image)."""
     base = project.local["image"]
-    return images.uses_base(images.rewrite_from(dockerfile.read_text(), base), base)
+    return images.uses_base(images.rewrite_from(images.project_text(dockerfile), base), base)
 
 
 def _owner() -> str:
@@ -225,19 +224,35 @@ class ContainerRuntime:
     schema = SCHEMA
 
     def __init__(self) -> None:
-        self._client: Any = None
         self._lock = threading.Lock()
-        self._build_locks: dict[tuple[str, str], threading.Lock] = {}
-        self._prepared: dict[tuple[str, str], str] = {}
+        self._engines: dict[SshTarget | None, Engine] = {}
+        self._masters = SshMasters()
+        self._build_locks: dict[tuple[str, str, str], threading.Lock] = {}
+        self._prepared: dict[tuple[str, str, str], str] = {}
         self._users: dict[str, tuple[int, int]] = {}  # image id -> (uid, gid) of its USER
         self._roots: set[str] = set()  # projects this process validated or prepared agents of
 
-    def client(self) -> Any:
-        """The Docker client, connected on first use (SandboxError if the daemon is down)."""
+    def engine(self, agent: Any = None) -> Engine:
+        """The Docker engine ``agent``'s containers run on (this machine's without one, or
+        when its ``host`` is not set); ConfigError for a ``host`` that is not ssh://..."""
+        where = agent.project.relative(agent.config_file) if agent is not None else ""
+        target = engine_target(agent.runtime, where) if agent is not None else None
+        return self._engine(target)
+
+    def _engine(self, target: SshTarget | None) -> Engine:
         with self._lock:
-            if self._client is None:
-                self._client = connect()
-            return self._client
+            found = self._engines.get(target)
+            if found is None:
+                found = LocalEngine() if target is None else RemoteEngine(target, self._masters)
+                self._engines[target] = found
+            return found
+
+    def client(self, agent: Any = None) -> Any:
+        """The Docker client of ``agent``'s engine, connected on first use (SandboxError if
+        the daemon is down or its host cannot be reached)."""
+        engine = self.engine(agent)
+        with self._lock:
+            return engine.client()
 
     # ------------------------------------------------------------------ images
 
@@ -250,45 +265,46 @@ class ContainerRuntime:
         which ``al start`` prints). Raises SandboxError naming the Dockerfile when a build
         fails, or naming the image when a base image is missing.
         """
-        self.client()
-        key = (str(project.root), agent.name)
-        self._roots.add(key[0])
+        client = self.client(agent)
+        engine = self.engine(agent)
+        key = (engine.name, str(project.root), agent.name)
+        self._roots.add(key[1])
         say = progress or _log_progress
         dockerfile = agent.path / "Dockerfile"
         if dockerfile.is_file() and not _uses_al_base(dockerfile, project):
             lower = project.local["image"]  # FROM another image: no layer of ours below
         else:
-            lower = self._lower_layers(project, say)
+            lower = self._lower_layers(project, say, engine)
         if not dockerfile.is_file():
             tag = lower
         else:
             what = project.relative(dockerfile)
             labels = {LABEL_AGENT: agent.name, LABEL_PROJECT: str(project.root)}
             with self._build_lock(key):
-                tag = images.build_agent(self.client(), agent.path, what, lower, say, labels)
+                tag = images.build_agent(client, agent.path, what, lower, say, labels)
         self._prepared[key] = tag
         return tag
 
-    def _build_lock(self, key: tuple[str, str]) -> threading.Lock:
+    def _build_lock(self, key: tuple[str, str, str]) -> threading.Lock:
         with self._lock:
             return self._build_locks.setdefault(key, threading.Lock())
 
-    def _lower_layers(self, project: Any, progress: images.Progress) -> str:
+    def _lower_layers(self, project: Any, progress: images.Progress, engine: Engine) -> str:
         """The image agents of ``project`` build on: the project image (built from the
         project Dockerfile), else ``[local].image``; the base is built first when missing."""
         base = project.local["image"]
         root = str(project.root)
-        with self._build_lock((root, "")):
-            self._ensure_base(base, progress)
+        with self._build_lock((engine.name, root, "")):
+            self._ensure_base(base, progress, engine)
             labels = {LABEL_PROJECT: root}
-            built = images.build_project(self.client(), project.root, base, progress, labels)
+            built = images.build_project(engine.client(), project.root, base, progress, labels)
         return built or base
 
-    def _ensure_base(self, base: str, progress: images.Progress) -> None:
+    def _ensure_base(self, base: str, progress: images.Progress, engine: Engine) -> None:
         """``base`` exists; ``al-agent:latest`` is built when missing, as ``al setup docker``
         would (from ``node:20-alpine``, pulled if need be)."""
         try:
-            self._require(base)
+            self._require(base, engine)
             return
         except SandboxError:
             if base != images.AL_BASE:
@@ -296,23 +312,24 @@ class ContainerRuntime:
         source = images.default_base_image()
         progress(f"{base} not found locally: building it from {source} (as `al setup docker`)")
         try:
-            images.build_base(self.client(), source, base, progress)
+            images.build_base(engine.client(), source, base, progress)
         except SandboxError as exc:
             raise SandboxError(
                 f"image {base} not found locally, and building it from {source} failed "
                 f"({exc}); build it with `al setup docker --base-image IMAGE`"
             ) from None
 
-    def _require(self, image: str) -> dict[str, Any]:
+    def _require(self, image: str, engine: Engine) -> dict[str, Any]:
         """The image's inspect data; SandboxError saying how to get it when it is not there."""
         from docker.errors import ImageNotFound
 
-        with docker_errors(f"image {image}"):
+        with docker_errors(f"image {image}", engine.where):
             try:
-                return self.client().api.inspect_image(image)
+                return engine.client().api.inspect_image(image)
             except ImageNotFound:
+                where = "locally" if engine.name == "local" else f"on {engine.name}"
                 raise SandboxError(
-                    f"image {image} not found locally: build it with `al setup docker` "
+                    f"image {image} not found {where}: build it with `al setup docker` "
                     f"(or `docker pull {image}` and set [local].image)"
                 ) from None
 
@@ -325,7 +342,11 @@ class ContainerRuntime:
         """
         self._roots.add(str(project.root))
         try:
-            self.client()
+            engine = self.engine(agent)
+        except ConfigError as exc:
+            return [exc]
+        try:
+            self.client(agent)
         except SandboxError as exc:
             return [f"warning: {exc}"]
         dockerfile = agent.path / "Dockerfile"
@@ -333,9 +354,9 @@ class ContainerRuntime:
             return []
         base = project.local["image"]
         try:
-            self._require(base)
+            self._require(base, engine)
         except SandboxError as exc:
-            if base != images.AL_BASE:
+            if base != images.AL_BASE or engine.name != "local":
                 return [f"warning: {exc}"]
             return [
                 f"warning: image {base} not found locally: `al start` builds it from "
@@ -349,21 +370,20 @@ class ContainerRuntime:
     def start(self, spec: SandboxSpec) -> ContainerSandbox:
         """A fresh container for the run, its working dir made; SandboxError if it cannot."""
         agent, project = spec.agent, spec.project
-        key = (str(project.root), agent.name)
+        engine = self.engine(agent)
+        key = (engine.name, str(project.root), agent.name)
         tag = self._prepared.get(key) or self.prepare(agent, project)
-        image = self._require(tag)
+        image = self._require(tag, engine)
         config = image["Config"] or {}
         if image["Id"] not in self._users:
-            self._users[image["Id"]] = images.image_user(self.client(), tag, config.get("User"))
-        private = stage_credentials(spec.run_id, spec.credential_files)
+            self._users[image["Id"]] = images.image_user(engine.client(), tag, config.get("User"))
+        staged = engine.stage(spec)
         try:
-            container_id = self._create(spec, tag, config, self._users[image["Id"]], private)
+            container_id = self._create(spec, tag, config, self._users[image["Id"]], staged, engine)
         except BaseException:
-            shutil.rmtree(private, ignore_errors=True)
+            engine.unstage(staged.private)
             raise
-        sandbox = ContainerSandbox(
-            self.client(), container_id, sandbox_env(spec, config), str(private)
-        )
+        sandbox = ContainerSandbox(engine, container_id, sandbox_env(spec, config), staged.private)
         try:
             code, _out, err = sandbox._run(["mkdir", "-p", WORKDIR], workdir="/")
             if code != 0:
@@ -381,33 +401,36 @@ class ContainerRuntime:
         tag: str,
         config: dict[str, Any],
         user: tuple[int, int],
-        private: Path,
+        staged: Staged,
+        engine: Engine,
     ) -> str:
-        client = self.client()
+        client = engine.client()
         home = home_dir(config)
         volumes = {
-            str(spec.bin_dir): {"bind": BIN, "mode": "ro"},
-            str(private / "credentials"): {"bind": CREDENTIALS, "mode": "ro"},
+            staged.bin: {"bind": BIN, "mode": "ro"},
+            staged.credentials: {"bind": CREDENTIALS, "mode": "ro"},
         }
-        if spec.gateway_socket:
-            volumes[os.path.dirname(spec.gateway_socket)] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        if staged.gateway:
+            volumes[staged.gateway] = {"bind": GATEWAY_DIR, "mode": "ro"}
+        if staged.shared:
+            volumes[staged.shared] = {"bind": SHARED_PATH, "mode": "ro"}
         labels = {
             LABEL_RUN: spec.run_id,
             LABEL_AGENT: spec.agent.name,
             LABEL_PROJECT: str(spec.project.root),
             LABEL_OWNER: _owner(),
-            LABEL_CREDENTIALS: str(private),
+            LABEL_CREDENTIALS: staged.private,
         }
         name = re.sub(r"[^A-Za-z0-9_.-]", "-", f"al-{spec.run_id}-{secrets.token_hex(3)}")
         host = Limits.of(spec.agent, spec.project).host_config(home, *user)
-        with docker_errors(f"agent {spec.agent.name}: cannot start its container"):
+        with docker_errors(f"agent {spec.agent.name}: cannot start its container", engine.where):
             container = client.containers.create(
                 tag, IDLE_COMMAND, name=name, labels=labels, volumes=volumes, **host
             )
             try:
                 container.start()
             except BaseException:
-                remove(client, container.id, None)
+                remove(engine, container.id, None)
                 raise
         return container.id
 
@@ -421,34 +444,57 @@ class ContainerRuntime:
         container_id = (handle or {}).get("container")
         if not container_id:
             return None
-        client = self.client()
-        with docker_errors(f"container {container_id[:12]}"):
+        try:
+            target = SshTarget.from_dict(handle["engine"]) if handle.get("engine") else None
+        except (KeyError, TypeError, SshError):
+            return None
+        engine = self._engine(target)
+        with docker_errors(f"container {container_id[:12]}", engine.where):
             try:
-                attrs = client.api.inspect_container(container_id)
+                attrs = engine.client().api.inspect_container(container_id)
             except NotFound:
                 return None
         env = sandbox_env(spec, attrs["Config"]) if spec is not None else {}
         credentials = handle.get("credentials_dir") or attrs["Config"]["Labels"].get(
             LABEL_CREDENTIALS
         )
-        return ContainerSandbox(client, attrs["Id"], env, credentials)
+        return ContainerSandbox(engine, attrs["Id"], env, credentials)
 
     def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
         """Remove a project's containers whose run is not in ``live_run_ids``; return how many.
 
         ``live_run_ids`` only speaks for one project, so only that project's containers are
         considered: ``project``'s, or without it those of the projects this process has
-        validated or prepared agents of. Containers whose starting process still runs are left alone (a
-        run being started now). No daemon means none of ours can be running: 0.
+        validated or prepared agents of. Containers whose starting process still runs are left
+        alone (a run being started now). Each engine the project's agents use is visited
+        (this machine's, other hosts'); one that cannot be reached has none of ours running
+        that we could remove: 0 there.
         """
         roots = {str(project.root)} if project is not None else set(self._roots)
         if not roots:
             return 0
+        engines = {id(e): e for e in self._engines_of(project)}.values()
+        return sum(self._clean_engine(engine, roots, live_run_ids) for engine in engines)
+
+    def _engines_of(self, project: Any) -> list[Engine]:
+        if project is None:
+            with self._lock:
+                return list(self._engines.values()) or [self._engine(None)]
+        found = [self._engine(None)]
+        for agent in project.agents.values():
+            if agent.runtime.get("type") == self.name:
+                try:
+                    found.append(self.engine(agent))
+                except ConfigError:
+                    continue
+        return found
+
+    def _clean_engine(self, engine: Engine, roots: set[str], live_run_ids: set[str]) -> int:
         try:
-            client = self.client()
+            client = engine.client()
         except SandboxError:
             return 0
-        with docker_errors("orphan cleanup"):
+        with docker_errors("orphan cleanup", engine.where):
             found = client.api.containers(all=True, filters={"label": [LABEL_RUN]})
         removed = 0
         for info in found:
@@ -457,6 +503,6 @@ class ContainerRuntime:
                 continue
             if _owner_alive(labels.get(LABEL_OWNER)) and labels.get(LABEL_OWNER) != _owner():
                 continue
-            remove(client, info["Id"], labels.get(LABEL_CREDENTIALS))
+            remove(engine, info["Id"], labels.get(LABEL_CREDENTIALS))
             removed += 1
         return removed

@@ -10,7 +10,6 @@ from __future__ import annotations
 import codecs
 import errno
 import secrets
-import shutil
 import socket
 import threading
 import time
@@ -81,10 +80,10 @@ class ContainerSandbox:
     workdir = WORKDIR
 
     def __init__(
-        self, client: Any, container_id: str, env: dict[str, str], credentials_dir: str | None
+        self, engine: Any, container_id: str, env: dict[str, str], credentials_dir: str | None
     ):
-        self._client = client
-        self._api = client.api
+        self.engine = engine  # hosts.LocalEngine or hosts.RemoteEngine
+        self._api = engine.client().api
         self.id = container_id
         self.env = env
         self.credentials_dir = credentials_dir
@@ -286,25 +285,29 @@ class ContainerSandbox:
 
     def cleanup(self) -> None:
         """Remove the container (even if still running) and the host's staged credentials."""
-        remove(self._client, self.id, self.credentials_dir)
+        remove(self.engine, self.id, self.credentials_dir)
 
     def handle(self) -> dict[str, Any]:
-        return {"container": self.id, "credentials_dir": self.credentials_dir}
+        return {
+            "container": self.id,
+            "credentials_dir": self.credentials_dir,
+            **self.engine.handle(),
+        }
 
 
-def remove(client: Any, container_id: str, credentials_dir: str | None) -> None:
-    """Force-remove a container (a missing one is fine) and its host credentials dir."""
+def remove(engine: Any, container_id: str, credentials_dir: str | None) -> None:
+    """Force-remove a container (a missing one is fine) and the run's staged files on the
+    engine's host."""
     from docker.errors import APIError, NotFound
 
     try:
         with docker_errors(f"container {container_id[:12]}: remove"):
             try:
-                client.api.remove_container(container_id, force=True)
+                engine.client().api.remove_container(container_id, force=True)
             except NotFound:
                 pass
             except APIError as exc:
                 if "already in progress" not in str(exc.explanation):
                     raise
     finally:
-        if credentials_dir:
-            shutil.rmtree(credentials_dir, ignore_errors=True)
+        engine.unstage(credentials_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from llamaherd.api import HmacSource, WebhookFilter
+from llamaherd.api import HmacSource, WebhookFilter, clip
 
 
 def _login(obj: Any) -> str | None:
@@ -25,18 +25,15 @@ def _names(items: Any, key: str) -> list[str]:
     ]
 
 
-def _branch(ref: Any) -> str | None:
-    if not isinstance(ref, str):
-        return None
-    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
-
-
 class GitHubSource(HmacSource):
     """WebhookSource ``github``."""
 
     name = "github"
     description = "GitHub repository and organisation webhooks (X-Hub-Signature-256)."
     credential_type = "github_webhook_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     filters = {
         **HmacSource.filters,
@@ -63,45 +60,160 @@ class GitHubSource(HmacSource):
         return super().load_json(headers, body)
 
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
-        """Fields for filters and the trigger block, from whichever objects the event carries."""
-        repo = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
-        item = next(
-            (payload[k] for k in ("pull_request", "issue") if isinstance(payload.get(k), dict)), {}
-        )
-        run = next(
-            (
-                payload[k]
-                for k in ("check_run", "check_suite", "workflow_run")
-                if isinstance(payload.get(k), dict)
-            ),
-            {},
-        )
-        base = item.get("base") if isinstance(item.get("base"), dict) else {}
-        head = item.get("head") if isinstance(item.get("head"), dict) else {}
-        suite = run.get("check_suite") if isinstance(run.get("check_suite"), dict) else {}
-        label = payload.get("label") if isinstance(payload.get("label"), dict) else None
-        assignee = _login(payload.get("assignee"))
+        """The fields Action Llama's trigger context has for the event (``CONTEXTS``), and
+        ours that filters and waits use (``org``, ``ref``, ``assignees``, ``base_ref``)."""
+        repo = _object(payload, "repository")
+        full_name = repo.get("full_name") if isinstance(repo.get("full_name"), str) else None
+        item = _object(payload, "pull_request") or _object(payload, "issue")
+        assigned = [_login(payload.get("assignee")), _login(item.get("assignee"))]
         number = item.get("number", payload.get("number"))
-        return {
+        fields = {
             "event": event,
             "action": payload.get("action") if isinstance(payload.get("action"), str) else None,
-            "repo": repo.get("full_name"),
-            "org": _login(payload.get("organization")) or _login(repo.get("owner")),
-            "sender": _login(payload.get("sender")),
-            "title": item.get("title"),
-            "url": item.get("html_url"),
-            "number": number if isinstance(number, int) and not isinstance(number, bool) else None,
-            "ref": payload.get("ref") or base.get("ref") or run.get("head_branch"),
-            "branch": _branch(payload.get("ref"))
-            or base.get("ref")
-            or run.get("head_branch")
-            or suite.get("head_branch"),
-            "head_ref": head.get("ref"),
-            "labels": sorted(set(_names(item.get("labels"), "name") + _names([label], "name"))),
-            "assignees": sorted(
-                set(_names(item.get("assignees"), "login") + ([assignee] if assignee else []))
+            "repo": full_name,
+            "org": _login(payload.get("organization"))
+            or _login(repo.get("owner"))
+            or (full_name.split("/")[0] if full_name and "/" in full_name else None),
+            "sender": _login(payload.get("sender")) or "unknown",
+            "number": _int(number),
+            "ref": payload.get("ref") if isinstance(payload.get("ref"), str) else None,
+            "base_ref": _str(_object(item, "base").get("ref")),
+            # Check runs and suites carry their branch (Action Llama gives them none).
+            "branch": _str(_object(payload, "check_run").get("head_branch"))
+            or _str(_object(_object(payload, "check_run"), "check_suite").get("head_branch"))
+            or _str(_object(payload, "check_suite").get("head_branch")),
+            "labels": sorted(
+                set(_names(item.get("labels"), "name") + _names([payload.get("label")], "name"))
             ),
-            "author": _login(item.get("user")) or _login(payload.get("sender")),
-            "conclusion": run.get("conclusion"),
+            "assignees": sorted(
+                set(_names(item.get("assignees"), "login") + [a for a in assigned if a])
+            ),
+            "conclusion": _conclusion(payload),
             "payload": payload,
         }
+        if event in CONTEXTS:
+            context = CONTEXTS[event](payload) or {}
+        else:  # any other event: its action, else its name, as the title
+            context = {"title": fields["action"] or event}
+        return {**fields, **context}
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _object(data: Any, key: str) -> dict[str, Any]:
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _labels(item: dict[str, Any]) -> list[str]:
+    return _names(item.get("labels"), "name")
+
+
+def _conclusion(payload: dict[str, Any]) -> str | None:
+    """A check or workflow run's conclusion (check runs and suites too: Action Llama gives none
+    for them, so its ``conclusions`` filter lets every one through)."""
+    for key in ("workflow_run", "check_run", "check_suite"):
+        conclusion = _object(payload, key).get("conclusion")
+        if isinstance(conclusion, str):
+            return conclusion
+    return None
+
+
+# What Action Llama's GitHub provider puts in the trigger context, per event
+# (dist/webhooks/providers/github.js); None when the event lacks its object (Action Llama drops
+# such a delivery; we keep the common fields).
+def _item(key: str) -> Any:
+    """The context of an ``issues`` or ``pull_request`` event, from its object ``key``; a pull
+    request's branch is its head branch."""
+
+    def context(payload: dict[str, Any]) -> dict[str, Any] | None:
+        item = _object(payload, key)
+        if not item:
+            return None
+        found = {
+            "number": _int(item.get("number")),
+            "title": _str(item.get("title")),
+            "body": clip(item.get("body")),
+            "url": _str(item.get("html_url")),
+            "author": _login(item.get("user")),
+            "assignee": _login(item.get("assignee")),
+            "labels": _labels(item),
+        }
+        if key == "pull_request":
+            found["branch"] = _str(_object(item, "head").get("ref"))
+        return found
+
+    return context
+
+
+def _issue_comment(payload: dict[str, Any]) -> dict[str, Any] | None:
+    issue, comment = _object(payload, "issue"), _object(payload, "comment")
+    if not issue or not comment:
+        return None
+    return {
+        "number": _int(issue.get("number")),
+        "title": _str(issue.get("title")),
+        "url": _str(comment.get("html_url")),
+        "author": _login(issue.get("user")),
+        "comment": clip(comment.get("body")),
+        "labels": _labels(issue),
+    }
+
+
+def _review(payload: dict[str, Any]) -> dict[str, Any] | None:
+    pr, review = _object(payload, "pull_request"), _object(payload, "review")
+    if not pr or not review:
+        return None
+    return {
+        "number": _int(pr.get("number")),
+        "title": _str(pr.get("title")),
+        "url": _str(review.get("html_url")),
+        "author": _login(pr.get("user")),
+        "comment": clip(review.get("body")),
+        "branch": _str(_object(pr, "head").get("ref")),
+    }
+
+
+def _push(payload: dict[str, Any]) -> dict[str, Any]:
+    ref = payload.get("ref") if isinstance(payload.get("ref"), str) else ""
+    commit = _object(payload, "head_commit")
+    return {
+        # As Action Llama: a tag's ref stays whole, so a branches filter does not pass it.
+        "branch": ref.replace("refs/heads/", "", 1) or None,
+        "url": _str(payload.get("compare")),
+        "title": _str(commit.get("message")),
+        "author": _str(_object(commit, "author").get("username"))
+        or _str(_object(payload, "pusher").get("name")),
+    }
+
+
+def _workflow_run(payload: dict[str, Any]) -> dict[str, Any] | None:
+    run = _object(payload, "workflow_run")
+    if not run:
+        return None
+    prs = run.get("pull_requests")
+    first = prs[0] if isinstance(prs, list) and prs and isinstance(prs[0], dict) else {}
+    return {
+        "title": _str(run.get("name")),
+        "url": _str(run.get("html_url")),
+        "branch": _str(run.get("head_branch")),
+        "author": _login(run.get("actor")),
+        "conclusion": _str(run.get("conclusion")),
+        "number": _int(first.get("number")),
+    }
+
+
+CONTEXTS = {
+    "issues": _item("issue"),
+    "pull_request": _item("pull_request"),
+    "issue_comment": _issue_comment,
+    "pull_request_review": _review,
+    "push": _push,
+    "workflow_run": _workflow_run,
+}

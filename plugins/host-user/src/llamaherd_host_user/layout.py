@@ -6,9 +6,12 @@
       <run_id>/                     agent user, 0700: the working dir and $HOME
       <run_id>.al/                  root, 0711: the run's private area (removed by cleanup)
         owner.json                  root, 0600: which scheduler process owns the sandbox
+                                    (removed last: see ``Layout.remove``)
         bin/                        root, 0755: copies of the language-skill commands
         credentials/<type>/<instance>/<field>   agent user, dirs 0700, files 0400
         tmp/                        agent user, 0700: $TMPDIR
+        static/shared/              root, 0755, files 0444: the project's shared/ files,
+                                    shown at /app/static/shared (``shared.py``)
 
 Without root (``run_as`` = the current user) the base is ``/tmp/al-runs-<uid>/`` (0700), since
 ``/tmp/al-runs`` may belong to root.
@@ -31,6 +34,7 @@ from llamaherd.api import SandboxError
 
 ROOT_BASE = Path("/tmp/al-runs")
 PRIVATE_SUFFIX = ".al"
+OWNER_FILE = "owner.json"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]*$")
 
 
@@ -68,13 +72,14 @@ def process_start(pid: int) -> str | None:
     return data.rsplit(")", 1)[1].split()[19]
 
 
-def owner_record(project: str | None) -> dict[str, object]:
+def owner_record(project: str | None, keep_workdir: bool) -> dict[str, object]:
     pid = os.getpid()
     return {
         "pid": pid,
         "start": process_start(pid),
         "host": socket.gethostname(),
         "project": project,
+        "keep_workdir": keep_workdir,
     }
 
 
@@ -104,16 +109,23 @@ class Layout:
         return self.private / "tmp"
 
     @property
-    def owner_file(self) -> Path:
-        return self.private / "owner.json"
+    def static(self) -> Path:
+        return self.private / "static"
 
-    def write_owner(self, project: str | None = None) -> None:
-        """Record this process (and the project root, kept from the old record when None) as
-        the sandbox's owner: at start, and on attach after a restart."""
-        project = project or self.owner().get("project")
+    @property
+    def owner_file(self) -> Path:
+        return self.private / OWNER_FILE
+
+    def write_owner(self, project: str | None = None, keep_workdir: bool | None = None) -> None:
+        """Record this process (and the project root and whether the working dir is kept,
+        both kept from the old record when None) as the sandbox's owner: at start, and on
+        attach after a restart."""
+        old = self.owner()
+        project = project or old.get("project")
+        keep = bool(old.get("keep_workdir")) if keep_workdir is None else keep_workdir
         fd = os.open(self.owner_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
-            json.dump(owner_record(project), fh)
+            json.dump(owner_record(project, keep), fh)
 
     def owner(self) -> dict[str, Any]:
         try:
@@ -132,9 +144,25 @@ class Layout:
             "start"
         )
 
-    def remove_private(self) -> None:
-        shutil.rmtree(self.private, ignore_errors=True)
-
-    def remove_workdir(self) -> None:
-        # rmtree works through directory fds, so symlinks the agent planted are not followed.
-        shutil.rmtree(self.workdir, ignore_errors=True)
+    def remove(self, keep_workdir: bool = False) -> None:
+        """Delete the working dir (unless kept), then the private area, its owner record
+        last: a scheduler killed part way leaves the record, by which the next start's orphan
+        sweep (``cleanup_orphans``) finds the rest. (Removed first, it once leaked the
+        working dir for good.)"""
+        if not keep_workdir:
+            # rmtree works through directory fds, so symlinks the agent planted are not followed.
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        try:
+            entries = [entry for entry in os.scandir(self.private) if entry.name != OWNER_FILE]
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.owner_file)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.private)

@@ -10,6 +10,7 @@ from typing import Any
 
 from llamaherd.api import SandboxError, SandboxSpec
 from llamaherd_host_user import identity as identities
+from llamaherd_host_user import shared
 from llamaherd_host_user.containment import (
     CGROUP_PARENT,
     CgroupContainment,
@@ -87,6 +88,17 @@ class HostUserRuntime:
         settings = Settings.of(agent)
         identities.resolve(settings.run_as, settings.groups, settings.where)
 
+    def validate(self, agent: Any, project: Any) -> list[str]:
+        """``al validate``: a warning when the project's ``shared/`` files cannot be shown at
+        /app/static/shared in this agent's runs (``shared.py``)."""
+        why = shared.unavailable()
+        if why is None or not (project.root / "shared").is_dir():
+            return []
+        return [
+            f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
+            f"/app/static/shared: {why}"
+        ]
+
     def warnings(self, agent: Any, project: Any = None) -> list[str]:
         """Problems worth a warning in ``al validate`` that do not stop a run."""
         settings = Settings.of(agent)
@@ -107,7 +119,7 @@ class HostUserRuntime:
         if layout.private.exists() or layout.workdir.exists():
             _remove(layout, ident.uid)  # left over by a start that crashed half-way
         try:
-            provision(layout, ident, spec)
+            provision(layout, ident, spec, settings.keep_workdir)
             containment = _containment(spec.run_id, ident.uid)
         except OSError as exc:
             _remove(layout, ident.uid)
@@ -126,13 +138,14 @@ class HostUserRuntime:
         ident = identities.resolve(
             handle["user"], Settings.of(spec.agent if spec else None).groups, "handle"
         )
+        keep_workdir = bool(handle.get("keep_workdir"))
         if layout.private.is_dir():
-            layout.write_owner()
+            layout.write_owner(keep_workdir=keep_workdir)
         else:
-            provision_private(layout, ident, spec)
+            provision_private(layout, ident, spec, keep_workdir)
         containment = _containment(layout.run_id, ident.uid, handle.get("cgroup"))
         env = build_env(layout, ident, spec)
-        return HostUserSandbox(layout, ident, containment, env, bool(handle.get("keep_workdir")))
+        return HostUserSandbox(layout, ident, containment, env, keep_workdir)
 
     def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
         """Remove ``project``'s sandboxes (processes, private area, working dir, cgroup) of runs
@@ -151,10 +164,15 @@ class HostUserRuntime:
             layout = Layout(base, entry.name[: -len(PRIVATE_SUFFIX)])
             if layout.run_id in live_run_ids or layout.owned_by_other_live_process():
                 continue
-            if root is not None and layout.owner().get("project") != root:
+            owner = layout.owner()
+            if not owner:  # a cleanup killed after its last file: only the empty dir is left
+                with contextlib.suppress(OSError):
+                    os.rmdir(layout.private)
+                continue
+            if root is not None and owner.get("project") != root:
                 continue
             uid = layout.workdir.stat().st_uid if layout.workdir.exists() else -1
-            _remove(layout, uid)
+            _remove(layout, uid, bool(owner.get("keep_workdir")))
             removed += 1
         self._remove_stray_cgroups(base, live_run_ids)
         return removed
@@ -171,13 +189,13 @@ class HostUserRuntime:
                 CgroupContainment(Path(entry.path)).remove()
 
 
-def _remove(layout: Layout, uid: int) -> None:
-    """Kill a run's processes and delete its cgroup, private area and working dir."""
+def _remove(layout: Layout, uid: int, keep_workdir: bool = False) -> None:
+    """Kill a run's processes and delete its cgroup, private area and working dir (unless
+    kept)."""
     mount = cgroup2_mount()
     cgroup = mount / CGROUP_PARENT / layout.run_id if mount else None
     if cgroup is not None and cgroup.is_dir():
         CgroupContainment(cgroup).remove()
     elif uid >= 0:
         ProcContainment(uid, layout.run_id).remove()
-    layout.remove_private()
-    layout.remove_workdir()
+    layout.remove(keep_workdir)

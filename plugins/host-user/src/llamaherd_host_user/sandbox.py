@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import os
 import secrets
 import selectors
@@ -11,11 +10,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from llamaherd.api import ExecResult, SandboxError
+from llamaherd.api import ExecOutput, ExecResult, SandboxError
+from llamaherd_host_user import shared
 from llamaherd_host_user.containment import CgroupContainment, ProcContainment
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout
@@ -35,7 +34,6 @@ NO_NEW_PRIVS = f"{_SETPRIV} --no-new-privs " if _SETPRIV else ""
 GATE = f'read -r _; exec </dev/null; cd -- "$2" || exit 1; exec {NO_NEW_PRIVS}/bin/sh -c "$1"'
 FILE_TIMEOUT = 60.0
 MAX_FILE = 64 * 1024 * 1024
-MAX_OUTPUT = 8 * 1024 * 1024  # characters of an exec's output kept for its result
 PUT = 'umask 077; mkdir -p -- "$(dirname -- "$1")" && cat >"$1" && chmod "$2" "$1"'
 
 Containment = CgroupContainment | ProcContainment
@@ -43,58 +41,6 @@ Containment = CgroupContainment | ProcContainment
 
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
-
-
-class _Lines:
-    """Decodes output chunks and hands complete lines (without the newline) to a callback.
-
-    Keeps the first and the last ``MAX_OUTPUT / 2`` characters for the result, so a command
-    printing without end cannot fill the scheduler's memory (the session truncates further).
-    """
-
-    def __init__(self, on_output: Callable[[str], None] | None):
-        self.on_output = on_output
-        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.head = ""
-        self.tail: deque[str] = deque()
-        self.tail_size = self.dropped = 0
-        self.pending = ""
-
-    def feed(self, data: bytes, final: bool = False) -> None:
-        text = self.decoder.decode(data, final)
-        self._keep(text)
-        if self.on_output is None:
-            return
-        lines = (self.pending + text).split("\n")
-        self.pending = lines.pop()
-        if final and self.pending:
-            lines.append(self.pending)
-            self.pending = ""
-        for line in lines:
-            self.on_output(line)
-
-    def _keep(self, text: str) -> None:
-        half = MAX_OUTPUT // 2
-        room = half - len(self.head)
-        self.head += text[:room]
-        text = text[room:]
-        if not text:
-            return
-        self.tail.append(text)
-        self.tail_size += len(text)
-        while self.tail_size > half:
-            excess = self.tail_size - half
-            first = self.tail.popleft()
-            if len(first) > excess:
-                self.tail.appendleft(first[excess:])
-            cut = min(len(first), excess)
-            self.tail_size -= cut
-            self.dropped += cut
-
-    @property
-    def text(self) -> str:
-        gap = f"\n[... {self.dropped} characters of output omitted ...]\n" if self.dropped else ""
-        return self.head + gap + "".join(self.tail)
 
 
 def _discard_in_background(fd: int) -> None:
@@ -157,7 +103,7 @@ class HostUserSandbox:
         started = time.monotonic()
         exec_id = "e" + secrets.token_hex(4)
         proc, out_r = self._spawn(command, cwd or self.workdir, env, exec_id)
-        lines = _Lines(on_output)
+        lines = ExecOutput(on_output)
         timed_out, eof = True, False
         with self._running_lock:
             self._running[exec_id] = proc.pid
@@ -186,15 +132,16 @@ class HostUserSandbox:
         gate_r, gate_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
+            argv, as_agent = self._argv(["/bin/sh", "-c", GATE, "al-exec", command, cwd])
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", GATE, "al-exec", command, cwd],
+                argv,
                 stdin=gate_r,
                 stdout=out_w,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,  # so a relative cwd is relative to the working dir
                 env=full_env,
                 start_new_session=True,
-                **self.identity.popen_kwargs(),
+                **as_agent,
             )
         except OSError as exc:
             os.close(out_r)
@@ -215,7 +162,7 @@ class HostUserSandbox:
 
     @staticmethod
     def _pump(
-        proc: subprocess.Popen[bytes], out_r: int, lines: _Lines, deadline: float | None
+        proc: subprocess.Popen[bytes], out_r: int, lines: ExecOutput, deadline: float | None
     ) -> tuple[bool, bool]:
         """Read output until the command exited and its output ended: (timed out, at EOF).
 
@@ -250,18 +197,26 @@ class HostUserSandbox:
             os.close(pidfd)
         return False, eof
 
+    def _argv(self, argv: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """How to start ``argv`` as the agent user: (argv, Popen's user arguments). With shared
+        files it starts as root in a mount namespace showing them, and switches itself."""
+        if shared.staged(self.layout):
+            return shared.wrap(argv, self.layout, self.identity), {}
+        return argv, self.identity.popen_kwargs()
+
     # ------------------------------------------------------------------ files
     def _as_agent(self, script: str, args: list[str], data: bytes = b"") -> bytes:
         """Run a tiny file operation as the agent user, so its permissions apply (not root's)."""
+        argv, as_agent = self._argv(["/bin/sh", "-c", script, "al-file", *args])
         with subprocess.Popen(
-            ["/bin/sh", "-c", script, "al-file", *args],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=self.workdir,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             start_new_session=True,
-            **self.identity.popen_kwargs(),
+            **as_agent,
         ) as proc:
             try:
                 out, err = proc.communicate(data, timeout=FILE_TIMEOUT)
@@ -320,9 +275,7 @@ class HostUserSandbox:
     def cleanup(self) -> None:
         """Kill what is left, remove credentials and commands, and the working dir unless kept."""
         self.containment.remove()
-        self.layout.remove_private()
-        if not self.keep_workdir:
-            self.layout.remove_workdir()
+        self.layout.remove(self.keep_workdir)
         self._cleaned = True
 
     def handle(self) -> dict[str, Any]:

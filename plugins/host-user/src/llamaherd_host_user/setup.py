@@ -34,7 +34,7 @@ def setup_host_user(user: str) -> None:
         click.echo(create_user(user))
     except SandboxError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(1)
     base = runs_base()
     click.echo(f"runs will use {base}/<run-id>/ (owned by {user!r}, mode 0700)")
     click.echo(f'set in agents/<name>/config.toml: [runtime] type = "host-user", run_as = "{user}"')

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from llamaherd.api import SandboxSpec, StagedFile
+from llamaherd_host_user import shared
 from llamaherd_host_user.identity import Identity
 from llamaherd_host_user.layout import Layout
 
@@ -60,18 +61,25 @@ def _stage_credentials(files: list[StagedFile], root: Path, identity: Identity) 
         _give(path, identity, staged.mode)
 
 
-def provision(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
+def provision(
+    layout: Layout, identity: Identity, spec: SandboxSpec | None, keep_workdir: bool
+) -> None:
     """Create the working dir and the private area of a new run (both must not exist)."""
     _mkdir(layout.workdir, identity, 0o700)
-    provision_private(layout, identity, spec)
+    provision_private(layout, identity, spec, keep_workdir)
 
 
-def provision_private(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> None:
+def provision_private(
+    layout: Layout, identity: Identity, spec: SandboxSpec | None, keep_workdir: bool
+) -> None:
     _mkdir(layout.private, None, 0o711)
-    layout.write_owner(str(spec.project.root) if spec and spec.project is not None else None)
+    project = str(spec.project.root) if spec and spec.project is not None else None
+    layout.write_owner(project, keep_workdir)
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
+    if spec is not None and spec.shared_files and shared.unavailable() is None:
+        shared.stage(layout, spec.shared_files)
 
 
 def build_env(layout: Layout, identity: Identity, spec: SandboxSpec | None) -> dict[str, str]:

@@ -38,6 +38,9 @@ class LinearSource(HmacSource):
     name = "linear"
     description = "Linear webhooks (Linear-Signature, webhookTimestamp within a minute)."
     credential_type = "linear_webhook_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     signature_header = "Linear-Signature"
     signature_prefix = ""
@@ -81,15 +84,22 @@ class LinearSource(HmacSource):
         issue = data.get("issue") if isinstance(data.get("issue"), dict) else data
         team = issue.get("team") if isinstance(issue.get("team"), dict) else {}
         assignee, creator = issue.get("assignee"), issue.get("creator")
+        title = clip(pick(issue, "title"))
+        if kind not in EVENTS:  # as Action Llama: another entity's title, action, or type
+            title = title or pick(payload, "action") or kind
         return {
             "event": EVENTS.get(kind, kind.lower()) if isinstance(kind, str) else None,
             "action": pick(payload, "action"),
             "org": pick(payload, "organizationId", "data.team.organization.id"),
             "team": pick(team, "key", "name"),
             "number": pick(issue, "number"),
-            "title": clip(pick(issue, "title")),
+            "title": title,
             "url": pick(payload, "url") or pick(data, "url"),
-            "sender": pick(payload, "actor.email", "actor.name"),
+            # Linear sends `actor`; Action Llama reads `createdBy` / `updatedBy`.
+            "sender": pick(
+                payload, "actor.email", "actor.name", "createdBy.email", "updatedBy.email"
+            )
+            or "unknown",
             "author": pick(creator, "email", "name") if isinstance(creator, dict) else None,
             "authors": _people(creator),
             "assignee": pick(assignee, "email", "name") if isinstance(assignee, dict) else None,

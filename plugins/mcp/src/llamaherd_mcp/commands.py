@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -10,10 +11,20 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, LlamaherdError, pass_app
+from llamaherd.api import AppContext, LlamaherdError, environment_option, pass_app
 
 SERVER_NAME = "llamaherd"
 CONFIG_FILE = ".mcp.json"  # Claude Code's project-scoped MCP servers
+# What MCP clients accept as a server's name (a key of mcpServers, shown in their tool names).
+SERVER_NAME_SHAPE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _server_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not SERVER_NAME_SHAPE.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r}: expected 1 to 64 letters, digits, '_' or '-'", param_hint="--name"
+        )
+    return value
 
 
 @click.group("mcp")
@@ -22,6 +33,7 @@ def mcp() -> None:
 
 
 @mcp.command("serve")
+@environment_option
 @pass_app
 def serve(app: AppContext) -> None:
     """Serve the project over MCP on stdin/stdout (the client starts this command).
@@ -33,7 +45,11 @@ def serve(app: AppContext) -> None:
     from llamaherd_mcp.herd import Herd
     from llamaherd_mcp.server import build_server
 
-    build_server(Herd(app.project.root, app.registry)).run("stdio")
+    herd = Herd(app.project.root, app.registry, app.environment)
+    try:
+        build_server(herd).run("stdio")
+    finally:
+        herd.close()
 
 
 @mcp.command("init")
@@ -44,7 +60,13 @@ def serve(app: AppContext) -> None:
     help="Print the snippet for a client outside the project (Claude Desktop's "
     "claude_desktop_config.json) instead of writing .mcp.json.",
 )
-@click.option("--name", default=SERVER_NAME, show_default=True, help="The server's name.")
+@click.option(
+    "--name",
+    default=SERVER_NAME,
+    show_default=True,
+    callback=_server_name,
+    help="The server's name (letters, digits, '_' and '-').",
+)
 @pass_app
 def init(app: AppContext, print_only: bool, name: str) -> None:
     """Write the project's .mcp.json (Claude Code starts `al mcp serve` from it), keeping the

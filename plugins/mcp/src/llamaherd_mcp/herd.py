@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from llamaherd.api import (
+    CommandFailed,
     ControlClient,
     Engine,
     LlamaherdError,
@@ -31,6 +32,8 @@ from llamaherd.api import (
     agent_rows,
     answer_suspension,
     load_project,
+    pid_alive,
+    resolve_environment,
     run_dict,
     set_agent_state,
     state_of,
@@ -43,19 +46,33 @@ NO_SCHEDULER = "no scheduler is running for this project: start one with the al_
 class Herd:
     """One project, as the MCP tools operate it (see the module docstring)."""
 
-    def __init__(self, root: Path, registry: Any):
+    def __init__(self, root: Path, registry: Any, environment: str | None = None):
         self.root = root
         self.registry = registry
+        self.environment = environment  # -E NAME (else $AL_ENV, else .env.toml's binding)
         self._store: Any = None
+        self._remote: Any = None  # the deployed environment's scheduler, once reached
+        self._looked = False
 
     # ------------------------------------------------------------------ where answers come from
 
     def project(self) -> Any:
-        """The project as it is on disk now (agents may come and go while the server runs)."""
-        return load_project(self.root)
+        """The project as it is on disk now (agents may come and go while the server runs),
+        with its environment's layers."""
+        return load_project(self.root, self.environment)
 
     def client(self) -> ControlClient | None:
-        return ControlClient.find(self.project())
+        """The deployed environment's scheduler (its channel kept open while the server
+        runs), else the project's running one here."""
+        if not self._looked:
+            binding = resolve_environment(self.environment, self.root)
+            self._remote = binding and ControlClient.for_environment(binding)
+            self._looked = True
+        return self._remote or ControlClient.find(self.project())
+
+    def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
 
     def store(self) -> Any:
         if self._store is None:
@@ -66,7 +83,9 @@ class Herd:
     def source(self) -> str:
         """Where answers come from now, for the tools' replies."""
         client = self.client()
-        return f"scheduler pid {client.pid}" if client else "the project's store (no scheduler)"
+        if client is None:
+            return "the project's store (no scheduler)"
+        return f"scheduler pid {client.pid}" if client.pid else f"the scheduler at {client.url}"
 
     @contextmanager
     def _engine(self) -> Iterator[Any]:
@@ -139,7 +158,7 @@ class Herd:
         self.project().agent(agent)
         client = self.client()
         if client is None:
-            raise LlamaherdError(NO_SCHEDULER)
+            raise CommandFailed(NO_SCHEDULER)
         payload = {"prompt": prompt} if prompt else {}
         return client.post("/control/run", {"agent": agent, "payload": payload})["items"][0]
 
@@ -158,7 +177,7 @@ class Herd:
     def kill(self, target: str) -> list[str]:
         client = self.client()
         if client is None:
-            raise LlamaherdError(NO_SCHEDULER + " (without one, no run is live)")
+            raise CommandFailed(NO_SCHEDULER + " (without one, no run is live)")
         return client.post("/control/kill", {"target": target})["killed"]
 
     def pause(self, agent: str | None, paused: bool) -> None:
@@ -201,6 +220,7 @@ class Herd:
                 str(project.root),
                 "start",
                 "--detach",
+                *(["--env", self.environment] if self.environment else []),
             ],
             capture_output=True,
             text=True,
@@ -208,12 +228,21 @@ class Herd:
             env=os.environ.copy(),
         )
         if done.returncode != 0:
-            raise LlamaherdError((done.stderr or done.stdout).strip() or "al start failed")
+            raise CommandFailed((done.stderr or done.stdout).strip() or "al start failed")
         return done.stdout.strip()
 
     def stop_scheduler(self) -> str:
         client = self.client()
         if client is None:
             return "no scheduler is running for this project"
-        client.post("/control/stop")
-        return f"scheduler {client.pid} is stopping (active runs get its grace period)"
+        try:
+            client.post("/control/stop")
+        except CommandFailed:
+            # The stop may have been taken and the scheduler gone before its answer reached us.
+            deadline = time.monotonic() + 5.0
+            while client.pid is not None and pid_alive(client.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if client.pid is None or pid_alive(client.pid):
+                raise
+        which = f"scheduler {client.pid}" if client.pid else f"the scheduler at {client.url}"
+        return f"{which} is stopping (active runs get its grace period)"

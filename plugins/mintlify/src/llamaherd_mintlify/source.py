@@ -40,10 +40,7 @@ class MintlifySource(HmacSource):
         "repos": WebhookFilter("project", f"{PROJECTS} Action Llama's spelling of `projects`."),
         "actions": WebhookFilter("action", "Actions or statuses (started, succeeded, failed)."),
         "branches": WebhookFilter(
-            "branch",
-            "Git branches; globs allowed (a delivery without one passes).",
-            True,
-            skip_when_absent=True,
+            "branch", 'Git branches; globs allowed (a delivery without one is "main").', True
         ),
     }
 
@@ -69,8 +66,9 @@ class MintlifySource(HmacSource):
             "event": event,
             "action": action,
             "project": pick(payload, "project", "project.name", "organization"),
-            "branch": pick(payload, "branch", "git.branch"),
-            "sender": pick(payload, "user.email", "user.name"),
+            # As Action Llama: a build names no branch when it is the default one.
+            "branch": pick(payload, "branch", "git.branch") or "main",
+            "sender": pick(payload, "user.email", "user.name") or "mintlify",
             "title": clip(pick(payload, "title")) or (f"Build {action}" if action else None),
             "url": pick(payload, "url", "build_url", "logs_url"),
             "conclusion": CONCLUSIONS.get(action) if isinstance(action, str) else None,

@@ -19,6 +19,9 @@ class SentrySource(HmacSource):
     name = "sentry"
     description = "Sentry integration webhooks (Sentry-Hook-Signature)."
     credential_type = "sentry_client_secret"
+    # Every body holds ids and times of its own event, and only the body is signed: the same
+    # body under a new delivery id is a replay (dropped as a duplicate).
+    dedupe_bodies = True
     schema: dict[str, Any] = {}
     signature_header = "Sentry-Hook-Signature"
     signature_prefix = ""
@@ -42,14 +45,18 @@ class SentrySource(HmacSource):
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         item = next((data[k] for k in ITEM_KEYS if isinstance(data.get(k), dict)), {})
         comment = data.get("comment")
+        action = pick(payload, "action")
+        title = clip(pick(item, "title") or pick(data, "description_title"))
+        if event not in RESOURCES:  # as Action Llama: the action, else the resource
+            title = title or action or event
         return {
             "event": event,
-            "action": pick(payload, "action"),
-            "sender": pick(payload, "actor.name", "actor.type"),
+            "action": action,
+            "sender": pick(payload, "actor.name", "actor.type") or "unknown",
             "project": pick(item, "project.slug", "project_slug")
             or pick(data, "project_slug", "issue.project.slug"),
             "org": pick(data, "installation.organization.slug", "metric_alert.organization.slug"),
-            "title": clip(pick(item, "title") or pick(data, "description_title")),
+            "title": title,
             "url": pick(item, "web_url", "url") or pick(data, "web_url"),
             "number": pick(item, "shortId"),
             "assignee": pick(item, "assignedTo.name", "assignedTo.email"),
@@ -59,5 +66,7 @@ class SentrySource(HmacSource):
         }
 
 
+# The resources Action Llama knows; another one's title is its action (else its name).
+RESOURCES = ("event_alert", "metric_alert", "issue", "error", "comment")
 # Where each resource keeps its object under ``data``, most specific first.
 ITEM_KEYS = ("issue", "event", "error", "metric_alert", "installation")

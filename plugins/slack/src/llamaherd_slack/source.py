@@ -82,8 +82,9 @@ class SlackSource(HmacSource):
             "event": kind,
             "action": pick(inner, "subtype"),
             "team": pick(payload, "team_id", "team"),
-            "channel": pick(inner, "channel", "channel.id", "item.channel", "channel_id"),
-            "sender": pick(inner, "user", "user.id", "bot_id"),
+            # Where it happened: not a channel the event describes (channel_created's object).
+            "channel": pick(inner, "channel", "item.channel", "channel_id"),
+            "sender": pick(inner, "user", "user.id", "bot_id") or "unknown",
             "title": pick(inner, "reaction") or kind,
             "body": clip(pick(inner, "text")),
             "ref": pick(inner, "thread_ts", "ts"),

@@ -10,6 +10,7 @@ key is the event name, as in Action Llama.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llamaherd.api import (
@@ -35,17 +36,86 @@ def _tweet_url(tweet: Any) -> str | None:
     return f"https://twitter.com/{name}/status/{tweet_id}" if name and tweet_id else None
 
 
-def _title(key: str, item: dict[str, Any]) -> str | None:
-    """What happened, in a line, for the event kinds that carry no text of their own."""
-    source, target = pick(item, "source.screen_name"), pick(item, "target.screen_name")
-    verb = key.removesuffix("_events")
-    if source or target:
-        return f"@{source or '?'} {verb} @{target or '?'}"
-    if key == "tweet_delete_events":
-        return f"Deleted tweet {pick(item, 'status.id') or '?'}"
-    if key == "favorite_events":
-        return f"Liked tweet by @{pick(item, 'favorited_status.user.screen_name') or '?'}"
-    return None
+def _or_unknown(item: Any, *paths: str) -> str:
+    found = pick(item, *paths)
+    return "unknown" if found is None else str(found)
+
+
+def _tweet(item: dict[str, Any]) -> dict[str, Any]:
+    text = pick(item, "text")
+    return {
+        "sender": _or_unknown(item, "user.screen_name", "user.id_str"),
+        "title": clip(text),
+        "body": clip(text),
+        "url": _tweet_url(item),
+    }
+
+
+def _deleted(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sender": _or_unknown(item, "user_id"),
+        "title": f"Deleted tweet {_or_unknown(item, 'status.id')}",
+    }
+
+
+def _liked(item: dict[str, Any]) -> dict[str, Any]:
+    liked = item.get("favorited_status")
+    return {
+        "sender": _or_unknown(item, "user.screen_name", "user.id_str"),
+        "title": f"Liked tweet by @{_or_unknown(liked, 'user.screen_name')}",
+        "body": clip(pick(liked, "text")),
+        "url": _tweet_url(liked),
+    }
+
+
+def _between(verb: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Follow, block, mute and their undoing: "@source <verb> @target"."""
+
+    def context(item: dict[str, Any]) -> dict[str, Any]:
+        source, target = (_or_unknown(item, f"{who}.screen_name") for who in ("source", "target"))
+        return {
+            "sender": _or_unknown(item, "source.screen_name", "source.id"),
+            "title": f"@{source} {verb} @{target}",
+        }
+
+    return context
+
+
+def _message(item: dict[str, Any]) -> dict[str, Any]:
+    sender = _or_unknown(item, "message_create.sender_id")
+    return {
+        "sender": sender,
+        "title": f"Direct message from {sender}",
+        "body": clip(pick(item, "message_create.message_data.text")),
+    }
+
+
+def _from_sender(wording: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Typing indicators and read receipts: "<wording> <sender id>"."""
+
+    def context(item: dict[str, Any]) -> dict[str, Any]:
+        sender = _or_unknown(item, "sender_id")
+        return {"sender": sender, "title": f"{wording} {sender}"}
+
+    return context
+
+
+# Sender, title, body and link per event array, in Action Llama's words
+# (dist/webhooks/providers/twitter.js); another array's title is its name.
+CONTEXTS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "tweet_create_events": _tweet,
+    "tweet_delete_events": _deleted,
+    "favorite_events": _liked,
+    "follow_events": _between("followed"),
+    "unfollow_events": _between("unfollowed"),
+    "block_events": _between("blocked"),
+    "unblock_events": _between("unblocked"),
+    "mute_events": _between("muted"),
+    "unmute_events": _between("unmuted"),
+    "direct_message_events": _message,
+    "direct_message_indicate_typing_events": _from_sender("Typing indicator from"),
+    "direct_message_mark_read_events": _from_sender("Message read by"),
+}
 
 
 class TwitterSource(HmacSource):
@@ -86,26 +156,17 @@ class TwitterSource(HmacSource):
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
         key = next(k for k, v in payload.items() if k not in METADATA and isinstance(v, list))
         items = payload[key]
-        item = items[0] if items and isinstance(items[0], dict) else {}
-        verb = key.removesuffix("_events").rpartition("_")[2]
-        text = pick(item, "text", "message_create.message_data.text", "favorited_status.text")
-        return {
+        item = items[0] if items and isinstance(items[0], dict) else None
+        fields: dict[str, Any] = {
             "event": key,
-            "action": verb,
+            "action": key.removesuffix("_events").rpartition("_")[2],
             "user": pick(payload, "for_user_id"),
-            "sender": pick(
-                item,
-                "user.screen_name",
-                "source.screen_name",
-                "message_create.sender_id",
-                "sender_id",
-                "user_id",
-            ),
-            "title": clip(text, 200) or _title(key, item),
-            "url": _tweet_url(item) or _tweet_url(item.get("favorited_status")),
-            "body": clip(text),
+            "sender": "unknown",
             "payload": payload,
         }
+        if item is not None:  # an empty array says only which kind of event it was
+            fields.update(CONTEXTS[key](item) if key in CONTEXTS else {"title": key})
+        return fields
 
     def request_headers(
         self, body: bytes, event: str | None, delivery: str, secret: str | None

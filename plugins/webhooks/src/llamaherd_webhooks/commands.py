@@ -243,16 +243,20 @@ def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
     if not rows:
         click.echo("no deliveries" if not dead else "no dead letters")
         return
-    for row in rows:
-        click.echo(_delivery_line(row))
+    from llamaherd.api import Column, print_table
+
+    print_table(
+        ["TIME", "SOURCE", Column("DELIVERY", keep=True), "STATUS", "RESULT", "AGENTS"],
+        (_delivery_cells(row) for row in rows),
+    )
 
 
-def _delivery_line(row: dict[str, Any]) -> str:
+def _delivery_cells(row: dict[str, Any]) -> tuple[str, ...]:
     from datetime import datetime
 
+    from rich.markup import escape
+
     when = datetime.fromtimestamp(row["at"]).strftime("%Y-%m-%d %H:%M:%S")
+    cells = (row.get("source"), row.get("delivery_id") or "-", row.get("status"), row.get("result"))
     matched = ", ".join(row.get("matched") or []) or "-"
-    return (
-        f"{when}  {row.get('source')}  {row.get('delivery_id') or '-'}  "
-        f"{row.get('status')}  {row.get('result')}  agents: {matched}"
-    )
+    return (when, *(escape(str(cell)) for cell in cells), escape(matched))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply
+from llamaherd.api import WebhookReply, body_digest, clean_text
 from llamaherd_webhooks.matching import entry_matches, filters_of
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -40,6 +40,15 @@ class Outcome:
     status: int
     body: dict[str, Any] = field(default_factory=dict)
     reply: WebhookReply | None = None
+    # Logged by ``committed`` once the write transaction that made this answer has committed:
+    # a commit that fails (a full disk) is answered 503 and logged as such, never as queued.
+    log_line: str | None = field(default=None, compare=False)
+
+
+def committed(outcome: Outcome) -> Outcome:
+    if outcome.log_line is not None:
+        log.info("%s", outcome.log_line)
+    return outcome
 
 
 @dataclass
@@ -285,9 +294,9 @@ class Ingest:
         Never raises: a failure is a 4xx (503 while the store is unavailable)."""
         try:
             step = self.examine(config, {k.lower(): v for k, v in headers.items()}, body)
-            return (
-                step if isinstance(step, Outcome) else self.engine.store.write(step.fn, *step.args)
-            )
+            if isinstance(step, Outcome):
+                return step
+            return committed(self.engine.store.write(step.fn, *step.args))
         except Exception as exc:
             return self._failed(config, exc)
 
@@ -300,7 +309,7 @@ class Ingest:
             step = self.examine(config, headers, body)
             if isinstance(step, Outcome):
                 return step
-            return await self.engine.store.write_async(step.fn, *step.args)
+            return committed(await self.engine.store.write_async(step.fn, *step.args))
         except Exception as exc:
             return self._failed(config, exc)
 
@@ -329,7 +338,8 @@ class Ingest:
         if not config.allow_unsigned and not self._verified(config, headers, body):
             return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
-            fields = config.source.parse(headers, body)
+            # Lone surrogates ("\ud800" in the JSON) made U+FFFD: stored, they break listings.
+            fields = clean_text(config.source.parse(headers, body))
         except ValueError as exc:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
@@ -337,7 +347,8 @@ class Ingest:
         if fields.get("ignore"):
             return Write(self._ignored, (config, delivery, headers, body, fields))
         agents = self.routes.agents(config, fields)
-        return Write(self._accept, (config, delivery, headers, body, fields, agents))
+        digest = self._digest(config, body)
+        return Write(self._accept, (config, delivery, headers, body, fields, agents, digest))
 
     def _ignored(
         self,
@@ -361,14 +372,24 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
         agents: list[str],
+        digest: str | None,
     ) -> Outcome:
-        """A verified delivery, in one write transaction: dropped when its id was seen,
-        else queued for ``agents`` (and offered to waiting runs) with its receipt."""
+        """A verified delivery, in one write transaction: dropped when its id was seen (or,
+        for a source whose bodies are unique, its signed body: a replay under a new id), else
+        queued for ``agents`` (and offered to waiting runs) with its receipt."""
         if self.receipts.seen(config.name, delivery):
             log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+        elif digest is not None and self.receipts.seen_body(config.name, digest):
+            log.warning(
+                "webhook %s: delivery %s has the signed body of an earlier delivery (a replay): "
+                "dropped",
+                config.name,
+                delivery,
+            )
+            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
         else:
-            outcome = self._fan_out(config, delivery, headers, body, fields, agents)
+            outcome = self._fan_out(config, delivery, headers, body, fields, agents, digest)
         return answer(config, fields, outcome)
 
     def replay(self, receipt_id: int) -> Outcome:
@@ -396,7 +417,13 @@ class Ingest:
             return Outcome(200, {"ignored": fields.get("event")})
         delivery = f"replay-{receipt_id}-{uuid.uuid4().hex[:8]}"
         fields["delivery"] = delivery
-        return self._route(config, delivery, headers, body, fields)
+        agents = self.routes.agents(config, fields)
+        # One write transaction for the whole fan-out and its receipt.
+        return committed(
+            self.engine.store.write(
+                self._fan_out, config, delivery, headers, body, fields, agents, None
+            )
+        )
 
     def challenge(self, config: SourceConfig, query: dict[str, str]) -> Outcome:
         """A GET to the source's URL: its ``answer_get`` reply (X's CRC), 405 for a source
@@ -414,6 +441,15 @@ class Ingest:
             return Outcome(400, {"error": "not a challenge this source answers"})
         return Outcome(reply.status, reply=reply)
 
+    @staticmethod
+    def _digest(config: SourceConfig, body: bytes) -> str | None:
+        """The digest a delivery's body is known by, for a source whose bodies are unique per
+        event (``dedupe_bodies``) and only when it was verified: on a source that also takes
+        unsigned deliveries anyone could send a genuine body first."""
+        if config.allow_unsigned or not getattr(config.source, "dedupe_bodies", False):
+            return None
+        return body_digest(body)
+
     def _verified(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> bool:
         secrets = source_secrets(self.engine.credentials, config)
         if not secrets:
@@ -424,21 +460,6 @@ class Ingest:
             )
         return config.source.verify(headers, body, secrets)
 
-    def _route(
-        self,
-        config: SourceConfig,
-        delivery: str,
-        headers: dict[str, str],
-        body: bytes,
-        fields: dict[str, Any],
-    ) -> Outcome:
-        agents = self.routes.agents(config, fields)
-        # One write transaction for the whole fan-out and its receipt: N matched agents are N
-        # items in one commit, and the 202 goes out after it.
-        return self.engine.store.write(
-            self._fan_out, config, delivery, headers, body, fields, agents
-        )
-
     def _fan_out(
         self,
         config: SourceConfig,
@@ -447,7 +468,10 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
         agents: list[str],
+        digest: str | None,
     ) -> Outcome:
+        """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
+        (in the caller's write transaction)."""
         queued, refused, resumed, flow = [], {}, [], {}
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -465,12 +489,12 @@ class Ingest:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
-        self._record(config, delivery, headers, body, 202, result, agents)
-        log.info(
-            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
-            config.name, delivery, fields.get("event") or "-", result,
-            ", ".join(queued) or "none", ", ".join(sorted(set(resumed))) or "none",
-        )  # fmt: skip
+        self._record(config, delivery, headers, body, 202, result, agents, digest)
+        line = (
+            f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) {result}; "
+            f"queued for {', '.join(queued) or 'none'}; "
+            f"resumed {', '.join(sorted(set(resumed))) or 'none'}"
+        )
         return Outcome(
             202,
             {
@@ -482,6 +506,7 @@ class Ingest:
                 "resumed": sorted(set(resumed)),
                 **({"flow": flow} if flow else {}),
             },
+            log_line=line,
         )
 
     def _reject(
@@ -527,7 +552,8 @@ class Ingest:
         status: int,
         result: str,
         matched: list[str],
+        digest: str | None = None,
     ) -> None:
         self.receipts.record(
-            config.name, delivery, safe_headers(headers), body, status, result, matched
+            config.name, delivery, safe_headers(headers), body, status, result, matched, digest
         )

@@ -4,7 +4,8 @@ An event's fields are the normalised dict a source's ``parse`` returns (``event`
 the full ``payload``, and whatever its filters compare with). The keys an entry may hold are
 the common ones (``COMMON_KEYS``) and the filter keys its source type declares
 (``WebhookSource.filters``: key -> ``WebhookFilter``). Every key present must match; list values
-mean "any of".
+mean "any of", and so do keys of one entry filtering the same field (GitHub's ``org`` and
+``orgs``, as Action Llama merges them).
 """
 
 from __future__ import annotations
@@ -112,12 +113,17 @@ def entry_matches(
         return False
     if "events" in entry and not _events_match(entry["events"], fields):
         return False
+    by_field: dict[str, tuple[WebhookFilter, list[Any]]] = {}
     for key, patterns in entry.items():
         if key in COMMON_KEYS:
             continue
         spec = filters.get(key)
-        if spec is None or not _filter_matches(spec, patterns, fields):
+        if spec is None:
             return False
+        _, merged = by_field.setdefault(spec.field, (spec, []))
+        merged.extend(as_list(patterns))
+    if not all(_filter_matches(spec, patterns, fields) for spec, patterns in by_field.values()):
+        return False
     return payload_matches(entry.get("match") or {}, fields.get("payload", {}))
 
 

@@ -3,7 +3,9 @@
 Every request to ``/webhooks/<source>`` leaves one receipt: its source, delivery id, headers
 (those that may hold a secret left out), body, the status it was answered with, what became of
 it and the agents it matched. A receipt answered with status >= 400 is a dead letter. A repeated
-delivery id of one source is recognised by the unique ``(source, delivery_id)`` index.
+delivery id of one source is recognised by the unique ``(source, delivery_id)`` index; for the
+sources whose bodies are unique per event (``dedupe_bodies``), an accepted delivery also keeps
+the digest of its verified body, so the same body under a new delivery id is recognised too.
 
 Dead letters are bounded, since anyone can make one: each source keeps its newest
 ``MAX_DEAD_LETTERS``, none older than ``DEAD_LETTER_DAYS`` (trimmed every ``TRIM_EVERY``
@@ -40,13 +42,28 @@ def define(db: pw.Database) -> Sequence[type[pw.Model]]:
         status = pw.IntegerField()
         result = pw.TextField()
         matched = JSONText()
+        body_digest = pw.TextField(null=True)  # sha256 of a verified body (dedupe_bodies)
 
         class Meta:
             database = db
             table_name = "deliveries"
-            indexes = ((("source", "delivery_id"), True),)
+            indexes = ((("source", "delivery_id"), True), (("source", "body_digest"), False))
 
     return [Delivery]
+
+
+def _v2_body_digest(db: pw.Database, tables: Tables) -> None:
+    """Receipts keep the digest of a verified body (replays under a new delivery id)."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    Delivery = tables.Delivery
+    if "body_digest" not in {column.name for column in db.get_columns("deliveries")}:
+        migrate(
+            SchemaMigrator.from_database(db).add_column(
+                "deliveries", "body_digest", Delivery.body_digest
+            )
+        )
+    Delivery._schema.create_indexes(safe=True)
 
 
 def prune(tables: Tables, cutoff: float) -> int:
@@ -56,8 +73,9 @@ def prune(tables: Tables, cutoff: float) -> int:
 
 TABLES = TableSet(
     name=NAME,
-    version=1,
+    version=2,
     define=define,
+    migrations=[(2, _v2_body_digest)],
     prune=prune,
     description="Receipts of webhook deliveries, dead letters included.",
 )
@@ -66,9 +84,10 @@ TABLES = TableSet(
 # The two statements every delivery runs, written once: peewee's query builder costs more than
 # the statement itself (portable SQL; ``?`` becomes the backend's placeholder).
 _SEEN = "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
+_SEEN_BODY = "SELECT 1 FROM deliveries WHERE source = ? AND body_digest = ? LIMIT 1"
 _RECORD = (
-    'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched) '
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched, '
+    "body_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 # A source's dead letters beyond its newest MAX_DEAD_LETTERS, or older than the cutoff.
 _TRIM = (
@@ -100,13 +119,14 @@ class Receipts:
         status: int,
         result: str,
         matched: list[str],
+        body_digest: str | None = None,
     ) -> bool:
         """Keep a receipt; False when (source, delivery_id) was already recorded."""
         Delivery = self._model()
         params = (
             source, delivery_id, self.store.clock(), Delivery.headers.db_value(headers),
             Delivery.body.db_value(bytes(body)), status, result,
-            Delivery.matched.db_value(list(matched)),
+            Delivery.matched.db_value(list(matched)), body_digest,
         )  # fmt: skip
         recorded = self.store.write(self._inserted, Delivery, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
@@ -130,6 +150,12 @@ class Receipts:
         Delivery = self._model()
         with self.store.guard():
             return self._run(Delivery, _SEEN, (source, delivery_id)).fetchone() is not None
+
+    def seen_body(self, source: str, digest: str) -> bool:
+        """Whether ``source`` already delivered a verified body of this digest."""
+        Delivery = self._model()
+        with self.store.guard():
+            return self._run(Delivery, _SEEN_BODY, (source, digest)).fetchone() is not None
 
     def recent(
         self, limit: int = 50, dead_letters: bool = False, offset: int = 0

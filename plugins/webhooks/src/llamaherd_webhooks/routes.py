@@ -29,6 +29,7 @@ from llamaherd.api import require_token
 from llamaherd_webhooks.ingest import Ingest, Outcome, Routes
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
+from llamaherd_webhooks.trigger import dedupe_key
 
 log = logging.getLogger("llamaherd.webhooks")
 
@@ -176,15 +177,26 @@ def _count(raw: str | None, default: int, high: int) -> int:
 @require_token
 async def deliveries(request: Request) -> Response:
     """``GET /control/deliveries?limit=&offset=&dead=1``: receipts, newest first, each with
-    its body's size (never the body: it may be large, and the dashboard lists many)."""
+    its body's size (never the body: it may be large, and the dashboard lists many) and the
+    runs it started, by matched agent (``runs``: agent -> run ids; none while queued)."""
     query = request.query_params
     limit = max(1, _count(query.get("limit"), 50, 500))
     offset = _count(query.get("offset"), 0, 10**9)
     dead = query.get("dead") in ("1", "true")
-    receipts = Receipts(request.app.state.engine.store)
-    rows = await run_in_threadpool(receipts.recent, limit, dead, offset)
+    store = request.app.state.engine.store
+    rows = await run_in_threadpool(Receipts(store).recent, limit, dead, offset)
+    keys = {
+        (row["id"], agent): dedupe_key(row["source"], row["delivery_id"], agent)
+        for row in rows
+        for agent in row["matched"] or []
+    }
+    runs = await run_in_threadpool(store.runs_of_keys, sorted(set(keys.values())))
     listed = [
-        {**{k: v for k, v in row.items() if k != "body"}, "body_size": len(row["body"])}
+        {
+            **{k: v for k, v in row.items() if k != "body"},
+            "body_size": len(row["body"]),
+            "runs": {a: runs.get(keys[row["id"], a], []) for a in row["matched"] or []},
+        }
         for row in rows
     ]
     return JSONResponse({"deliveries": listed})

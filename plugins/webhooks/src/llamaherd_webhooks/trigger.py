@@ -43,6 +43,8 @@ COMMON_PROPERTIES: dict[str, Any] = {
         "additionalProperties": {"anyOf": [_SCALAR, {"type": "array", "items": _SCALAR}]},
     },
 }
+# What follows the block, in Action Llama's words.
+ACT = "A webhook event just fired. Review the trigger context above and take appropriate action."
 # Normalised fields shown before the payload in <webhook-trigger>, in this order, when present.
 PROMPT_FIELDS = (
     "source",
@@ -51,7 +53,11 @@ PROMPT_FIELDS = (
     "repo",
     "project",
     "org",
+    "team",
+    "guild",
     "channel",
+    "command",
+    "user",
     "number",
     "title",
     "url",
@@ -128,8 +134,14 @@ def make_event(agent: str, source: str, kind: str, fields: dict[str, Any]) -> Tr
         kind="webhook",
         payload={"source": source, "source_type": kind, **fields},
         source=source,
-        dedupe_key=f"{source}:{fields.get('delivery')}:{agent}",
+        dedupe_key=dedupe_key(source, fields.get("delivery"), agent),
     )
+
+
+def dedupe_key(source: str, delivery: Any, agent: str) -> str:
+    """The work item key of ``agent``'s event for one delivery: a redelivery queues nothing
+    new, and the dashboard finds the runs a delivery started by it."""
+    return f"{source}:{delivery}:{agent}"
 
 
 def _scalar(value: Any) -> str:
@@ -175,20 +187,7 @@ class WebhooksTrigger:
         ]
         raw = data.get("payload", data)
         lines.append("payload:\n" + json.dumps(raw, indent=2, sort_keys=True, default=str))
-        return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>"
-
-    def describe(self, agent: Agent) -> str | None:
-        """``webhooks: github (issues.opened), sentry``, for ``al stat``."""
-        entries = agent.config.get("webhooks") or []
-        if not entries:
-            return None
-        parts = []
-        for entry in entries:
-            events = entry.get("events")
-            events = [events] if isinstance(events, str) else events or []
-            suffix = f" ({', '.join(map(str, events))})" if events else ""
-            parts.append(f"{entry.get('source', '?')}{suffix}")
-        return "webhooks: " + ", ".join(parts)
+        return "<webhook-trigger>\n" + "\n".join(lines) + "\n</webhook-trigger>\n\n" + ACT
 
     def stop(self) -> None:
         """Nothing to stop."""

@@ -30,9 +30,10 @@ function patchPage(html) {
   }
 }
 
-function flash(text) {
+function flash(text, note) {
   const el = document.getElementById("alert");
   el.textContent = text;
+  el.classList.toggle("note", !!note);
   el.hidden = !text;
 }
 
@@ -44,7 +45,9 @@ async function post(url, fields) {
       body: new URLSearchParams(fields || {}),
     });
     const answer = await response.json().catch(() => ({}));
-    flash(response.ok ? "" : answer.error || "refused (" + response.status + ")");
+    // A note says what will happen (a run queued while paused); an error why it was refused.
+    flash(response.ok ? answer.note || "" : answer.error || "refused (" + response.status + ")",
+          response.ok);
   } catch (err) {
     flash("the scheduler did not answer");
   }

@@ -1,0 +1,149 @@
+"""A lone UTF-16 surrogate never breaks a listing.
+
+JSON may carry ``"\\ud800"``: Python decodes it into text that no UTF-8 encoder takes, so one in
+an agent's status, a webhook body or a model's reply was stored, and then ``/control/runs``,
+``/api/runs``, ``/runs/<id>``, ``/api/agents/<a>`` answered 500 and ``al runs`` and ``al logs``
+failed until the run left the list. Now text is cleaned where it comes in (the gateway, the
+control API, webhooks, model replies: each lone surrogate becomes U+FFFD), and what the store
+holds from before is cleaned as it is read, so every page, endpoint and command shows it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamaherd.testing import OfflineProject, chat_reply, wait_until
+
+LONE = re.compile("[\ud800-\udfff]")
+QUICK = '[[turns]]\ntext = "done"\n'
+HOOKS = '\n[webhooks.hooks]\ntype = "generic"\nallowUnsigned = true\n'
+# Posts to the gateway as the run (its own client, as al-status does), with lone surrogates.
+ODD_CALLS = r"""python3 - <<'EOF'
+import os, shutil, sys
+sys.path.insert(0, os.path.dirname(shutil.which("al-status")))
+import _alclient as al
+print(al.request("POST", "/gateway/status", {"text": "a\ud800b"}))
+print(al.request("POST", "/gateway/return", {"value": {"k\udfff": "v\udc80"}}))
+EOF"""
+
+
+def _lone_surrogates(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return LONE.findall(value)
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _lone_surrogates(k) + _lone_surrogates(v)]
+    if isinstance(value, list):
+        return [s for item in value for s in _lone_surrogates(item)]
+    return []
+
+
+def _listings(project: OfflineProject, sched: Any, run_id: str, agent: str) -> None:
+    """Every listed endpoint, page and command answers, and shows U+FFFD where the odd
+    character was."""
+    for path in (
+        "/control/stat", "/control/runs", f"/control/runs/{run_id}",
+        f"/control/runs/{run_id}/events", "/api/runs", f"/api/runs/{run_id}",
+        f"/api/runs/{run_id}/events", "/api/agents", f"/api/agents/{agent}",
+        "/", "/runs", f"/runs/{run_id}", f"/agents/{agent}",
+    ):  # fmt: skip
+        answer = sched.get(path)
+        assert answer.status_code == 200, (path, answer.status_code, answer.text[:300])
+        answer.content.decode("utf-8")  # valid UTF-8
+        if path.startswith(("/control", "/api")):
+            assert not _lone_surrogates(answer.json()), path
+    for args in (("runs",), ("logs", agent), ("logs", agent, "--json", "--full"), ("stat",)):
+        result = project.al(*args)
+        assert result.returncode == 0, (args, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr
+    logs = project.al("logs", agent, "--json", "--full").stdout
+    assert "\ufffd" in "".join(json.dumps(json.loads(line)) for line in logs.splitlines()) or (
+        "\\ufffd" in logs
+    )
+
+
+@pytest.fixture
+def odd_project(tmp_path: Path) -> OfflineProject:
+    return OfflineProject(tmp_path / "proj", HOOKS)
+
+
+def test_what_is_stored_from_before_is_shown(odd_project: OfflineProject, scheduler):
+    """Lone surrogates put straight into the store (as an older version wrote them, JSON
+    escapes in its text): every listing answers."""
+    project = odd_project
+    project.add_scripted_agent("odd", "", QUICK)
+    sched = scheduler(project)
+    assert sched.post("/control/run", {"agent": "odd"}).status_code == 202
+    run = project.wait_run(lambda runs: next((r for r in runs if r.state == "done"), None))
+    db = sqlite3.connect(project.root / ".al" / "work-queue.db", timeout=30)
+    with db:
+        db.execute(
+            'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
+            (run.id, run.finished_at, "status", '{"text": "a\\ud800b"}'),
+        )
+        db.execute(
+            'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
+            (run.id, run.finished_at, "assistant", '{"text": "x\\udfff", "turn": 1}'),
+        )
+        db.execute(
+            "UPDATE runs SET return_value = ?, trigger = ? WHERE id = ?",
+            (
+                '{"k\\udc80": "v\\ud800"}',
+                '{"kind": "manual", "payload": {"p": "\\udbff"}, "prompt": "", "source": null}',
+                run.id,
+            ),
+        )
+    db.close()
+    _listings(project, sched, run.id, "odd")
+
+
+def test_odd_text_is_cleaned_where_it_comes_in(
+    odd_project: OfflineProject, scheduler, model_server
+):
+    """Through a signed-off path each: a webhook body, the model's reply (text and tool-call
+    arguments), and the gateway (status, return value). Nothing stored holds a lone
+    surrogate; each became U+FFFD."""
+    project = odd_project
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(
+            f'\n[models.fake]\nprovider = "openai"\nmodel = "m"\nbase_url = "{model_server.url}/v1"\n'
+        )
+    project.add_scripted_agent("odd", 'models = ["fake"]\n[[webhooks]]\nsource = "hooks"\n')
+    model_server.reply(200, chat_reply("thinking \ud800", [("bash", {"command": ODD_CALLS})]))
+    model_server.reply(200, chat_reply("done \udc80"))
+    sched = scheduler(project)
+    body = b'{"event": "deploy", "note": "x\\ud800y"}'
+    sent = sched.http.post(f"{sched.url}/webhooks/hooks", data=body, timeout=10)
+    assert sent.status_code == 202, sent.text
+    run = project.wait_run(
+        lambda runs: next((r for r in runs if r.state in ("done", "error")), None), timeout=60
+    )
+    assert run.state == "done", run.reason
+    assert run.status == "a\ufffdb"
+    assert run.return_value == {"k\ufffd": "v\ufffd"}
+    assert "x\ufffdy" in json.dumps(run.trigger, ensure_ascii=False), run.trigger
+    db = sqlite3.connect(f"file:{project.root / '.al' / 'work-queue.db'}?mode=ro", uri=True)
+    try:
+        stored = [
+            json.loads(text)
+            for query in (
+                "SELECT data FROM run_events",
+                "SELECT transcript FROM runs WHERE transcript IS NOT NULL",
+                "SELECT return_value FROM runs WHERE return_value IS NOT NULL",
+                "SELECT trigger FROM runs",
+                "SELECT payload FROM work_items",
+            )
+            for (text,) in db.execute(query)
+        ]
+    finally:
+        db.close()
+    assert stored and not _lone_surrogates(stored)
+    texts = json.dumps(stored)
+    assert "thinking \\ufffd" in texts and "done \\ufffd" in texts
+    wait_until(lambda: sched.get("/control/stat").status_code == 200, 10)
+    _listings(project, sched, run.id, "odd")

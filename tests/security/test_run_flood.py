@@ -1,0 +1,142 @@
+"""A run that floods the scheduler at full speed, with the two writes it may make most of:
+``setenv`` values (3.5 MB ones, which once took the scheduler to 6 GB, and small ones past the
+count limit) and status updates of the longest length allowed (2,000 characters; 3,000 of them
+once grew ``.al`` by 20 MB in 10 s).
+
+The scheduler's memory stays under 300 MB and ``.al`` grows by less than the documented
+per-run budget (``DOCUMENTED_AL_GROWTH``, docs/security.md). The attack runs for
+``FLOOD_SECONDS``, not the issue's 30: the run spends its write budget within the first few
+seconds, and from then on the database does not grow, which the test checks (the growth
+during the last part of the flood is under 1 MiB), so a longer flood adds nothing but time.
+The run ends ``done``; its status still shows the latest update; ``al logs`` shows the one
+notice; a later tool output is kept cut.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llamaherd.session import OUTPUT_CUT
+from llamaherd.testing import OfflineProject, wait_until
+from llamaherd.write_budget import MAX_RUN_BYTES, MAX_RUN_RECORDS, OUTPUT_OVER_BUDGET
+
+from .test_setenv_limits import _peak_rss_mib
+
+pytestmark = pytest.mark.timeout(240)
+
+FLOOD_SECONDS = 15
+# What docs/security.md promises one run's writes take of .al at most (its budget, with the
+# database's indexes, pages and write-ahead log).
+DOCUMENTED_AL_GROWTH = 48 * 1024 * 1024
+
+FLOOD = r"""
+import json, os, shutil, sys, time
+sys.path.insert(0, os.path.dirname(shutil.which("al-status")))
+import _alclient as al
+codes = {}
+huge = "x" * 3_500_000
+text = "s" * 1980
+value = "r" * 63_000
+marks = open("MARKS", "a", buffering=1)
+end = time.monotonic() + SECONDS
+i = 0
+last = ""
+while time.monotonic() < end:
+    i += 1
+    if i % 40 == 0:
+        kind, status = "setenv-huge", al.request("POST", "/gateway/setenv", {"name": f"H{i % 7}", "value": huge + str(i)})[0]
+    elif i % 3 == 0:
+        kind, status = "setenv", al.request("POST", "/gateway/setenv", {"name": f"V{i}", "value": f"{i:08d}" * 8})[0]
+    elif i % 3 == 1:
+        kind, status = "return", al.request("POST", "/gateway/return", {"value": f"{i} {value}"})[0]
+    else:
+        last = f"{i:06d}"
+        kind, status = "status", al.request("POST", "/gateway/status", {"text": f"{last} {text}"})[0]
+    codes[f"{kind} {status}"] = codes.get(f"{kind} {status}", 0) + 1
+    if i % 100 == 0:
+        marks.write(f"{time.time()} {i}\n")
+print(json.dumps({"requests": i, "codes": codes, "last": last}))
+"""
+
+FLOODER = f"""
+[[turns]]
+tool_calls = [{{name = "bash", arguments = {{command = '''python3 - <<'EOF'
+{FLOOD}
+EOF''', timeout = 200}}}}]
+
+[[turns]]
+tool_calls = [{{name = "return_value", arguments = {{value = "{{{{ last_result }}}}"}}}}]
+
+[[turns]]
+tool_calls = [{{name = "bash", arguments = {{command = "head -c 20000 /dev/zero | tr '\\\\0' y"}}}}]
+
+[[turns]]
+text = "done"
+"""
+
+
+def _size(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
+def test_a_flood_of_setenv_and_status_leaves_the_scheduler_and_al_bounded(
+    tmp_path: Path, scheduler
+):
+    marks = tmp_path / "marks"
+    project = OfflineProject(tmp_path / "proj", env={"AL_LOAD_PLUGINS": "scripted,host-user"})
+    script = FLOODER.replace("MARKS", str(marks)).replace("SECONDS", str(FLOOD_SECONDS))
+    project.add_scripted_agent("flooder", "timeout = 220", script)
+    started = scheduler(project)
+    state = project.root / ".al"
+    wait_until(lambda: (state / "work-queue.db").exists(), 10)
+    before = _size(state)
+    assert project.al("run", "flooder", "--no-follow").returncode == 0
+    sizes: list[tuple[int, int]] = []  # (.al size, requests sent) while the flood goes on
+
+    def ended() -> bool:
+        lines = marks.read_text().splitlines() if marks.exists() else []
+        if lines and (not sizes or sizes[-1][1] != int(lines[-1].split()[1])):
+            sizes.append((_size(state), int(lines[-1].split()[1])))
+        return any(r.state in ("done", "error") for r in store.runs(agent="flooder"))
+
+    store = project.store()
+    try:
+        wait_until(ended, FLOOD_SECONDS + 120, interval=0.2, what="the flood ended")
+        [run] = store.runs(agent="flooder")
+    finally:
+        store.close()
+    assert run.state == "done", run.reason
+    assert run.return_value.startswith("{"), run.return_value[:2000]
+    flood = json.loads(run.return_value)
+    grown = _size(state) - before
+    peak = _peak_rss_mib(started.proc.pid)
+    print(f"[flood] {flood['requests']} requests in {FLOOD_SECONDS} s: {flood['codes']}; "
+          f".al grew {grown / 2**20:.1f} MiB; scheduler peak RSS {peak:.0f} MiB")  # fmt: skip
+
+    assert peak < 300, peak
+    assert grown < DOCUMENTED_AL_GROWTH, grown
+    codes = flood["codes"]
+    assert codes["setenv-huge 413"] > 0 and codes["setenv 200"] > 0
+    # Every status and return value is taken, past the budget too (without history then).
+    assert codes["status 200"] > 300 and codes["return 200"] > 300, codes
+    # The budget was spent early: the last third of the flood grew .al by less than 1 MiB.
+    third = [size for size, sent in sizes if sent >= 2 * flood["requests"] // 3]
+    assert third and third[-1] - third[0] < 2**20, sizes
+
+    store = project.store()
+    try:
+        events = store.events(run.id)
+        records, size = store.run_writes(run.id)
+        assert records <= MAX_RUN_RECORDS + 1 and size <= MAX_RUN_BYTES + 4096, (records, size)
+        assert [e["type"] for e in events].count("write_budget") == 1
+        assert store.get_run(run.id).status.startswith(flood["last"]), "the latest update"
+        transcript_tool = [m for m in store.get_run(run.id).transcript if m.get("role") == "tool"]
+        assert OUTPUT_CUT in transcript_tool[-1]["content"]
+        assert len(transcript_tool[-1]["content"]) <= OUTPUT_OVER_BUDGET + len(OUTPUT_CUT) + 10
+    finally:
+        store.close()
+    logs = project.al("logs", "flooder", "--grep", "write_budget").stdout
+    assert "as much as one run may" in logs
