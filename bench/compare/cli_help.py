@@ -8,6 +8,7 @@ cache, interleaved rounds (see common.py). ``--cold`` drops the page cache befor
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -33,12 +34,12 @@ def main() -> None:
         def measure(tool: str) -> float:
             if args.cold:
                 drop_caches()
-            wall, cpu = run_cli(tool, ["--help"], root, {})
+            wall, cpu = run_cli(tool, ["--help"], root, dict(os.environ))
             cpus.setdefault(tool, []).append(cpu)
             return wall
 
         for tool in ("ours", "peer"):  # once each first: the page cache, as on a used machine
-            run_cli(tool, ["--help"], root, {})
+            run_cli(tool, ["--help"], root, dict(os.environ))
         walls = interleaved(args.rounds, measure)
     kind = "cold" if args.cold else "warm"
     emit(

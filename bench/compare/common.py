@@ -8,9 +8,8 @@ alternate within every round, so a change of machine load hits both alike; each 
 median of its rounds, reported with the load average while it was taken.
 
 Tools: ``ours`` is the ``al`` next to this interpreter (``AL_OURS_BIN`` to override); ``peer``
-is ``AL_PEER_BIN`` (Action Llama 0.29.1 from npm:
-``mkdir -p /work/peer && cd /work/peer && npm install @action-llama/action-llama@0.29.1``, then
-``AL_PEER_BIN=/work/peer/node_modules/.bin/al``).
+is ``AL_PEER_BIN``, by default ``/work/peer/node_modules/.bin/al`` (Action Llama 0.29.1 from
+npm: ``mkdir -p /work/peer && cd /work/peer && npm install @action-llama/action-llama@0.29.1``).
 """
 
 from __future__ import annotations
@@ -29,6 +28,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+PEER_BIN = "/work/peer/node_modules/.bin/al"  # where the install below puts it
+# A bench stopped with SIGTERM (`timeout`) still stops the schedulers it started (``finally``).
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 SECRET = "bench-secret"
 START_TIMEOUT = 120.0
 TOOLS = ("ours", "peer")
@@ -38,7 +40,7 @@ def binary(tool: str) -> str:
     """The `al` executable of ``tool``."""
     if tool == "ours":
         return os.environ.get("AL_OURS_BIN") or str(Path(sys.executable).with_name("al"))
-    peer = os.environ.get("AL_PEER_BIN")
+    peer = os.environ.get("AL_PEER_BIN") or (PEER_BIN if Path(PEER_BIN).exists() else "")
     if not peer:
         raise SystemExit(
             "set AL_PEER_BIN to Action Llama's `al` (npm install @action-llama/action-llama@0.29.1)"
@@ -52,9 +54,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def make_project(root: Path, agents: int, port: int, queue_size: int = 100) -> Path:
+def make_project(
+    root: Path, agents: int, port: int, queue_size: int = 100, scale: int | None = None
+) -> Path:
     """A project both tools run: ``agents`` agents on a yearly schedule (nothing fires while
-    measured), each taking GitHub ``issues`` deliveries of the ``bench`` source."""
+    measured), each taking GitHub ``issues`` deliveries of the ``bench`` source (``scale``
+    runs at once, when given)."""
     (root / "agents").mkdir(parents=True)
     (root / "config.toml").write_text(
         f"""workQueueSize = {queue_size}
@@ -79,8 +84,9 @@ credential = "bench"
             "---\ndescription: bench agent\n---\nSay hello and stop.\n"
         )
         agent.joinpath("config.toml").write_text(
-            'models = ["sonnet"]\nschedule = "0 0 1 1 *"\n\n'
-            '[[webhooks]]\nsource = "bench"\nevents = ["issues"]\n'
+            'models = ["sonnet"]\nschedule = "0 0 1 1 *"\n'
+            + (f"scale = {scale}\n" if scale is not None else "")
+            + '\n[[webhooks]]\nsource = "bench"\nevents = ["issues"]\n'
         )
     return root
 

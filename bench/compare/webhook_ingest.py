@@ -9,7 +9,7 @@ route, durably queue, answer), not runs competing for the CPU; the queue bound
 (``workQueueSize``) is reached, so dropping the oldest item is part of the path too.
 
     AL_PEER_BIN=/work/peer/node_modules/.bin/al python bench/compare/webhook_ingest.py
-        [--requests N] [--rounds N]
+        [--requests N] [--rounds N] [--senders 1 4 16 64] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import statistics
 import tempfile
 import threading
 import time
@@ -39,6 +40,7 @@ from common import (
     scheduler,
     tree_cpu,
 )
+from plot import svg
 
 EVENTS = {
     "matched": ("issues", {"action": "opened", "issue": {"number": 1, "title": "t", "body": ""}}),
@@ -99,7 +101,9 @@ def load_test(pid: int, port: int, kind: str, senders: int, total: int) -> dict[
     }
 
 
-def figures(up: dict, kind: str, senders: int, requests: int, rounds: int) -> list[str]:
+def figures(
+    up: dict, kind: str, senders: int, requests: int, rounds: int, curve: dict | None = None
+) -> list[str]:
     found: dict[str, list[dict[str, float]]] = {tool: [] for tool in TOOLS}
 
     def measure(tool: str) -> float:
@@ -111,6 +115,11 @@ def figures(up: dict, kind: str, senders: int, requests: int, rounds: int) -> li
     rates = interleaved(rounds, measure)
     p99 = {tool: [r["p99"] for r in found[tool]] for tool in TOOLS}
     cpu = {tool: [r["cpu"] for r in found[tool]] for tool in TOOLS}
+    if curve is not None:  # (kind, figure) -> tool -> senders -> median
+        for figure, values in (("rate", rates), ("p99", p99), ("cpu", cpu)):
+            for tool in TOOLS:
+                median = statistics.median(values[tool])
+                curve.setdefault((kind, figure), {}).setdefault(tool, {})[senders] = median
     name = f"webhook {kind}, c={senders}"
     return [
         line(f"{name}, throughput", rates, "deliveries/s"),
@@ -123,7 +132,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=800)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--senders", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--plots", type=Path, help="write curve-ingest-*.svg there")
     args = parser.parse_args()
+    curve: dict = {}
     lines = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         up = {}
@@ -134,9 +146,16 @@ def main() -> None:
             up[tool] = stack.enter_context(scheduler(tool, root, port, env))
             run_cli(tool, ["pause"], root, env)
         for kind in EVENTS:
-            for senders in (1, 16):
-                lines += figures(up, kind, senders, args.requests, args.rounds)
+            for senders in args.senders:
+                lines += figures(up, kind, senders, args.requests, args.rounds, curve)
     emit(lines)
+    if args.plots:
+        units = {"rate": "deliveries/s", "p99": "p99 seconds", "cpu": "scheduler CPU s/delivery"}
+        for (kind, figure), by_tool in curve.items():
+            series = {tool: [by_tool[tool][c] for c in args.senders] for tool in TOOLS}
+            title = f"webhook {kind}: {units[figure]}"
+            svg(args.plots / f"curve-ingest-{kind}-{figure}.svg", title, args.senders, series,
+                "concurrent senders", units[figure])  # fmt: skip
 
 
 if __name__ == "__main__":

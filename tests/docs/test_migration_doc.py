@@ -55,9 +55,9 @@ def test_every_console_command_runs(tmp_path: Path, al) -> None:
 
 def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     """The command a span names, and the words after its name."""
-    from llamaherd.cli import _load_commands, cli
+    from llamaherd.cli import cli, load_all
 
-    _load_commands()
+    load_all(cli)
     command: click.Command = cli
     rest = list(words)
     while isinstance(command, click.Group) and rest and rest[0] in command.commands:

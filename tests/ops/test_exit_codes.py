@@ -34,7 +34,7 @@ EVERY_COMMAND = """
 import json
 import click
 from click.testing import CliRunner
-from llamaherd.cli import _load_commands, cli
+from llamaherd.cli import cli, load_all
 
 def paths(group, prefix=()):
     ctx = click.Context(group, info_name="al")
@@ -46,7 +46,7 @@ def paths(group, prefix=()):
         if isinstance(command, click.Group):
             yield from paths(command, (*prefix, name))
 
-_load_commands()
+load_all(cli)
 runner = CliRunner()
 print(json.dumps({
     " ".join(path): [runner.invoke(cli, [*path, option]).exit_code

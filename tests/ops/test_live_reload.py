@@ -121,15 +121,10 @@ def test_a_changed_schedule_applies_to_the_next_tick(herd, scheduler):
     wait_until(lambda: runs_of(herd, "first", "scheduled"), RELOAD_WITHIN, what="the new schedule")
 
 
-def test_without_watchfiles_it_polls(herd, scheduler, tmp_path):
-    """The polling fallback: watchfiles cannot be imported (a stub that raises shadows it)."""
-    import os
-
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    (stub / "watchfiles.py").write_text("raise ImportError('watchfiles is not installed')\n")
-    path = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
-    running = scheduler(herd, env={"PYTHONPATH": path})
+def test_with_a_poll_period_set_it_polls(herd, scheduler):
+    """The fallback (no inotify; or chosen, for a network file system): a look every
+    ``AL_RELOAD_POLL_SECONDS``."""
+    running = scheduler(herd, env={"AL_RELOAD_POLL_SECONDS": "1"})
     herd.add_scripted_agent("second")
     # At once, before the next look: `al run` of an agent the scheduler does not know yet
     # makes it look.
@@ -138,7 +133,7 @@ def test_without_watchfiles_it_polls(herd, scheduler, tmp_path):
     wait_until(
         lambda: reloaded(running, {"first", "second", "third"}), RELOAD_WITHIN, what="reload"
     )
-    assert "live reload polls the config every 1s (watchfiles is not installed)" in (
+    assert "live reload looks at the config every 1s (AL_RELOAD_POLL_SECONDS)" in (
         running.read_log()
     )
 
@@ -181,22 +176,46 @@ def test_the_gateway_port_applies_at_the_next_start_only(herd, scheduler):
     assert stat(herd)["scheduler"]["config_errors"] == []
 
 
-def test_the_watcher_rechecks_while_the_scheduler_writes_its_state(tmp_path):
-    """inotify can miss files written into a brand-new folder; the periodic recheck repairs
-    that, and must happen even while `.al/` changes all the time (heartbeats, the log)."""
+def test_inotify_sees_a_folder_written_at_once_and_never_the_state_dir(tmp_path):
+    """A new agent folder is watched as soon as its creation is read, and the reload reads it
+    after that, so what was written into it before is read too and what comes after is an
+    event of its own; the scheduler's own writes under `.al/` are never watched (they would
+    wake an idle scheduler)."""
+    import select
+
+    from llamaherd.reload import Inotify
+
+    (tmp_path / "agents").mkdir()
+    (tmp_path / ".al").mkdir()
+    inotify = Inotify(tmp_path)
+    try:
+        (tmp_path / ".al" / "heartbeat").write_text("1")
+        assert select.select([inotify.fd], [], [], 0)[0] == []
+        (tmp_path / "agents" / "new").mkdir()
+        (tmp_path / "agents" / "new" / "SKILL.md").write_text("---\n---\nHi.\n")
+        assert inotify.read()
+        (tmp_path / "agents" / "new" / "config.toml").write_text("scale = 2\n")
+        assert inotify.read()
+        (tmp_path / "agents" / "new" / "notes").mkdir()
+        (tmp_path / "agents" / "new" / "notes" / "deep.md").write_text("x")
+        inotify.read()
+        (tmp_path / "agents" / "new" / "notes" / "deep.md").write_text("y")
+        assert not inotify.read()  # below an agent folder's own files: not config
+    finally:
+        inotify.close()
+
+
+def test_the_watcher_calls_back_after_an_edit_and_closes(tmp_path):
     import threading
 
-    from llamaherd.reload import RECHECK_MS, ConfigWatcher
+    from llamaherd.reload import ConfigWatcher
 
-    (tmp_path / ".al").mkdir()
-    looks, stop = [], threading.Event()
-    ConfigWatcher(tmp_path, lambda: looks.append(1), stop).start()
+    (tmp_path / "agents").mkdir()
+    looks = []
+    watcher = ConfigWatcher(tmp_path, lambda: looks.append(1), threading.Event()).start()
     try:
-
-        def busy_state_dir() -> bool:
-            (tmp_path / ".al" / "heartbeat").write_text(str(time.monotonic()))
-            return len(looks) >= 2
-
-        wait_until(busy_state_dir, 10 * RECHECK_MS / 1000, 0.1, what="two rechecks")
+        (tmp_path / "config.toml").write_text("scale = 1\n")
+        wait_until(lambda: looks, 10, 0.01, what="a look after the edit")
     finally:
-        stop.set()
+        watcher.close()
+    assert not watcher._thread.is_alive()

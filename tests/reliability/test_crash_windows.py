@@ -39,9 +39,11 @@ KILLER = """
 
     def _killing(self, *args, **kwargs):
         result = _original(self, *args, **kwargs)
-        if result or _only != ["taken"]:  # ":taken": count only the calls that took something
+        if _only != ["taken"]:
             _calls.append(args)
-        if len(_calls) == int(_nth):
+        else:  # ":taken": count what was taken (claim_many takes several at once)
+            _calls.extend([args] * (len(result) if isinstance(result, list) else bool(result)))
+        if len(_calls) >= int(_nth):
             Path(os.environ["AL_TEST_KILLED"]).write_text(json.dumps(args, default=str))
             os.kill(os.getpid(), signal.SIGKILL)
         return result
@@ -149,7 +151,7 @@ def test_kill9_between_claim_and_sandbox_start_leaves_one_run_per_trigger(
     that ended done, not two error/interrupted rows beside two recovery runs."""
     project = OfflineProject(tmp_path / "proj")
     project.add_scripted_agent("pair", "scale = 2\n", QUICK)
-    kill_env, killed = killing_env(tmp_path, "claim", 2, only_taken=True)
+    kill_env, killed = killing_env(tmp_path, "claim_many", 2, only_taken=True)
     db = project.root / ".al" / "work-queue.db"
 
     doomed = scheduler(project, kill_env)

@@ -156,6 +156,82 @@ def test_many_agents(store: Store, agents: int) -> None:
     assert len(claim_all(store, dict.fromkeys(names, 1))) == agents
 
 
+def test_enqueue_many_commits_each_item_as_enqueue_would(store: Store) -> None:
+    items = [{"agent": "alpha", "kind": "webhook", "payload": {"n": n}} for n in range(3)]
+    items.append({"agent": "beta", "kind": "webhook", "payload": {}, "dedupe_key": "k"})
+    items.append({"agent": "beta", "kind": "webhook", "payload": {}, "dedupe_key": "k"})
+    items += [
+        {"agent": "gamma", "kind": "webhook", "payload": {"n": n}, "limit": 1} for n in (1, 2)
+    ]
+    ids = store.enqueue_many(items)
+    assert ids[4] is None and None not in ids[:4] + ids[5:] and ids[:4] == sorted(ids[:4])
+    assert store.queue_depth() == {"alpha": 3, "beta": 1, "gamma": 1}
+    claimed = claim_all(store, {"alpha": 5, "gamma": 1})
+    assert [item.payload for item, _ in claimed] == [{"n": 0}, {"n": 2}, {"n": 1}, {"n": 2}]
+
+
+def test_enqueue_many_is_all_or_nothing(store: Store) -> None:
+    good = {"agent": "alpha", "kind": "webhook", "payload": {}}
+    with pytest.raises(TypeError):
+        store.enqueue_many([good, {"agent": "alpha", "kind": "webhook", "payload": {1j: 0}}])
+    assert store.queue_depth() == {}
+
+
+def _feed(store: Store, clock) -> None:
+    """A waiting run with a resume item queued, and 12 items for agents of different scales."""
+    store.enqueue("waiter", "manual", {})
+    _, waiting = store.claim({"waiter": 1}, None, "h")
+    store.set_waiting(waiting.id, {"event": "x"}, deadline=clock() + 60)
+    for n in range(12):
+        store.enqueue(("busy", "quiet", "busy", "full")[n % 4], "manual", {"n": n})
+    assert store.resume_waiting(waiting.id, {"ok": True})
+
+
+def _drain(store: Store, take) -> list[list[tuple[str, dict]]]:
+    """Batches taken by ``take()`` until the queue is empty; after each, every other running
+    run is finished (all of them when nothing could be taken), so room opens up as in a
+    scheduler."""
+    batches, running = [], []
+    while store.queue_depth():
+        got = take()
+        batches.append([(item.agent, item.payload) for item, _ in got])
+        running += [run.id for _, run in got]
+        finished = running[::2] if got else running
+        for run_id in finished:
+            store.transition(run_id, "done")
+        running = [run_id for run_id in running if run_id not in finished]
+    return batches
+
+
+@pytest.mark.parametrize("limit", [2, 5, 100])
+def test_claim_many_takes_what_claims_in_a_row_take(
+    store: Store, limit: int, db_url: str, clock
+) -> None:
+    """Same items in the same order (fairness, FIFO, scale, global scale, a resume item) as
+    one ``claim`` after another on a twin database fed alike."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("the twin is a second SQLite file (on PostgreSQL each claim is its own)")
+    scales = {"busy": 4, "quiet": 2, "full": 1, "waiter": 1}
+    _feed(store, clock)
+    batched = _drain(store, lambda: store.claim_many(scales, 6, "h", limit=limit))
+    twin = Store.open(db_url.replace("/.al/", "/twin/.al/"), clock=clock)
+    try:
+        _feed(twin, clock)
+
+        def one_by_one() -> list:
+            got = []
+            while len(got) < limit and (claimed := twin.claim(scales, 6, "h")) is not None:
+                got.append(claimed)
+            return got
+
+        assert batched == _drain(twin, one_by_one)
+    finally:
+        twin.close()
+    assert all(len(batch) <= limit for batch in batched)
+    assert sum(len(batch) for batch in batched) == 13  # every item, the resume included
+    assert limit == 2 or any(len(batch) > 2 for batch in batched)
+
+
 def test_unclaim_puts_an_unstarted_run_back_first_in_line(store: Store) -> None:
     store.enqueue("caller", "manual", {})
     _, caller = store.claim({"caller": 1}, None, "h")

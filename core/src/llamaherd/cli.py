@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 
-from llamaherd.types import LlamaherdError
-
 
 class AppContext:
     """Shared by every subcommand: the project directory and lazily loaded project/plugins."""
@@ -85,20 +83,74 @@ class AppContext:
 
 class ErrorHandlingGroup(click.Group):
     """Turns LlamaherdError into one line on stderr and its exit code, never a traceback:
-    2 for a usage or config error (as click's own usage errors), 1 for a ``CommandFailed``."""
+    2 for a usage or config error (as click's own usage errors), 1 for a ``CommandFailed``.
+
+    Lazy: with a ``manifest`` (``llamaherd.command_manifest``) it lists every command from it
+    and loads only what the command asked for provides; without one, everything is loaded
+    (``load_all``) as before."""
+
+    manifest: dict[str, Any] | None = None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except LlamaherdError as exc:
+        except Exception as exc:
+            # Imported here: `al --help` does not load the types module.
+            from llamaherd.types import LlamaherdError
+
+            if not isinstance(exc, LlamaherdError):
+                raise
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        listed = self.manifest["commands"] if self.manifest else {}
+        return sorted({*self.commands, *listed})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = self.manifest["commands"].get(cmd_name) if self.manifest else None
+        if entry is not None:
+            self._provide(cmd_name, entry)
+        return super().get_command(ctx, cmd_name)
+
+    def _provide(self, name: str, entry: dict[str, Any]) -> None:
+        from llamaherd.command_manifest import provide
+
+        provided = self.__dict__.setdefault("_provided", set())
+        for provider in entry["from"]:
+            if tuple(provider) not in provided:
+                provided.add(tuple(provider))
+                provide(self, provider)
+        if name in self.commands:
+            add_project_option(self.commands[name])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's list of commands, told from the manifest for those not loaded."""
+        from llamaherd.command_manifest import stand_in
+
+        listed = self.manifest["commands"] if self.manifest else {}
+        commands = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name) or stand_in(name, listed[name])
+            if not command.hidden:
+                commands.append((name, command))
+        if commands:
+            limit = formatter.width - 6 - max(len(name) for name, _ in commands)
+            rows = [(name, command.get_short_help_str(limit)) for name, command in commands]
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
-        """An unknown subcommand that a first-party plugin provides names that plugin."""
+        """An unknown subcommand: everything is loaded (the manifest may be behind a plugin
+        just changed) and the manifest written afresh; still unknown, when a first-party
+        plugin provides it, the error names that plugin."""
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError:
+            if self.manifest is not None:
+                self.manifest = None
+                load_all(self)
+                return self.resolve_command(ctx, args)
             from llamaherd.plugins import PROVIDED_BY
 
             dist = PROVIDED_BY.get(("commands", args[0])) if args else None
@@ -184,44 +236,62 @@ def environment_option(command: Any) -> Any:
     )(command)
 
 
-# Read commands run over and over (``watch al stat``): resolved from their own module alone,
-# without importing every command module and plugin (plugins add commands, never these).
-QUICK_COMMANDS = {
-    "stat": "llamaherd.commands.scheduler",
-    "status": "llamaherd.commands.scheduler",
-    "runs": "llamaherd.commands.history",
-    "logs": "llamaherd.commands.history",
-}
-
-
-def _command_name(args: list[str]) -> str | None:
-    """The subcommand ``args`` name (after the group's own ``-p/--project DIR``), if any."""
-    rest = iter(args)
-    for arg in rest:
-        if arg in ("-p", "--project"):
-            next(rest, None)
-        elif not arg.startswith("-"):
-            return arg
-        elif not arg.startswith(("--project=", "-p")):
-            return None  # --help, --version: the full command list
-    return None
-
-
-def _load_commands(only: str | None = None) -> None:
+def load_all(group: click.Group) -> None:
+    """Every core command module and every plugin's ``register_commands`` into ``group``,
+    recording who provided each command; then the manifest is written for the next runs."""
     import importlib
+    from functools import partial
 
+    from llamaherd import command_manifest
     from llamaherd.commands import COMMAND_MODULES
+    from llamaherd.plugins import get_manager
 
-    for module_name in COMMAND_MODULES if only is None else (only,):
-        importlib.import_module(module_name).register(cli)
-    if only is None:
-        from llamaherd.plugins import get_manager
+    providers: dict[str, list[list[str]]] = {}
+    lazy = True  # every provider a module the manifest can name
+    for module_name in COMMAND_MODULES:
+        register = importlib.import_module(module_name).register
+        _record(group, providers, [command_manifest.CORE, module_name], partial(register, group))
+    for impl in reversed(get_manager().pm.hook.register_commands.get_hookimpls()):
+        module = getattr(impl.plugin, "__name__", None)
+        lazy = lazy and isinstance(module, str) and hasattr(impl.plugin, "register_commands")
+        try:
+            _record(group, providers, ["plugin", str(module)], partial(impl.function, cli=group))
+        except Exception as exc:  # one plugin's broken commands must not take the CLI down
+            click.echo(
+                f"warning: plugin {impl.plugin_name!r} failed in register_commands: "
+                f"{type(exc).__name__}: {exc}",
+                err=True,
+            )
+    add_project_option(group)
+    if lazy:
+        tops = {"llamaherd", *(p[1].split(".")[0] for each in providers.values() for p in each)}
+        command_manifest.write(
+            group, providers, {m for m in sys.modules if m.split(".")[0] in tops}
+        )
 
-        # One plugin's broken commands must not take the whole CLI down.
-        get_manager().call_each("register_commands", cli=cli)
-    add_project_option(cli)
+
+def _record(
+    group: click.Group, providers: dict[str, list[list[str]]], provider: list[str], add: Any
+) -> None:
+    """``add()``, and ``provider`` noted for each command it added to ``group`` or changed."""
+
+    def shape(command: click.Command) -> tuple[int, tuple[str, ...]]:
+        inner = tuple(sorted(command.commands)) if isinstance(command, click.Group) else ()
+        return id(command), inner
+
+    before = {name: shape(command) for name, command in group.commands.items()}
+    add()
+    for name, command in group.commands.items():
+        if before.get(name) != shape(command):
+            providers.setdefault(name, []).append(provider)
 
 
 def main() -> None:
-    _load_commands(QUICK_COMMANDS.get(_command_name(sys.argv[1:]) or ""))
+    from llamaherd import command_manifest
+
+    manifest = command_manifest.load()
+    if manifest is None:
+        load_all(cli)
+    else:
+        cli.manifest = manifest
     cli()

@@ -149,7 +149,16 @@ async def run(request: Request) -> Response:
     refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
-    return JSONResponse({"items": [r.queued for r in results]}, status_code=202)
+    items = [r.queued for r in results]
+    # `al run --no-follow`: the run's id once it started, within that many seconds (it is
+    # claimed when queued unless its agent must wait), so the CLI needs nothing else.
+    within = _field(body, "started_within", int, 0)
+    if not 0 <= within <= 30:
+        raise LlamaherdError("started_within: expected 0 to 30 (seconds)")
+    if within and len(items) == 1 and items[0] is not None:
+        started = await run_in_threadpool(engine.started, items[0], within)
+        return JSONResponse({"items": items, "runs": [started]}, status_code=202)
+    return JSONResponse({"items": items}, status_code=202)
 
 
 @require_token
@@ -262,6 +271,13 @@ def _pause(paused: bool):
 
 
 @require_token
+async def wake(request: Request) -> Response:
+    """Another process (``al webhooks replay --run``) queued work in the database: look now."""
+    _engine(request).wakeup.set()
+    return JSONResponse({"woken": True})
+
+
+@require_token
 async def stop(request: Request) -> Response:
     engine = _engine(request)
     stopper = getattr(engine, "request_stop", None)
@@ -284,6 +300,7 @@ ROUTES: list[tuple[str, Any, list[str]]] = [
     ("/control/pause", _pause(True), ["POST"]),
     ("/control/resume", _pause(False), ["POST"]),
     ("/control/stop", stop, ["POST"]),
+    ("/control/wake", wake, ["POST"]),
     ("/control/agents/{name}/state", agent_state, ["GET"]),
     ("/control/agents/{name}/state", change_agent_state, ["POST"]),
     ("/agents/{name}/state", change_agent_state, ["POST"]),

@@ -29,6 +29,9 @@ log = logging.getLogger("llamaherd.engine")
 
 # Agent states that hold triggers instead of running them (issue: agent lifecycle states).
 HELD_STATES = ("off", "error", "suspended")
+# Runs started by one claim transaction at most when that many slots are free: bounds how long
+# the first of them waits for its thread.
+CLAIM_BATCH = 32
 
 
 def socket_prefix(root: Path) -> Path:
@@ -85,6 +88,10 @@ class Engine:
         self._servers: list[Any] = []
         self.threads: dict[str, threading.Thread] = {}
         self.stopping = threading.Event()
+        self._queued_here = False  # this process queued work (``close`` tells a scheduler)
+        # Item id -> run id of the latest claims here, for ``started`` (the newest 1,000).
+        self._started: dict[int, str] = {}
+        self._claims = threading.Condition()
 
     @cached_property
     def runner(self) -> Any:
@@ -127,6 +134,8 @@ class Engine:
         return os.path.join(directory, "gateway.sock")
 
     def close(self) -> None:
+        if self._queued_here:
+            self._wake_scheduler()
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
@@ -180,8 +189,23 @@ class Engine:
             return None
         if ticket is not None and ticket.outcome is not None:
             self._flow_done(event, ticket, result)
-        self.wakeup.set()
+        # After the commit, not before: inside a caller's transaction (a webhook's fan-out) the
+        # dispatcher would look before the item is visible and sleep until its next pass.
+        self.store.after_commit(self.wakeup.set)
+        self._queued_here = self._queued_here or result.queued is not None
         return result
+
+    def _wake_scheduler(self) -> None:
+        """Tell the project's running scheduler, when it is another process, that work was
+        queued behind its back: it sleeps until woken (or its once-a-minute pass)."""
+        from llamaherd.client import ControlClient
+
+        try:
+            client = ControlClient.of_state_dir(self.project.state_dir)
+            if client is not None and client.pid != os.getpid():
+                client.post("/control/wake")
+        except Exception as exc:  # it picks the work up at its next pass all the same
+            log.info("could not wake the running scheduler: %s", exc)
 
     def _ticket(self, policy: Any, event: TriggerEvent) -> Any:
         """The trigger's keys and priority under the agent's ``[flow]`` (and, for a singleton
@@ -321,7 +345,7 @@ class Engine:
 
         resumed = match_waiting(self, event)
         if resumed:
-            self.wakeup.set()
+            self.store.after_commit(self.wakeup.set)
         return resumed
 
     def gate(self, agent: str, kind: str, detail: dict[str, Any] | None = None) -> str | None:
@@ -401,27 +425,49 @@ class Engine:
         ]
 
     def claim(self) -> tuple[Any, Any] | None:
+        """The next claim of ``claims``, or None."""
+        claimed = self.claims(1)
+        return claimed[0] if claimed else None
+
+    def claims(self, limit: int) -> list[tuple[Any, Any]]:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
-        agent is held or paused), else the next queued item."""
+        agent is held or paused), else up to ``limit`` queued items in one transaction."""
         if not self.store.has_queued():
-            return None  # one index probe: an idle dispatcher reads nothing per agent
+            return []  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
         for run_id, agent in suspended:
             claimed = scales.get(agent, -1) >= 0 and self.store.claim_resume(run_id, self.host)
             if claimed:
-                return claimed
+                return [claimed]
         room = {name: max(0, scale) for name, scale in scales.items()}
         flows = {name: p for name, a in self.project.agents.items() if (p := policy_of(a))}
-        return self.store.claim(room, self.project.setting("scale"), self.host, flows=flows)
+        cap = self.project.setting("scale")
+        return self.store.claim_many(room, cap, self.host, flows=flows, limit=limit)
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():
-            claimed = self.claim()
-            if claimed is None:
+            claimed = self.claims(CLAIM_BATCH)
+            if not claimed:
                 return
-            _item, run = claimed
-            self.start_thread(run)
+            for _item, run in claimed:
+                self.start_thread(run)
+            self._note_claims(claimed)
+
+    def _note_claims(self, claimed: list[tuple[Any, Any]]) -> None:
+        with self._claims:
+            for item, run in claimed:
+                self._started[item.id] = run.id
+            while len(self._started) > 1000:
+                del self._started[next(iter(self._started))]
+            self._claims.notify_all()
+
+    def started(self, item_id: int, timeout: float) -> str | None:
+        """The id of the run work item ``item_id`` started here, waiting up to ``timeout``
+        seconds for its claim; None when it did not start here in that time."""
+        with self._claims:
+            self._claims.wait_for(lambda: item_id in self._started, timeout)
+            return self._started.get(item_id)
 
     def start_thread(self, run: Any) -> None:
         thread = threading.Thread(

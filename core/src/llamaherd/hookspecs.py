@@ -159,7 +159,9 @@ def register_routes(app: Starlette) -> None:
     :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
         ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard routes
         that change or show anything with ``llamaherd.api.require_token``; set
-        ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB.
+        ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB. A hot path
+        may put a plain ASGI handler at ``app.state.raw_routes[prefix]``: requests under that
+        prefix reach it ahead of Starlette's routing and body limits (it bounds its own body).
     """
 
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -158,6 +160,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._date_header()
         self.reading_headers = True
         self.header_bytes = self.raw_bytes = 0
         self._arm_deadline()
@@ -183,6 +186,16 @@ class GuardedProtocol(HttpToolsProtocol):
             super().send_400_response(msg)
         else:
             self._refuse(*self.refusal)
+
+    def _date_header(self) -> None:
+        """The ``Date`` header of this second in the server's default headers (uvicorn's
+        server wakes each second to renew it; ours sleeps until it is stopped)."""
+        now = int(time.time())
+        state = self.server_state
+        if getattr(state, "date_second", None) != now:
+            state.date_second = now
+            date = (b"date", formatdate(now, usegmt=True).encode())
+            state.default_headers = [date, *self.config.encoded_headers]
 
     def _too_large(self) -> tuple[int, str, str]:
         limit = self.limits.max_header_bytes

@@ -2,17 +2,27 @@
 them without a restart (``Scheduler.reload``). A refused config is judged again when what it
 may have lacked appears (``Inputs``: a credential added, a plugin installed, a ``touch``).
 
-``ConfigWatcher`` only says "something may have changed": with ``watchfiles`` (inotify and its
-kin) when it can watch the project, else by polling. ``candidate`` loads the project afresh and
-decides what of it may run: a problem in the project config refuses the whole change; a
-problem in one agent refuses that agent's change only (its last good version keeps running, a
-new broken agent is not added); everything else applies.
+``ConfigWatcher`` only says "something may have changed": through inotify (Linux) on the
+project folder, ``agents/`` and each agent folder (never ``.al/``, which the scheduler itself
+writes), blocked in ``poll`` until an event comes, so an idle scheduler is not woken by it;
+where inotify cannot watch (another system, no inotify instance left, or
+``AL_RELOAD_POLL_SECONDS`` set for a network file system whose remote edits inotify never sees),
+by looking every ``POLL_SECONDS``. ``candidate`` loads the project afresh and decides what of it
+may run: a problem in the project config refuses the whole change; a problem in one agent
+refuses that agent's change only (its last good version keeps running, a new broken agent is not
+added); everything else applies.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import logging
+import os
+import select
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,11 +36,9 @@ from llamaherd.types import ConfigError
 
 log = logging.getLogger("llamaherd.reload")
 
-POLL_SECONDS = 1.0  # the polling fallback's period
-# Even with watchfiles, look this often: inotify misses files written into a new folder
-# before its watch is added (an agent folder copied in at once).
-RECHECK_MS = 2000
-DEBOUNCE_MS = 200  # an editor's save is several events: one reload for them all
+POLL_SECONDS = 60.0  # the fallback's period (``AL_RELOAD_POLL_SECONDS`` sets another)
+DEBOUNCE = 0.2  # seconds without an event before a reload: an editor's save is several events
+DEBOUNCE_MAX = 1.0  # ... but no later than this after the first, while events keep coming
 # Settings a running scheduler cannot change: they apply at the next `al start`.
 RESTART_SETTINGS = {
     "database": lambda project: project.database_url,
@@ -41,6 +49,12 @@ RESTART_SETTINGS = {
     "[gateway] maxConnections": lambda project: project.gateway["maxConnections"],
     "[gateway] headerTimeout": lambda project: project.gateway["headerTimeout"],
 }
+
+# inotify(7): what a watched folder reports (its entries created, written, moved, removed).
+_IN_CHANGES = 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800
+_IN_ONLYDIR, _IN_ISDIR, _IN_Q_OVERFLOW, _IN_IGNORED = 0x01000000, 0x40000000, 0x4000, 0x8000
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, 0o2000000
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 
 
 def is_config_path(root: Path, path: str) -> bool:
@@ -56,54 +70,199 @@ def is_config_path(root: Path, path: str) -> bool:
     return bool(parts) and parts[0] == "agents" and len(parts) <= 3
 
 
+def poll_seconds() -> float | None:
+    """``AL_RELOAD_POLL_SECONDS``: look this often instead of watching (None: watch)."""
+    value = os.environ.get("AL_RELOAD_POLL_SECONDS")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ConfigError(f"AL_RELOAD_POLL_SECONDS: expected seconds above 0, got {value!r}")
+    return seconds
+
+
+def input_folders() -> list[Path]:
+    """Folders where what a refused config lacked may appear (``Inputs``): the credential
+    store's (a credential added) and ``sys.path``'s (a plugin installed)."""
+    from llamaherd.credentials import CredentialStore
+
+    store = CredentialStore().root
+    # A store not made yet: its nearest folder that exists, to see it made.
+    here = next((d for d in (store, *store.parents) if d.is_dir()), store)
+    return [here, *store.glob("*"), *store.glob("*/*"), *(Path(p or ".") for p in sys.path)]
+
+
+class Inotify:
+    """The folders of one project under inotify, and the ``input_folders``: which folder each
+    watch is, what an event names. Raises OSError when inotify is unavailable."""
+
+    def __init__(self, root: Path) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._add = libc.inotify_add_watch
+        self._add.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
+        self.fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        self.root = root
+        self.folders: dict[int, Path] = {}
+        self.inputs: set[Path] = set()
+        self.watch_all()
+
+    def watch(self, folder: Path) -> None:
+        wd = self._add(self.fd, os.fsencode(folder), _IN_CHANGES | _IN_ONLYDIR)
+        if wd >= 0:
+            self.folders[wd] = folder
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.ENOENT, errno.ENOTDIR):  # gone or not a folder: nothing to watch
+            raise OSError(code, f"inotify cannot watch {folder}: {os.strerror(code)}")
+
+    def watch_all(self) -> None:
+        """The project folder, ``agents/``, every agent folder and the input folders (again
+        after an overflow)."""
+        self.watch_inputs()
+        self.watch(self.root)
+        agents = self.root / "agents"
+        self.watch(agents)
+        for entry in os.scandir(agents) if agents.is_dir() else ():
+            if entry.is_dir():
+                self.watch(Path(entry.path))
+
+    def watch_inputs(self) -> None:
+        self.inputs = set(input_folders())
+        for folder in self.inputs:
+            self.watch(folder)
+
+    def read(self) -> bool:
+        """Take the pending events (watching new agent folders); whether one may concern the
+        config."""
+        relevant = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return relevant
+            offset = 0
+            while offset < len(data):
+                wd, mask, _, size = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + size].rstrip(b"\0")
+                offset += _EVENT.size + size
+                relevant |= self._event(wd, mask, os.fsdecode(name))
+
+    def _event(self, wd: int, mask: int, name: str) -> bool:
+        if mask & _IN_Q_OVERFLOW:  # events were lost: watch everything again and look
+            self.watch_all()
+            return True
+        if mask & _IN_IGNORED:
+            self.folders.pop(wd, None)
+            return False
+        folder = self.folders.get(wd)
+        if folder is None:
+            return False
+        if folder in self.inputs:  # a credential or a distribution may have come or gone
+            if mask & _IN_ISDIR:
+                self.watch_inputs()
+            return True
+        path = folder / name if name else folder
+        # A folder created or moved in is watched before the reload reads it: what is written
+        # into it afterwards is an event of its own.
+        agents = self.root / "agents"
+        if mask & _IN_ISDIR and path == agents:
+            self.watch_all()
+        elif mask & _IN_ISDIR and folder == agents:
+            self.watch(path)
+        return is_config_path(self.root, str(path))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class ConfigWatcher:
     """A daemon thread calling ``on_change()`` after the project's config files may have
-    changed, until ``stop`` is set. ``on_change`` compares contents itself, so a spurious call
-    costs one digest of the config files."""
+    changed, until ``stop`` is set and ``close()`` called. ``on_change`` compares contents
+    itself, so a spurious call costs one digest of the config files."""
 
     def __init__(self, root: Path, on_change: Callable[[], None], stop: threading.Event):
         self.root = root
         self.on_change = on_change
         self.stop = stop
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._inotify: Inotify | None = None
+        self._every = POLL_SECONDS
         self._thread = threading.Thread(target=self._run, name="al-reload", daemon=True)
 
     def start(self) -> ConfigWatcher:
+        """Watch from now on (inotify is set up before this returns), in a daemon thread."""
+        every = poll_seconds()
+        if every is None:
+            try:
+                self._inotify = Inotify(self.root)
+            except (OSError, AttributeError) as exc:  # no inotify here, or no instance left
+                every = POLL_SECONDS
+                log.info("live reload looks at the config every %gs (%s)", every, exc)
+        else:
+            log.info("live reload looks at the config every %gs (AL_RELOAD_POLL_SECONDS)", every)
+        self._every = every
         self._thread.start()
         return self
 
+    def close(self) -> None:
+        """End the thread (``stop`` set or not), wait for it, release its descriptors."""
+        self.stop.set()
+        if self._wake_w < 0:
+            return
+        os.write(self._wake_w, b"x")
+        if self._thread.ident is not None:
+            self._thread.join(5)
+        if not self._thread.is_alive():
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+
     def _run(self) -> None:
-        try:
-            self._watch()
-        except Exception as exc:  # no watchfiles, no inotify instances left, a gone directory
-            if self.stop.is_set():
+        # One look first: an edit saved after the project was loaded but before the watches
+        # were set up made no event.
+        self._changed()
+        if self._inotify is not None:
+            try:
+                self._watch(self._inotify)
                 return
-            log.info("live reload polls the config every %gs (%s)", POLL_SECONDS, exc)
-        while not self.stop.wait(POLL_SECONDS):
+            except OSError as exc:  # out of inotify watches for a new agent folder
+                self._every = POLL_SECONDS
+                log.warning("live reload looks at the config every %gs (%s)", POLL_SECONDS, exc)
+        while not self._sleep(self._every):
             self._changed()
 
-    def _watch(self) -> None:
-        import watchfiles
+    def _sleep(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for ``close``; whether it came."""
+        if self.stop.is_set():
+            return True
+        ready, _, _ = select.select([self._wake_r], [], [], seconds)
+        return bool(ready) or self.stop.is_set()
 
-        # It logs every batch of changes at INFO: the scheduler's own writes would fill its log.
-        logging.getLogger("watchfiles").setLevel(logging.WARNING)
-
-        # Unfiltered: the scheduler itself writes under .al/ every second, and a change that a
-        # filter dropped would neither yield nor let the timeout yield, so the recheck that
-        # repairs a missed event would never come while the scheduler is busy.
-        looked = time.monotonic()
-        for changes in watchfiles.watch(
-            self.root,
-            watch_filter=None,
-            debounce=DEBOUNCE_MS,
-            stop_event=self.stop,
-            raise_interrupt=False,
-            rust_timeout=RECHECK_MS,
-            yield_on_timeout=True,
-        ):
-            due = time.monotonic() - looked >= RECHECK_MS / 1000
-            if due or any(is_config_path(self.root, path) for _, path in changes):
-                looked = time.monotonic()
-                self._changed()
+    def _watch(self, inotify: Inotify) -> None:
+        try:
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            poller.register(inotify.fd, select.POLLIN)
+            first: float | None = None  # when the first event of a pending change came
+            while not self.stop.is_set():
+                timeout = None if first is None else DEBOUNCE * 1000
+                ready = {fd for fd, _ in poller.poll(timeout)}
+                if self._wake_r in ready:
+                    return
+                now = time.monotonic()
+                if inotify.fd in ready and inotify.read() and first is None:
+                    first = now
+                quiet = not ready
+                if first is not None and (quiet or now - first >= DEBOUNCE_MAX):
+                    first = None
+                    self._changed()
+        finally:
+            inotify.close()
 
     def _changed(self) -> None:
         try:

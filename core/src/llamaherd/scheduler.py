@@ -51,7 +51,10 @@ from llamaherd.types import (
 
 log = logging.getLogger("llamaherd.scheduler")
 
-HOUSEKEEPING_EVERY = 1.0
+HOUSEKEEPING_EVERY = 1.0  # with other hosts on the database (PostgreSQL), or a fake clock
+# Alone on its database, nothing needs a pass sooner: work is claimed when it is queued (a
+# wake-up), waits expire at their deadline, and the heartbeat says how often it comes.
+IDLE_HOUSEKEEPING_EVERY = 60.0
 HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is presumed dead
 PRUNE_EVERY = 3600.0
 STORE_RETRY_AFTER = 1.0  # pause of the main loop after the database failed a pass
@@ -103,7 +106,7 @@ class HostWatch:
     """Which scheduler hosts stopped heartbeating, judged on this process's monotonic clock.
 
     A host is presumed dead once its heartbeat row has not changed for ``stale_after`` seconds
-    of our own time (as client-go's leader election judges a lease it observes), so clock skew
+    (or three of the heartbeat periods it announces as ``every``, when longer) of our own time (as client-go's leader election judges a lease it observes), so clock skew
     between hosts, or a jump of the wall or fake clock, never makes a live host look dead. A
     host first seen less than ``stale_after`` ago is not judged yet. ``clock`` is that monotonic
     clock (tests pass their own)."""
@@ -122,7 +125,12 @@ class HostWatch:
             previous = self._seen.get(host["host"])
             seen[host["host"]] = previous if previous and previous[0] == mark else (mark, now)
         self._seen = seen
-        return {name for name, (_, since) in seen.items() if now - since >= self.stale_after}
+        every = {host["host"]: float((host["info"] or {}).get("every") or 0) for host in hosts}
+        return {
+            name
+            for name, (_, since) in seen.items()
+            if now - since >= max(self.stale_after, 3 * every.get(name, 0.0))
+        }
 
 
 class TriggerHost:
@@ -198,9 +206,11 @@ class Scheduler(Engine):
         self.plugins = installed_plugins()
         self._reloading = threading.Lock()
         self.triggers: list[tuple[Any, TriggerHost]] = []
+        self.watcher: ConfigWatcher | None = None
         self.watch = HostWatch(stale_after)
         self._beats = 0
         self._last_housekeeping = 0.0
+        self._every = self.housekeeping_every()
         self._last_prune = 0.0
 
     # ------------------------------------------------------------------ lifecycle
@@ -216,7 +226,7 @@ class Scheduler(Engine):
         self._start_triggers()
         self._install_signals()
         self._write_info()  # last: its presence tells clients the scheduler is fully up
-        ConfigWatcher(self.project.root, self.reload, self.stopping).start()
+        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
         log.info("scheduler %s listening on %s", self.host, self.gateway_url)
         self._log_webhook_urls()
         try:
@@ -467,6 +477,8 @@ class Scheduler(Engine):
     def shutdown(self) -> None:
         """Stop triggers, let active runs finish within the grace period, then interrupt the rest
         (requeued with a recovery notice, as after a crash)."""
+        if self.watcher is not None:
+            self.watcher.close()
         for trigger, _ in self.triggers:
             try:
                 trigger.stop()
@@ -501,23 +513,46 @@ class Scheduler(Engine):
 
     # ------------------------------------------------------------------ upkeep
     def heartbeat(self) -> None:
-        """Tell the other hosts we are alive; ``beat`` changes even when a fake clock stands."""
+        """Tell the other hosts we are alive; ``beat`` changes even when a fake clock stands,
+        ``every`` says how often it does (``HostWatch`` waits at least three of them)."""
         self._beats += 1
-        info = {"pid": os.getpid(), "url": self.gateway_url, "beat": self._beats, **self.identity()}
+        info = {
+            "pid": os.getpid(), "url": self.gateway_url, "beat": self._beats,
+            "every": self._every, **self.identity(),
+        }  # fmt: skip
         self.store.heartbeat_host(self.host, info)
 
-    def _until_housekeeping(self) -> float:
-        return max(0.0, self._last_housekeeping + HOUSEKEEPING_EVERY - time.time())
-
-    def housekeeping(self) -> None:
-        now = time.time()
-        if now - self._last_housekeeping < HOUSEKEEPING_EVERY:
-            return
-        self._last_housekeeping = now
-        self.heartbeat()
+    def _between_passes(self) -> None:
+        """What every wake-up does, not only the full pass: expire due waits, hand flow
+        control's interrupts to runs that started here since."""
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
         self.deliver_flow_messages()
+
+    def housekeeping_every(self) -> float:
+        """Seconds between housekeeping passes: each second where other hosts may share the
+        database (their heartbeats watched, their items claimed) or the clock is fake (it may
+        jump), else a minute."""
+        if self.store.shared or os.environ.get("AL_FAKE_CLOCK_FILE"):
+            return HOUSEKEEPING_EVERY
+        return IDLE_HOUSEKEEPING_EVERY
+
+    def _until_housekeeping(self) -> float:
+        """Seconds until the next pass, or the next wait deadline if sooner."""
+        until = self._last_housekeeping + self._every - time.time()
+        deadline = self.store.next_wait_deadline()
+        if deadline is not None:
+            until = min(until, deadline - self.clock())
+        return max(0.0, until)
+
+    def housekeeping(self) -> None:
+        now = time.time()
+        if now - self._last_housekeeping < self._every:
+            self._between_passes()
+            return
+        self._last_housekeeping = now
+        self.heartbeat()
+        self._between_passes()
         dead = self._dead_hosts()
         running = self.store.runs(states=("running",), limit=10_000)
         self.reconcile(running, startup=False, dead=dead)

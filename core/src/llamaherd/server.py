@@ -40,6 +40,7 @@ def build_app(engine: Any) -> Starlette:
     app.state.control_token = control_token(engine.project.state_dir)
     app.state.host_names = configured_host_names(engine.project.config.get("gateway") or {})
     app.state.body_limits = dict(BODY_LIMITS)  # plugins add their prefixes in register_routes
+    app.state.raw_routes = {}  # prefix -> plain ASGI handler (``RawRoutes``)
     # Why a plugin cannot serve safely (register_routes appends one line each): no start then.
     app.state.refusals = []
     get_manager().call_each("register_routes", app=app)
@@ -60,6 +61,25 @@ def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
     return tuple(name for name in names if name)
 
 
+class RawRoutes:
+    """ASGI: a request under a prefix of ``routes`` goes to that plain handler, ahead of the
+    framework's routing and middleware (a hot path such as webhook deliveries: per-request
+    framework overhead would be most of its cost); any other to ``app``."""
+
+    def __init__(self, app: Any, routes: dict[str, Any]):
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            for prefix, handler in self.routes.items():
+                if path.startswith(prefix):
+                    await handler(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 class ServerThread:
     """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket, within
     ``limits`` (``llamaherd.http_guard``)."""
@@ -77,7 +97,7 @@ class ServerThread:
 
         self.sock = _bind(host, port, uds)
         config = uvicorn.Config(
-            BodyLimit(app, app.state.body_limits),
+            RawRoutes(BodyLimit(app, app.state.body_limits), app.state.raw_routes),
             http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
@@ -112,8 +132,9 @@ class ServerThread:
 
 @functools.cache
 def _quiet_server_class() -> type:
-    """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second:
-    an idle scheduler stays idle, and stops at once."""
+    """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second
+    and ticking each second for the ``Date`` header (``GuardedProtocol`` dates each answer): an
+    idle scheduler stays idle, and stops at once."""
     import asyncio
 
     import uvicorn
@@ -124,13 +145,7 @@ def _quiet_server_class() -> type:
 
         async def main_loop(self) -> None:
             self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
-            counter = 0
-            while not await self.on_tick(counter):  # counter % 10 == 0: the Date header
-                counter = (counter + 10) % 864000
-                try:
-                    await asyncio.wait_for(self._exit.wait(), 1.0)
-                except TimeoutError:
-                    pass
+            await self._exit.wait()
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             """uvicorn's, without its fixed 0.1 s pause when no connection is open."""

@@ -11,6 +11,8 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
+
 from llamaherd.signatures import hmac_digest, signature_matches
 from llamaherd.types import WebhookFilter
 from llamaherd.waits import lookup
@@ -36,6 +38,19 @@ def clip(text: Any, limit: int = TEXT_LIMIT) -> str | None:
     if not isinstance(text, str) or not text:
         return None
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def parse_json(body: bytes) -> Any:
+    """The JSON ``body``: through orjson (several times faster on a service's payloads of tens
+    of kilobytes), else the standard parser, which also takes what orjson refuses (integers
+    beyond 64 bits, ``NaN``); ValueError naming the fault when neither can."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"body is not valid JSON: {exc}") from None
 
 
 def json_object(body: bytes) -> dict[str, Any] | None:
@@ -136,10 +151,7 @@ class HmacSource:
         return fields
 
     def load_json(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        try:
-            payload = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"body is not valid JSON: {exc}") from None
+        payload = parse_json(body)
         if not isinstance(payload, dict):
             raise ValueError("body must be a JSON object")
         return payload

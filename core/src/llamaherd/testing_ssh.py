@@ -200,10 +200,12 @@ class SshUser:
 
     def files(self, under: str = "") -> list[str]:
         """Paths (relative to its home) of the files and dirs under ``home/under``."""
-        root = self.home / under
-        if not root.exists():
-            return []
-        return sorted(str(p.relative_to(self.home)) for p in root.rglob("*"))
+        found = []
+        # os.walk skips what vanishes while it looks (a run's dir being removed right now).
+        for folder, dirs, names in os.walk(self.home / under):
+            here = Path(folder).relative_to(self.home)
+            found += [str(here / name) for name in (*dirs, *names)]
+        return sorted(found)
 
     def runtime(self, **extra: Any) -> dict[str, Any]:
         """The ``[runtime] type = "ssh"`` keys that reach this user through its server."""

@@ -21,6 +21,7 @@ from llamaherd.statedir import open_private, private_dir
 from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
+NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start
 DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
 
 
@@ -362,6 +363,8 @@ def run_command(
         with remote:
             sys.exit(_run_remote(remote, agent, {"agent": agent, "payload": data, "wake": wake},
                                  no_follow))  # fmt: skip
+    if no_follow and _queued_without_the_project(app, agent, data, wake):
+        return
     project = app.project
     project.agent(agent)
     client = ControlClient.find(project)
@@ -395,6 +398,35 @@ def run_command(
         sys.exit(follow(reader, run_id))
     except KeyboardInterrupt:
         sys.exit(_interrupted(store, client, item, detach))
+
+
+def _queued_without_the_project(
+    app: AppContext, agent: str, data: dict[str, Any], wake: bool
+) -> bool:
+    """``al run --no-follow`` with a scheduler up: it checks the agent, queues the run and
+    answers with its id once started, so the project is never loaded here. False when no
+    scheduler runs here (the run goes the slower way)."""
+    from llamaherd.client import ControlClient
+    from llamaherd.local import scheduler_info
+
+    state_dir = app.state_dir
+    client = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
+    if client is None:
+        return False
+    info = scheduler_info(state_dir) or {}
+    if info.get("refused_all") or agent in (info.get("kept") or []):
+        return False  # the slower way refuses, or says which version runs (--last-good)
+    body = {"agent": agent, "payload": data, "wake": wake, "started_within": NO_FOLLOW_WAIT}
+    answer = client.post("/control/run", body)
+    run_id = (answer.get("runs") or [None])[0]
+    if run_id is None:
+        item = answer["items"][0]
+        why = f"not started within {NO_FOLLOW_WAIT} s (`al stat {agent}` says why)"
+        click.echo(f"queued (work item {item}): {why}", err=True)
+        return True
+    click.echo(run_id)
+    click.echo(f"follow it with `al logs {run_id} -f`", err=True)
+    return True
 
 
 def _run_remote(client: Any, agent: str, body: dict[str, Any], no_follow: bool) -> int:

@@ -205,15 +205,29 @@ def immediate(database: pw.Database) -> Iterator[sqlite3.Connection]:
 
 
 class _Job:
-    """One caller's write, waiting for the commit that holds it."""
+    """One caller's write, waiting for the commit that holds it: on ``done`` (a blocked
+    thread), or told through ``notify`` (an event loop's future)."""
 
-    __slots__ = ("fn", "args", "kwargs", "done", "result", "error")
+    __slots__ = ("fn", "args", "kwargs", "done", "notify", "result", "error")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict[str, Any],
+        notify: Callable[[_Job], None] | None = None,
+    ) -> None:
         self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.done = threading.Event()
+        self.done = threading.Event() if notify is None else None
+        self.notify = notify
         self.result: Any = None
         self.error: BaseException | None = None
+
+    def finish(self) -> None:
+        if self.notify is not None:
+            self.notify(self)
+        else:
+            self.done.set()  # type: ignore[union-attr]
 
 
 class GroupCommit:
@@ -231,13 +245,17 @@ class GroupCommit:
 
     def submit(self, fn: Callable[..., T], args: tuple, kwargs: dict[str, Any]) -> T:
         job = _Job(fn, args, kwargs)
-        if self._thread is None:
-            self._ensure_thread()
-        self._jobs.put(job)
-        job.done.wait()
+        self.enqueue(job)
+        job.done.wait()  # type: ignore[union-attr]
         if job.error is not None:
             raise job.error
         return job.result
+
+    def enqueue(self, job: _Job) -> None:
+        """Hand ``job`` to the writer thread without waiting (``job.finish`` tells)."""
+        if self._thread is None:
+            self._ensure_thread()
+        self._jobs.put(job)
 
     def _ensure_thread(self) -> None:
         with self._start:
@@ -287,8 +305,9 @@ class GroupCommit:
             for job in batch:
                 if job.error is None:
                     job.error = exc
+        conn._ended()
         for job in batch:
-            job.done.set()
+            job.finish()
 
     @staticmethod
     def _run_all(db: sqlite3.Connection, batch: list[_Job]) -> None:
@@ -370,6 +389,11 @@ class Connection:
         """The database path or URL, without a password."""
         return self._where
 
+    @property
+    def shared(self) -> bool:
+        """Whether schedulers of other hosts may share this database (PostgreSQL)."""
+        return self._pg
+
     def clock(self) -> float:
         """The store's time (epoch seconds) that stamps what it writes: use it for rows of a
         plugin's own tables too, so they age with the rest (``prune``)."""
@@ -410,6 +434,34 @@ class Connection:
             with self._write():
                 return fn(*args)
         return self._group.submit(self._in_write, (fn, args), {})
+
+    async def write_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """``write`` for an event loop: its thread is never blocked. On SQLite the write goes
+        to the writer thread and the loop is told after the commit (one hand-over each way);
+        on PostgreSQL it runs in the loop's default executor."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._pg:
+            return await loop.run_in_executor(None, self.write, fn, *args)
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(job: _Job) -> None:
+            if future.done():  # the awaiting task was cancelled meanwhile
+                return
+            if job.error is None:
+                future.set_result(job.result)
+            else:
+                error = job.error
+                if isinstance(error, DATABASE_ERRORS):
+                    error = self._failure(error)
+                future.set_exception(error)
+
+        job = _Job(
+            self._in_write, (fn, args), {}, lambda job: loop.call_soon_threadsafe(settle, job)
+        )
+        self._group.enqueue(job)
+        return await future
 
     def _in_write(self, fn: Callable[..., T], args: tuple) -> T:
         with self._write():
@@ -464,8 +516,12 @@ class Connection:
         driven on the connection itself (peewee's transaction objects cost more than a commit
         of a queue item); a nested call joins the open transaction."""
         if self._pg:
-            with self._db.atomic():
-                yield
+            try:
+                with self._db.atomic():
+                    yield
+            finally:
+                if not self._db.in_transaction():
+                    self._ended()
             return
         with self._writer:
             conn = self._db.connection()
@@ -479,6 +535,34 @@ class Connection:
                     yield
             finally:
                 tx.depth -= 1
+        if not tx.depth:
+            self._ended()
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` once this thread's write transaction has ended (at once when it is in
+        none), committed or not: for what must see the transaction's writes from another
+        connection, such as waking the dispatcher to claim what was just queued."""
+        if not self._writing():
+            fn()
+            return
+        pending = getattr(self._tx, "after", None)
+        if pending is None:
+            pending = self._tx.after = []
+        pending.append(fn)
+
+    def _writing(self) -> bool:
+        """Whether this thread is inside a write transaction."""
+        if self._pg:
+            return self._db.in_transaction()
+        return self._group.ident == threading.get_ident() or getattr(self._tx, "depth", 0) > 0
+
+    def _ended(self) -> None:
+        """Call what waited for this thread's transaction to end (``after_commit``)."""
+        pending = getattr(self._tx, "after", None)
+        if pending:
+            self._tx.after = []
+            for fn in pending:
+                fn()
 
     def _drop_broken_connection(self) -> None:
         """After a failure, close this thread's connection if it is dead (a restarted

@@ -8,9 +8,10 @@ hosts, while items are taken with ``FOR UPDATE SKIP LOCKED``.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -169,6 +170,16 @@ class Queue(Runs):
             row = inserted.fetchone()
             return None if row is None else row[0]
 
+    @guarded
+    @grouped
+    def enqueue_many(self, items: Iterable[dict[str, Any]]) -> list[int | None]:
+        """``enqueue`` each of ``items`` (each the keyword arguments of one ``enqueue`` call),
+        all in one write transaction: a producer with several items at hand pays one commit and
+        one hand-over to the writer thread for them all. The ids, in order (None where
+        ``enqueue`` would give None)."""
+        with self._write():
+            return [self.enqueue(**item) for item in items]
+
     def _drop_overflow(self, agent: str, limit: int) -> None:
         if self._value(self._sql.depth_all, (agent,)) < limit:
             return
@@ -186,8 +197,6 @@ class Queue(Runs):
             self._exec(self._sql.agent_event, (agent, now, "dropped", dumps(data)))
         _log_drops(self._where, agent, limit, len(victims))
 
-    @guarded
-    @grouped
     def claim(
         self,
         scales: dict[str, int],
@@ -207,43 +216,90 @@ class Queue(Runs):
         to the oldest item. Agents missing from ``scales``, at 0, or in ``paused`` are skipped.
         ``flows``: the ``llamaherd.flow.FlowPolicy`` of agents with a ``[flow]``; their item is
         the one flow control lets start (``FlowStore._flow_head``), not simply the oldest."""
+        claimed = self.claim_many(scales, global_scale, host, paused, flows, limit=1)
+        return claimed[0] if claimed else None
+
+    @guarded
+    @grouped
+    def claim_many(
+        self,
+        scales: dict[str, int],
+        global_scale: int | None,
+        host: str,
+        paused: set[str] | None = None,
+        flows: dict[str, Any] | None = None,
+        *,
+        limit: int,
+    ) -> list[tuple[WorkItemRow, RunRow]]:
+        """Up to ``limit`` claims in one write transaction, each the one ``claim`` would take
+        next (same order, fairness and scale): when several slots are free, one commit starts
+        them all. On PostgreSQL each claim stays its own transaction: one holding several
+        agents' claim locks could deadlock with another scheduler's."""
+        if self._pg and limit > 1:
+            claimed: list[tuple[WorkItemRow, RunRow]] = []
+            while len(claimed) < limit and (
+                got := self.claim(scales, global_scale, host, paused, flows)
+            ):
+                claimed.append(got)
+            return claimed
         skip = paused or set()
         wanted = {
             agent: scale for agent, scale in scales.items() if scale > 0 and agent not in skip
         }
         if not wanted or (global_scale is not None and global_scale <= 0):
-            return None  # decided without a transaction: a paused scheduler takes no write lock
+            return []  # decided without a transaction: a paused scheduler takes no write lock
         with self._write():
             if global_scale is not None:
                 self._pg_lock(PG_GLOBAL)
             running = dict(self._exec(self._sql.running).fetchall())
-            if global_scale is not None and sum(running.values()) >= global_scale:
-                return None
-            room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
-            tried = False
-            for _ in range(10 if room else 0):  # a stale resume item is retired, search again
-                # Queue heads of agents with room: fewest running first, then oldest item.
-                heads = sorted(
-                    (running.get(row[1], 0), row[0], row)  # (id, agent, ...) as in _ITEM_COLUMNS
-                    for row in self._heads(room, host)
-                )
-                for _, _, head in heads:
-                    policy = flows.get(head[1]) if flows else None
-                    # Only the first agent's lock is waited for: this transaction holds none yet.
-                    if policy is not None and policy.claim_time:
-                        item = self._flow_head(head[1], policy, scales[head[1]], host, not tried)
-                    else:
-                        item = self._lock_head(head, scales[head[1]], host, wait=not tried)
-                    tried = True
-                    if item is None:
-                        continue
-                    claimed = self._take(item, host, policy)
-                    if claimed is not None:
-                        return claimed
-                    break
-                else:
-                    return None
-        return None
+            return self._claim_heads(wanted, global_scale, host, running, limit, flows or {})
+
+    def _claim_heads(
+        self,
+        wanted: dict[str, int],
+        global_scale: int | None,
+        host: str,
+        running: dict[str, int],
+        limit: int,
+        flows: dict[str, Any],
+    ) -> list[tuple[WorkItemRow, RunRow]]:
+        """Claim from the queue heads of the agents with room, in fairness order (fewest
+        running first, then oldest item), until ``limit``. The heads are read once: after a
+        claim only that agent's next head is (one index seek), as nothing else changes under
+        this transaction's write lock. An agent under flow control has its item picked by
+        flow control (``_flow_head``) each time, its head only placing it in the order."""
+        room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
+        if not room:
+            return []
+        heap = [(running.get(row[1], 0), row[0], row) for row in self._heads(room, host)]
+        heapq.heapify(heap)
+        claimed: list[tuple[WorkItemRow, RunRow]] = []
+        total = sum(running.values())
+        tried = False
+        while heap and len(claimed) < limit:
+            if global_scale is not None and total >= global_scale:
+                break
+            _, _, head = heapq.heappop(heap)  # (id, agent, ...) as in _ITEM_COLUMNS
+            agent = head[1]
+            policy = flows.get(agent)
+            # Only the first agent's lock is waited for: this transaction holds none yet.
+            if policy is not None and policy.claim_time:
+                item = self._flow_head(agent, policy, wanted[agent], host, not tried)
+            else:
+                item = self._lock_head(head, wanted[agent], host, wait=not tried)
+            tried = True
+            if item is None:
+                continue  # full, flow control holds it, or another scheduler is claiming for it
+            got = self._take(item, host, policy)  # None: a stale resume item, retired
+            if got is not None:
+                claimed.append(got)
+                running[agent] = running.get(agent, 0) + 1
+                total += 1
+            if running.get(agent, 0) < wanted[agent]:
+                row = self._exec(self._sql.take, (agent, host)).fetchone()
+                if row is not None:
+                    heapq.heappush(heap, (running.get(agent, 0), row[0], row))
+        return claimed
 
     @guarded
     @grouped

@@ -101,6 +101,7 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
             "SELECT id, agent, wait_filter FROM runs WHERE state = 'waiting' ORDER BY created_at"
         ),
         "expired": q(f"{runs} WHERE state = 'waiting' AND wait_deadline <= ?"),
+        "next_deadline": "SELECT MIN(wait_deadline) FROM runs WHERE state = 'waiting'",
         "event": q('INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)'),
         "status": q('INSERT INTO status_messages (run_id, "at", "text") VALUES (?, ?, ?)'),
         "events": q(
@@ -457,6 +458,11 @@ class Runs(Connection):
     def expired_waits(self, now: float) -> list[RunRow]:
         """Waiting runs whose wait deadline is at or before ``now``."""
         return self._run_rows(self._sql.expired, (now,))
+
+    @guarded
+    def next_wait_deadline(self) -> float | None:
+        """The earliest wait deadline of a waiting run (when the next one expires), or None."""
+        return self._value(self._sql.next_deadline)
 
     # ------------------------------------------------------------ history
     @guarded

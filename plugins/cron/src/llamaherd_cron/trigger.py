@@ -37,8 +37,9 @@ log = logging.getLogger("llamaherd.cron")
 # Longest real-time sleep under a fake clock (tests: it may jump at any moment), and how soon a
 # tick whose emit failed (the database was unavailable) is tried again.
 POLL_SECONDS = 0.5
-# Longest sleep on the wall clock: a clock stepped back or forward is noticed within it.
-MAX_SLEEP = 30.0
+# Longest sleep on the wall clock: a clock stepped back or forward is noticed within it (an
+# idle scheduler wakes no more often than once a minute).
+MAX_SLEEP = 60.0
 SCHEDULED_TEXT = (
     "You are running on a schedule. Check for new work and act on anything you find; "
     "if there is nothing to do, say so and stop."

@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llamaherd.api import WebhookReply, body_digest, clean_text
-from llamaherd_webhooks.matching import filters_of, matching_agents
+from llamaherd_webhooks.matching import entry_matches, filters_of
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
 from llamaherd_webhooks.trigger import make_event
@@ -39,6 +40,15 @@ class Outcome:
     status: int
     body: dict[str, Any] = field(default_factory=dict)
     reply: WebhookReply | None = None
+    # Logged by ``committed`` once the write transaction that made this answer has committed:
+    # a commit that fails (a full disk) is answered 503 and logged as such, never as queued.
+    log_line: str | None = field(default=None, compare=False)
+
+
+def committed(outcome: Outcome) -> Outcome:
+    if outcome.log_line is not None:
+        log.info("%s", outcome.log_line)
+    return outcome
 
 
 @dataclass
@@ -51,6 +61,7 @@ class SourceConfig:
     instance: str
     allow_unsigned: bool
     max_body: int
+    filters: dict[str, Any] = field(default_factory=dict)  # the source type's filter keys
 
 
 def safe_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -91,6 +102,7 @@ def resolve_source(project: Any, registry: Any, name: str) -> SourceConfig | Out
         instance=str(instance if isinstance(instance, str) else table.get("credential", "default")),
         allow_unsigned=bool(table.get("allowUnsigned", False)),
         max_body=int(table.get("maxBodyBytes", DEFAULT_MAX_BODY)),
+        filters=filters_of(source),
     )
 
 
@@ -105,6 +117,66 @@ def sources_of_type(project: Any, registry: Any, kind: str) -> list[SourceConfig
     )
     found = (resolve_source(project, registry, name) for name in names)
     return [config for config in found if isinstance(config, SourceConfig)]
+
+
+@dataclass
+class Write:
+    """What is left of a delivery once examined: ``fn(*args)`` in one write transaction, whose
+    result is the answer."""
+
+    fn: Callable[..., Outcome]
+    args: tuple[Any, ...]
+
+
+class Routes:
+    """One loaded project's sources and which agents' ``[[webhooks]]`` entries name each,
+    resolved once (a live reload loads a new project, and with it new ``Routes``)."""
+
+    def __init__(self, project: Any, registry: Any) -> None:
+        self.project = project
+        self.registry = registry
+        self._candidates: dict[str, list[SourceConfig] | Outcome] = {}
+        self._entries: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+
+    def candidates(self, name: str) -> list[SourceConfig] | Outcome:
+        """The source named ``name``; else, when ``name`` is a source type (Action Llama's
+        ``/webhooks/github``), every declared source of that type; else the 404."""
+        found = self._candidates.get(name)
+        if found is None:
+            config = resolve_source(self.project, self.registry, name)
+            if isinstance(config, SourceConfig):
+                found = [config]
+            else:
+                found = sources_of_type(self.project, self.registry, name) or config
+            if len(self._candidates) < 1000:  # names come from requests: bounded
+                self._candidates[name] = found
+        return found
+
+    def agents(self, config: SourceConfig, fields: dict[str, Any]) -> list[str]:
+        """Names of the agents with an entry for ``config``'s source matching the event, in
+        name order (``matching.matching_agents``, over only the entries that can match)."""
+        entries = self._entries.get(config.name)
+        if entries is None:
+            entries = self._entries[config.name] = entries_for(self.project.agents, config.name)
+        return [
+            name
+            for name, mine in entries
+            if any(entry_matches(entry, config.name, fields, config.filters) for entry in mine)
+        ]
+
+
+def entries_for(agents: dict[str, Any], source: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(agent, its ``[[webhooks]]`` entries that may take deliveries of ``source``), by name."""
+    found = []
+    for name, agent in sorted(agents.items()):
+        mine = [
+            entry
+            for entry in agent.config.get("webhooks") or []
+            if entry.get("source") in (None, source)
+        ]
+        if mine:
+            found.append((name, mine))
+    return found
 
 
 class SecretCache:
@@ -164,11 +236,18 @@ class Ingest:
     the rejected deliveries recorded per source and ``client`` address; without one (``al
     webhooks replay``) every rejection is recorded."""
 
-    def __init__(self, engine: Any, throttle: RejectThrottle | None = None, client: str = ""):
+    def __init__(
+        self,
+        engine: Any,
+        throttle: RejectThrottle | None = None,
+        client: str = "",
+        routes: Routes | None = None,
+    ):
         self.engine = engine
         self.receipts = Receipts(engine.store)
         self.throttle = throttle
         self.client = client
+        self.routes = routes or Routes(engine.project, engine.registry)
 
     def source(self, name: str) -> SourceConfig | Outcome:
         return resolve_source(self.engine.project, self.engine.registry, name)
@@ -176,11 +255,7 @@ class Ingest:
     def candidates(self, name: str) -> list[SourceConfig] | Outcome:
         """The source named ``name``; else, when ``name`` is a source type (Action Llama's
         ``/webhooks/github``), every declared source of that type; else the 404."""
-        config = self.source(name)
-        if isinstance(config, SourceConfig):
-            return [config]
-        of_type = sources_of_type(self.engine.project, self.engine.registry, name)
-        return of_type or config
+        return self.routes.candidates(name)
 
     def pick(
         self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes | None
@@ -217,18 +292,45 @@ class Ingest:
     def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
         """Process one delivery (``body`` None: it exceeded the size limit and was not read).
         Never raises: a failure is a 4xx (503 while the store is unavailable)."""
+        try:
+            step = self.examine(config, {k.lower(): v for k, v in headers.items()}, body)
+            if isinstance(step, Outcome):
+                return step
+            return committed(self.engine.store.write(step.fn, *step.args))
+        except Exception as exc:
+            return self._failed(config, exc)
+
+    async def receive_async(
+        self, config: SourceConfig, headers: dict[str, str], body: bytes | None
+    ) -> Outcome:
+        """``receive`` on an event loop, ``headers`` lower-cased already: everything but the
+        write runs here, the write on the store's writer (``Store.write_async``)."""
+        try:
+            step = self.examine(config, headers, body)
+            if isinstance(step, Outcome):
+                return step
+            return committed(await self.engine.store.write_async(step.fn, *step.args))
+        except Exception as exc:
+            return self._failed(config, exc)
+
+    @staticmethod
+    def _failed(config: SourceConfig, exc: Exception) -> Outcome:
+        """What a delivery that failed is answered: 503 while the store is unavailable, else
+        422 (never a 500)."""
         from llamaherd.api import StoreError
 
-        try:
-            return self._handle(config, {k.lower(): v for k, v in headers.items()}, body)
-        except StoreError:
-            log.exception("webhook %s: the store is unavailable", config.name)
+        if isinstance(exc, StoreError):
+            log.error("webhook %s: the store is unavailable: %s", config.name, exc)
             return Outcome(503, {"error": "store unavailable, retry later"})
-        except Exception:
-            log.exception("webhook %s: delivery could not be processed", config.name)
-            return Outcome(422, {"error": "delivery could not be processed"})
+        log.error("webhook %s: delivery could not be processed", config.name, exc_info=exc)
+        return Outcome(422, {"error": "delivery could not be processed"})
 
-    def _handle(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
+    def examine(
+        self, config: SourceConfig, headers: dict[str, str], body: bytes | None
+    ) -> Outcome | Write:
+        """Everything about a delivery that needs no database, in order: its size, its
+        signature (before anything of the body is parsed), its fields, the agents it matches.
+        What is left is one write (receipt, dedupe, queued items, all in one transaction)."""
         if body is None or len(body) > config.max_body:
             return self._reject(
                 config, headers, b"", 413, f"body larger than {config.max_body} bytes"
@@ -242,29 +344,52 @@ class Ingest:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
         delivery = str(fields.get("delivery"))
-        digest = self._digest(config, body)
         if fields.get("ignore"):
-            status = int(fields.get("status", 200))
-            self._record(
-                config, delivery, headers, body, status, f"ignored: {fields.get('event')}", []
-            )
-            outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
-            log.info(
-                "webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event")
-            )
-        elif self.receipts.seen(config.name, delivery):
-            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+            return Write(self._ignored, (config, delivery, headers, body, fields))
+        agents = self.routes.agents(config, fields)
+        digest = self._digest(config, body)
+        return Write(self._accept, (config, delivery, headers, body, fields, agents, digest))
+
+    def _ignored(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+    ) -> Outcome:
+        status = int(fields.get("status", 200))
+        self._record(config, delivery, headers, body, status, f"ignored: {fields.get('event')}", [])
+        log.info("webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event"))
+        outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+        return answer(config, fields, outcome)
+
+    def _accept(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+        agents: list[str],
+        digest: str | None,
+    ) -> Outcome:
+        """A verified delivery, in one write transaction: dropped when its id was seen (or,
+        for a source whose bodies are unique, its signed body: a replay under a new id), else
+        queued for ``agents`` (and offered to waiting runs) with its receipt."""
+        if self.receipts.seen(config.name, delivery):
             log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
-        elif digest is not None and self.receipts.seen_body(config.name, digest):
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+        elif digest is not None and self.receipts.seen_body(config.name, digest):
             log.warning(
                 "webhook %s: delivery %s has the signed body of an earlier delivery (a replay): "
                 "dropped",
                 config.name,
                 delivery,
             )
+            outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
         else:
-            outcome = self._route(config, delivery, headers, body, fields, digest)
+            outcome = self._fan_out(config, delivery, headers, body, fields, agents, digest)
         return answer(config, fields, outcome)
 
     def replay(self, receipt_id: int) -> Outcome:
@@ -292,7 +417,13 @@ class Ingest:
             return Outcome(200, {"ignored": fields.get("event")})
         delivery = f"replay-{receipt_id}-{uuid.uuid4().hex[:8]}"
         fields["delivery"] = delivery
-        return self._route(config, delivery, headers, body, fields)
+        agents = self.routes.agents(config, fields)
+        # One write transaction for the whole fan-out and its receipt.
+        return committed(
+            self.engine.store.write(
+                self._fan_out, config, delivery, headers, body, fields, agents, None
+            )
+        )
 
     def challenge(self, config: SourceConfig, query: dict[str, str]) -> Outcome:
         """A GET to the source's URL: its ``answer_get`` reply (X's CRC), 405 for a source
@@ -329,33 +460,6 @@ class Ingest:
             )
         return config.source.verify(headers, body, secrets)
 
-    def _route(
-        self,
-        config: SourceConfig,
-        delivery: str,
-        headers: dict[str, str],
-        body: bytes,
-        fields: dict[str, Any],
-        digest: str | None = None,
-    ) -> Outcome:
-        agents = matching_agents(
-            self.engine.project.agents, config.name, fields, filters_of(config.source)
-        )
-        # One write transaction for the whole fan-out and its receipt: N matched agents are N
-        # items in one commit, and the 202 goes out after it.
-        outcome, result = self.engine.store.write(
-            self._fan_out, config, delivery, headers, body, fields, agents, digest
-        )
-        # Logged once committed: a commit that fails (a full disk) is answered 503 and logged
-        # as such, never as queued.
-        log.info(
-            "webhook %s: delivery %s (%s) %s; queued for %s; resumed %s",
-            config.name, delivery, fields.get("event") or "-", result,
-            ", ".join(outcome.body["queued"]) or "none",
-            ", ".join(outcome.body["resumed"]) or "none",
-        )  # fmt: skip
-        return outcome
-
     def _fan_out(
         self,
         config: SourceConfig,
@@ -365,9 +469,9 @@ class Ingest:
         fields: dict[str, Any],
         agents: list[str],
         digest: str | None,
-    ) -> tuple[Outcome, str]:
+    ) -> Outcome:
         """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
-        (in the caller's write transaction): the 202 and what became of it."""
+        (in the caller's write transaction)."""
         queued, refused, resumed, flow = [], {}, [], {}
         for agent in agents:
             emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
@@ -386,7 +490,12 @@ class Ingest:
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
         self._record(config, delivery, headers, body, 202, result, agents, digest)
-        outcome = Outcome(
+        line = (
+            f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) {result}; "
+            f"queued for {', '.join(queued) or 'none'}; "
+            f"resumed {', '.join(sorted(set(resumed))) or 'none'}"
+        )
+        return Outcome(
             202,
             {
                 "delivery": delivery,
@@ -397,8 +506,8 @@ class Ingest:
                 "resumed": sorted(set(resumed)),
                 **({"flow": flow} if flow else {}),
             },
+            log_line=line,
         )
-        return outcome, result
 
     def _reject(
         self,
@@ -427,10 +536,12 @@ class Ingest:
         result = why if kept == body else f"{why} (body cut to {len(kept)} of {len(body)} bytes)"
         # Rejected requests are kept without their claimed delivery id, so a forged id can
         # never make the genuine delivery look like a duplicate.
-        self.receipts.record(
-            config.name, None, rejected_headers(config, headers), kept, status, result, []
-        )
-        return Outcome(status, {"error": why})
+        letter = (config.name, None, rejected_headers(config, headers), kept, status, result, [])
+        return Write(self._dead_letter, (letter, Outcome(status, {"error": why})))
+
+    def _dead_letter(self, letter: tuple[Any, ...], outcome: Outcome) -> Outcome:
+        self.receipts.record(*letter)
+        return outcome
 
     def _record(
         self,

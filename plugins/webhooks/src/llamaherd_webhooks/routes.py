@@ -5,41 +5,33 @@ Action Llama receives at ``/webhooks/<type>`` (``/webhooks/github``), and sender
 with that URL: when no source is named so, a delivery there goes to the source of that type (of
 several, the one whose secret verifies the signature: ``Ingest.pick``).
 
-The body is read with the source's size limit before anything else; the rest of the work
-(blocking store calls) runs in Starlette's thread pool through ``Ingest.receive``.
+A delivery is the hot path: ``WebhookEndpoint`` is a plain ASGI handler (``app.state.raw_routes``)
+rather than a framework route. It reads the body within the source's size limit, then verifies,
+parses and matches it on the event loop (``Ingest.examine``: no database), and hands the one
+write (receipt, dedupe, queued items) to the store's writer, awaiting its commit: one hand-over
+off the loop. A body above ``LOOP_BODY`` goes whole to the thread pool instead (verifying and
+parsing it would hold up the loop).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llamaherd.api import require_token
-from llamaherd_webhooks.ingest import Ingest, Outcome
+from llamaherd_webhooks.ingest import Ingest, Outcome, Routes
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
 from llamaherd_webhooks.trigger import dedupe_key
 
 log = logging.getLogger("llamaherd.webhooks")
-
-
-async def read_limited(request: Request, limit: int) -> bytes | None:
-    """The request body, or None as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def respond(outcome: Outcome) -> Response:
@@ -48,20 +40,6 @@ def respond(outcome: Outcome) -> Response:
         reply = outcome.reply
         return Response(reply.body, status_code=reply.status, media_type=reply.content_type)
     return JSONResponse(outcome.body, status_code=outcome.status)
-
-
-async def receive(request: Request) -> Response:
-    """Take one delivery: 202 once it is durably routed (or the source's own reply), 4xx when
-    refused, never a 500."""
-    try:
-        outcome = await _receive(request)
-    except Exception:  # a client must never see a 500, whatever went wrong
-        log.exception("webhook %s: unexpected failure", request.path_params.get("name"))
-        outcome = Outcome(422, {"error": "delivery could not be processed"})
-    response = respond(outcome)
-    if outcome.status == 413:  # the rest of the body is not read (nor drained): hang up
-        response.headers["connection"] = "close"
-    return response
 
 
 async def challenge(request: Request) -> Response:
@@ -82,18 +60,114 @@ async def challenge(request: Request) -> Response:
     return respond(outcome)
 
 
-async def _receive(request: Request) -> Outcome:
-    client = request.client.host if request.client else ""
-    ingest = Ingest(request.app.state.engine, request.app.state.webhook_rejects, client)
-    candidates = ingest.candidates(request.path_params["name"])
-    if isinstance(candidates, Outcome):
-        return candidates
-    try:
-        body = await read_limited(request, max(config.max_body for config in candidates))
-    except ClientDisconnect:
-        return Outcome(400, {"error": "the client disconnected before sending the whole body"})
-    # One hand-over to the thread pool per delivery: picking the source reads credentials.
-    return await run_in_threadpool(ingest.take, candidates, dict(request.headers), body)
+PREFIX = "/webhooks/"
+# Bodies up to this size are verified and parsed on the event loop (microseconds); a larger one
+# goes to the thread pool whole.
+LOOP_BODY = 64 * 1024
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class WebhookEndpoint:
+    """``POST /webhooks/<name>`` as a plain ASGI handler; any other request under the prefix
+    (a GET challenge) goes on to the framework's routes (``app``)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._routes: Routes | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        name = scope["path"][len(PREFIX) :]
+        if scope["method"] != "POST" or not name or "/" in name:
+            await self.app(scope, receive, send)
+            return
+        unread = True
+        try:
+            outcome, unread = await self._take(scope, receive, name)
+        except Exception:  # a client must never see a 500, whatever went wrong
+            log.exception("webhook %s: unexpected failure", name)
+            outcome = Outcome(422, {"error": "delivery could not be processed"})
+        await _answer(send, outcome, close=unread)
+
+    def routes(self, engine: Any) -> Routes:
+        """The loaded project's routes, resolved again after a live reload."""
+        routes = self._routes
+        if routes is None or routes.project is not engine.project:
+            routes = self._routes = Routes(engine.project, engine.registry)
+        return routes
+
+    async def _take(self, scope: dict[str, Any], receive: Any, name: str) -> tuple[Outcome, bool]:
+        """The outcome, and whether part of the body was left unread (then the connection is
+        closed after the answer)."""
+        engine = self.app.state.engine
+        client = scope.get("client")
+        ingest = Ingest(
+            engine, self.app.state.webhook_rejects, client[0] if client else "", self.routes(engine)
+        )
+        candidates = ingest.candidates(name)
+        if isinstance(candidates, Outcome):
+            return candidates, True
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:  # lower-cased by the server; the first one wins
+            headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+        try:
+            body = await read_body(receive, headers, max(c.max_body for c in candidates))
+        except Disconnected:
+            gone = "the client disconnected before sending the whole body"
+            return Outcome(400, {"error": gone}), True
+        if body is None or len(body) > LOOP_BODY:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                None, ingest.take, candidates, headers, body
+            ), body is None
+        config = ingest.pick(candidates, headers, body)
+        if isinstance(config, Outcome):
+            return config, False
+        return await ingest.receive_async(config, headers, body), False
+
+
+class Disconnected(Exception):
+    """The client went away before sending the whole body."""
+
+
+async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes | None:
+    """The request body from ASGI ``receive``, or None as soon as it is known to exceed
+    ``limit`` bytes (by its Content-Length, before a byte is read); ``Disconnected`` when the
+    client went away first."""
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    message = await receive()
+    body = message.get("body", b"")
+    if message["type"] == "http.request" and not message.get("more_body"):
+        return body if len(body) <= limit else None  # the common case: one message
+    chunks, size = [body], len(body)
+    while message["type"] == "http.request" and message.get("more_body"):
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    if message["type"] != "http.request":
+        raise Disconnected
+    return b"".join(chunks)
+
+
+async def _answer(send: Any, outcome: Outcome, close: bool) -> None:
+    """The source's own reply byte for byte, else the JSON receipt."""
+    if outcome.reply is not None:
+        reply = outcome.reply
+        body = reply.body if isinstance(reply.body, bytes) else str(reply.body).encode()
+        headers = [(b"content-type", reply.content_type.encode("latin-1"))]
+    else:
+        text = json.dumps(outcome.body, ensure_ascii=False, separators=(",", ":"))  # as before
+        body, headers = text.encode(), list(JSON_HEADERS)
+    headers.append((b"content-length", str(len(body)).encode()))
+    if close:
+        headers.append((b"connection", b"close"))
+    status = outcome.status if outcome.reply is None else outcome.reply.status
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _count(raw: str | None, default: int, high: int) -> int:
@@ -140,10 +214,10 @@ async def replay(request: Request) -> Response:
 
 def add_routes(app: Any) -> None:
     """Mount the webhook routes on the scheduler's Starlette app. Their bodies are bounded
-    by each source's ``maxBodyBytes`` (``read_limited``), not the server's default limit."""
-    app.state.body_limits["/webhooks/"] = None
+    by each source's ``maxBodyBytes`` (``read_body``), not the server's default limit."""
+    app.state.body_limits[PREFIX] = None
     app.state.webhook_rejects = RejectThrottle()
-    app.router.routes.append(Route("/webhooks/{name}", receive, methods=["POST"]))
+    app.state.raw_routes[PREFIX] = WebhookEndpoint(app)
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
     app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))
     app.router.routes.append(
