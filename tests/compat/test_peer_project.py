@@ -1,6 +1,6 @@
 """A project written for Action Llama (``projects/shared-context``: ``shared/`` files injected
 with ``!`cat /app/static/shared/...```, a seconds cron, an agent disabled with ``scale = 0``,
-``.env.toml`` binding it to an environment, ``-E``) validates and runs its agents unchanged, in
+``al env set`` binding it to an environment in ``.env.toml``, ``-E``) validates and runs its agents unchanged, in
 Docker as Action Llama runs them; the machine's environment file swaps the model provider for
 the offline one, as a user's would for their machine (issue 33's acceptance).
 
@@ -31,14 +31,15 @@ class Step:
 
 
 STEPS = [
+    Step(("env", "set", "ci"), True),  # writes .env.toml: this checkout is bound to "ci"
     Step(("validate",), True, "ok  agents/dev"),
     Step(("run", "dev"), True, "done (exit 0)"),
     Step(("run", "reviewer", "-E", "ci"), True, "done (exit 0)"),
     Step(("run", "planner"), False, "agent 'planner' is disabled (scale = 0"),
     Step(("stat", "-E", "nowhere"), False, "no environment 'nowhere'"),
 ]
-# The machine's environment file, outside the project: .env.toml binds the project to it, and
-# it points the project's model at a provider that needs no key here.
+# The machine's environment file, outside the project (`al env set ci` binds the checkout to
+# it in .env.toml): it points the project's model at a provider that needs no key here.
 CI_ENVIRONMENT = '[models.sonnet]\nprovider = "scripted"\n'
 
 

@@ -191,6 +191,17 @@ class SshUser:
                     continue
         return pids
 
+    def kill_processes(self) -> None:
+        """SIGKILL every process of this user and wait (10 s at most) until none is left."""
+        for pid in self.processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def ps(self) -> str:
         """``ps`` of this user's processes (command lines), as the remote side sees them."""
         done = subprocess.run(
@@ -245,14 +256,7 @@ def ssh_user(tmp_path: Path) -> Iterator[Callable[..., SshUser]]:
         yield make
     finally:
         for user in made:
-            for pid in user.processes():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + 10
-            while user.processes() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            user.kill_processes()
             subprocess.run(["userdel", "--remove", user.name], capture_output=True)
 
 

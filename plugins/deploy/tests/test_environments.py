@@ -106,7 +106,7 @@ def test_bad_input_is_one_clear_line(deploy_al, tmp_path):
 
 
 def test_check_of_an_unreachable_host_says_why(deploy_al, tmp_path):
-    from conftest import free_port
+    from llamaherd.testing_ssh import free_port
 
     port = free_port()  # nothing listens there
     deploy_al("env", "add", "down", "--host", "127.0.0.1", "--port", str(port), "--user", "x")

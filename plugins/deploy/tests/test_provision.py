@@ -11,9 +11,9 @@ from pathlib import Path
 
 import fake_cloud
 import pytest
-from conftest import free_port
 
 from llamaherd.api import CredentialStore
+from llamaherd.testing_ssh import free_port
 
 pytestmark = pytest.mark.root
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import free_port
 
 from llamaherd.api import CredentialStore
 from llamaherd.plugins import registry
 from llamaherd.testing import wait_until
+from llamaherd.testing_ssh import free_port
 
 pytestmark = pytest.mark.root
 
