@@ -117,7 +117,11 @@ def test_pause_stops_and_resume_continues_everything(start, containment):
     loop = int(sandbox.get_file("counter.pid"))
     sandbox.pause()
     # Stopped for good, so the count cannot move: nothing to sleep through to show it.
-    wait_until(lambda: stopped(sandbox, loop), what="the counting loop to stop")
+    try:
+        wait_until(lambda: stopped(sandbox, loop), what="the counting loop to stop")
+    except AssertionError as exc:  # seen once under CI load: say what the run looked like
+        found = {pid: state(pid) for pid in sandbox.containment.pids()}
+        raise AssertionError(f"{exc}: loop {loop} is {state(loop)!r}; the run's {found}") from None
     frozen = counter(sandbox)
     assert stopped(sandbox, loop) and counter(sandbox) == frozen
     sandbox.resume()
