@@ -249,6 +249,15 @@ def _start_error(path: Path, offset: int) -> str:
     return clean("\n".join(said))
 
 
+def _answers(client: Any) -> bool:
+    """Whether the scheduler behind ``client`` answers at all."""
+    try:
+        client.get("/health")
+    except CommandFailed:
+        return False
+    return True
+
+
 @click.command("stop")
 @environment_option
 @pass_app
@@ -260,7 +269,13 @@ def stop_command(app: AppContext) -> None:
     remote = app.remote()
     if remote is not None:
         with remote:
-            remote.post("/control/stop")
+            try:
+                remote.post("/control/stop")
+            except CommandFailed:
+                # Taken, and the scheduler gone before its answer came back: then nothing
+                # answers there any more.
+                if _answers(remote):
+                    raise
         click.echo(f"stop requested: the scheduler at {remote.url} stops once its runs end")
         return
     client = ControlClient.find(app.project)

@@ -116,16 +116,25 @@ class Layout:
     def owner_file(self) -> Path:
         return self.private / OWNER_FILE
 
-    def write_owner(self, project: str | None = None, keep_workdir: bool | None = None) -> None:
+    def write_owner(
+        self,
+        project: str | None = None,
+        keep_workdir: bool | None = None,
+        into: Path | None = None,
+    ) -> None:
         """Record this process (and the project root and whether the working dir is kept,
-        both kept from the old record when None) as the sandbox's owner: at start, and on
-        attach after a restart."""
+        both kept from the old record when None) as the sandbox's owner: at start (``into``
+        the private area being made), and on attach after a restart."""
         old = self.owner()
         project = project or old.get("project")
         keep = bool(old.get("keep_workdir")) if keep_workdir is None else keep_workdir
-        fd = os.open(self.owner_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        folder = self.private if into is None else into
+        # Written aside, then renamed: another process's orphan sweep never reads it half done.
+        tmp = folder / f".{OWNER_FILE}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(owner_record(project, keep), fh)
+        os.replace(tmp, folder / OWNER_FILE)
 
     def owner(self) -> dict[str, Any]:
         try:

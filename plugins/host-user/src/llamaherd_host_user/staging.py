@@ -72,9 +72,15 @@ def provision(
 def provision_private(
     layout: Layout, identity: Identity, spec: SandboxSpec | None, keep_workdir: bool
 ) -> None:
-    _mkdir(layout.private, None, 0o711)
     project = str(spec.project.root) if spec and spec.project is not None else None
-    layout.write_owner(project, keep_workdir)
+    # Made aside and renamed into place with its owner record already in it: another
+    # scheduler's orphan sweep takes a private area without one for a cleanup's leftover.
+    aside = layout.private.with_name(f".{layout.private.name}.new")
+    _mkdir(aside, None, 0o711)
+    layout.write_owner(project, keep_workdir, into=aside)
+    if layout.private.exists():
+        raise FileExistsError(f"{layout.private} exists")
+    os.rename(aside, layout.private)
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
