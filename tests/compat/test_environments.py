@@ -114,5 +114,6 @@ def test_reading_the_binding_costs_al_stat_no_project_load(project, scheduler):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "llamaherd.environments" in imported
+    ours = sorted(name for name in imported if name.startswith("llamaherd"))
+    assert "llamaherd.environments" in imported, ours
     assert not {"llamaherd.project", "yaml"} & imported

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -48,12 +49,26 @@ def state(pid: int) -> str:
         return ""
 
 
+def stop_pending(pid: int) -> bool:
+    """Whether SIGSTOP waits on ``pid``: it stops the moment it leaves the kernel."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask & (1 << (signal.SIGSTOP - 1)) for mask in masks)
+
+
 def stopped(sandbox, pid: int) -> bool:
-    """Whether ``pid`` is held: its cgroup reports itself frozen, or (no cgroup) it is stopped."""
+    """Whether ``pid`` is held: its cgroup reports itself frozen, or (no cgroup) it is stopped.
+
+    A shell that vforked a child the SIGSTOP caught before its exec waits in the kernel ("D")
+    until that child goes on, with its own SIGSTOP pending: held as surely as a "T".
+    """
     if isinstance(sandbox.containment, CgroupContainment):
         events = (sandbox.containment.path / "cgroup.events").read_text()
         return "frozen 1" in events.splitlines()
-    return state(pid) == "T"
+    return state(pid) == "T" or (state(pid) == "D" and stop_pending(pid))
 
 
 def counter(sandbox) -> int:
