@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from llamaherd.testing import imported_by
+
 # Top-level packages `al --help` must never import (each costs milliseconds to tens of them).
 HEAVY = {
     "starlette", "uvicorn", "anyio", "asyncio", "httpx", "h11", "peewee", "playhouse", "yaml",
@@ -32,25 +34,6 @@ HEAVY_CORE = {
 # pathlib, json, and of llamaherd only the CLI and its manifest (258 modules before the manifest).
 HELP_BUDGET = 95
 HELP_LLAMAHERD = {"llamaherd", "llamaherd.cli", "llamaherd.command_manifest"}
-
-
-def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
-    """The modules loaded when `al ARGS` ends (``[]``: a bare interpreter's)."""
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print('\\n'.join(sys.modules), file=sys.stderr))\n"
-        f"sys.argv = ['al', *{list(args)!r}]\n"
-        + ("from llamaherd.cli import main\nmain()\n" if args else "")
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
-    assert done.returncode == 0, done.stderr
-    return {line.strip() for line in done.stderr.splitlines() if line.strip()}
 
 
 @pytest.fixture
@@ -154,3 +137,16 @@ def test_builtin_plugins_add_no_commands() -> None:
     assert not adding, (
         f"built-in plugins adding commands: {adding} (add them in llamaherd.commands)"
     )
+
+
+def test_another_import_path_keeps_a_manifest_of_its_own(cache, tmp_path) -> None:
+    """Processes of one environment with different PYTHONPATHs (the test suite's plugins, a
+    user's checkout) each keep their manifest instead of making the other's stale: `al stat`
+    under one stays light whatever ran under the other."""
+    site = tmp_path / "site"
+    _install(site, ["hello"])
+    al("--help", env=cache)
+    assert "The hello command." in al("--help", env=cache, extra_path=site)
+    modules = imported_by("stat", "--help", env=cache)
+    assert not {m for m in modules if m.split(".")[0] in {"pluggy", "al_extra"}}
+    assert len(list(Path(cache["XDG_CACHE_HOME"], "llamaherd").glob("commands-*.json"))) == 2

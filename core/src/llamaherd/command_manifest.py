@@ -3,8 +3,8 @@ provides each (a core command module, or a plugin's ``register_commands``), so `
 lists every command and ``al stat`` runs one without importing the rest or any plugin.
 
 It is written the first time ``al`` runs after an install (a full load of every command module
-and plugin, as ``al`` did each time before) into the user's cache, one file per environment and
-plugin selection. Each run validates it with a few ``stat`` calls: the modification times of
+and plugin, as ``al`` did each time before) into the user's cache, one file per environment,
+import path and plugin selection. Each run validates it with a few ``stat`` calls: the modification times of
 every ``sys.path`` folder (installing or removing a distribution changes its folder's) and of
 every module file its commands came from (an edited plugin). When anything changed it is
 written afresh; when a command is asked for that it does not list, everything is loaded and it
@@ -37,8 +37,14 @@ def cache_path() -> Path | None:
         folder = Path(os.environ["HOME"]) / ".cache" / "llamaherd"
     else:
         return None
-    # Unset and empty differ: AL_LOAD_PLUGINS="" loads no entry-point plugin at all.
-    selection = [sys.prefix, sys.executable, *(repr(os.environ.get(n)) for n in PLUGIN_SELECTION)]
+    # Unset and empty differ: AL_LOAD_PLUGINS="" loads no entry-point plugin at all. The import
+    # path too: processes of one environment with different PYTHONPATHs each keep their own.
+    selection = [
+        sys.prefix,
+        sys.executable,
+        *(repr(os.environ.get(n)) for n in PLUGIN_SELECTION),
+        *sys.path[1:],
+    ]
     digest = f"{binascii.crc32(chr(0).join(selection).encode()):08x}"  # no hashlib to load
     return folder / f"commands-{digest}.json"
 

@@ -129,6 +129,26 @@ def wait_until(
     raise AssertionError(f"{what} not met within {timeout:g} s")
 
 
+def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules loaded when `al ARGS` ends (no ARGS: a bare interpreter's), read from
+    ``sys.modules`` at exit: ``-X importtime`` misses what ``importlib.import_module`` loads."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('\\n'.join(sys.modules), file=sys.stderr))\n"
+        f"sys.argv = ['al', *{list(args)!r}]\n"
+        + ("from llamaherd.cli import main\nmain()\n" if args else "")
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+    assert done.returncode == 0, done.stderr
+    return {line.strip() for line in done.stderr.splitlines() if line.strip()}
+
+
 def source_distribution(site: Path, path: Path) -> dict[str, str]:
     """The environment under which a process finds the distribution whose source is at ``path``
     (a pyproject.toml, code under ``src/``) as if pip had installed it, entry points included:

@@ -97,10 +97,11 @@ def start(
         run_as: str = AGENT_USER,
         credentials: dict[str, dict[str, str]] | None = None,
         env: dict[str, str] | None = None,
+        run_id: str | None = None,
         **runtime_table: object,
     ) -> HostUserSandbox:
         agent = make_agent(run_as=run_as, **runtime_table)
-        sandbox = runtime.start(spec_for(agent, bin_dir, credentials, env))
+        sandbox = runtime.start(spec_for(agent, bin_dir, credentials, env, run_id))
         started.append(sandbox)
         return sandbox
 
@@ -114,9 +115,10 @@ def spec_for(
     bin_dir: Path,
     credentials: dict[str, dict[str, str]] | None = None,
     env: dict[str, str] | None = None,
+    run_id: str | None = None,
 ) -> SandboxSpec:
     return SandboxSpec(
-        run_id=f"worker-{uuid.uuid4().hex[:12]}",
+        run_id=run_id or f"worker-{uuid.uuid4().hex[:12]}",
         agent=agent,
         project=agent.project,
         credential_files=credential_files({}, credentials or {}),

@@ -325,3 +325,40 @@ def test_a_kill_at_any_point_of_cleanup_leaves_nothing_the_next_start_misses(
         if finished:
             break
     assert step > 5  # it went through the whole cleanup, one removal at a time
+
+
+@pytest.mark.parametrize("killed_in", ["write_owner", "rename"])
+def test_a_start_killed_before_its_area_is_in_place_is_retried_or_swept(
+    start, monkeypatch, killed_in
+):
+    """The scheduler dies while a run's private area is made aside: before its owner record
+    is written, or before the rename. Starting the same run again works (the crash test's
+    recovered run once failed 'File exists'), and a run never started again is swept: at
+    once when its maker is dead, after a grace when no record says who made it."""
+    from llamaherd_host_user import staging
+    from llamaherd_host_user.layout import Layout, runs_base
+
+    def killed(*args, **kwargs):
+        raise Killed
+
+    target = (Layout, "write_owner") if killed_in == "write_owner" else (staging.os, "rename")
+    run_ids = [f"worker-{os.urandom(6).hex()}" for _ in range(2)]
+    with monkeypatch.context() as patch:
+        patch.setattr(*target, killed)
+        for run_id in run_ids:
+            with pytest.raises(Killed):
+                start(run_id=run_id)
+    retried, swept = (Layout(runs_base(), run_id) for run_id in run_ids)
+    assert retried.aside.is_dir() and swept.aside.is_dir()
+
+    assert start(run_id=run_ids[0]).exec("echo again").output == "again\n"
+    assert not retried.aside.exists()
+
+    HostUserRuntime().cleanup_orphans({run_ids[0]})
+    if killed_in == "write_owner":  # no record: its maker may be about to write it
+        assert swept.aside.is_dir() and swept.workdir.is_dir()
+        old = swept.aside.stat().st_mtime - runtime_module.ASIDE_GRACE - 1
+        os.utime(swept.aside, (old, old))
+        HostUserRuntime().cleanup_orphans({run_ids[0]})
+    assert not swept.aside.exists() and not swept.workdir.exists()
+    assert retried.private.is_dir()  # the live run's area is not the sweep's

@@ -4,6 +4,8 @@
 
     /tmp/al-runs/                   root, 0711: entries can be reached by name, not listed
       <run_id>/                     agent user, 0700: the working dir and $HOME
+      .<run_id>.al.new/             root, 0711: the private area while it is made, renamed
+                                    into place once its owner record is in it
       <run_id>.al/                  root, 0711: the run's private area (removed by cleanup)
         owner.json                  root, 0600: which scheduler process owns the sandbox
                                     (removed last: see ``Layout.remove``)
@@ -34,6 +36,7 @@ from llamaherd.api import SandboxError
 
 ROOT_BASE = Path("/tmp/al-runs")
 PRIVATE_SUFFIX = ".al"
+ASIDE_SUFFIX = PRIVATE_SUFFIX + ".new"
 OWNER_FILE = "owner.json"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]*$")
 
@@ -97,6 +100,11 @@ class Layout:
         return self.base / (self.run_id + PRIVATE_SUFFIX)
 
     @property
+    def aside(self) -> Path:
+        """Where the private area is made before it is renamed into place."""
+        return self.base / f".{self.run_id}{ASIDE_SUFFIX}"
+
+    @property
     def bin(self) -> Path:
         return self.private / "bin"
 
@@ -136,16 +144,18 @@ class Layout:
             json.dump(owner_record(project, keep), fh)
         os.replace(tmp, folder / OWNER_FILE)
 
-    def owner(self) -> dict[str, Any]:
+    def owner(self, folder: Path | None = None) -> dict[str, Any]:
+        """The owner record of the private area (or of ``folder``, the area being made)."""
         try:
-            owner = json.loads(self.owner_file.read_text())
+            owner = json.loads(((folder or self.private) / OWNER_FILE).read_text())
         except (OSError, ValueError):
             return {}
         return owner if isinstance(owner, dict) else {}
 
-    def owned_by_other_live_process(self) -> bool:
-        """True when another scheduler process that is still running owns this sandbox."""
-        owner = self.owner()
+    def owned_by_other_live_process(self, folder: Path | None = None) -> bool:
+        """True when another scheduler process that is still running owns this sandbox (or
+        is making it in ``folder``)."""
+        owner = self.owner(folder)
         pid = owner.get("pid")
         if not isinstance(pid, int) or pid == os.getpid():
             return False
@@ -161,6 +171,7 @@ class Layout:
         if not keep_workdir:
             # rmtree works through directory fds, so symlinks the agent planted are not followed.
             shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.aside, ignore_errors=True)  # left by a start killed before its rename
         try:
             entries = [entry for entry in os.scandir(self.private) if entry.name != OWNER_FILE]
         except FileNotFoundError:

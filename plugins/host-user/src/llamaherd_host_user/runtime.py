@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,13 @@ from llamaherd_host_user.containment import (
     ProcContainment,
     cgroup2_mount,
 )
-from llamaherd_host_user.layout import PRIVATE_SUFFIX, Layout, runs_base, safe_run_id
+from llamaherd_host_user.layout import ASIDE_SUFFIX, PRIVATE_SUFFIX, Layout, runs_base, safe_run_id
 from llamaherd_host_user.sandbox import Containment, HostUserSandbox
 from llamaherd_host_user.staging import build_env, provision, provision_private
+
+# How long a private area being made may lack its owner record before a sweep takes it: its
+# maker writes the record right after creating it, so only a killed maker leaves it longer.
+ASIDE_GRACE = 60.0
 
 SCHEMA: dict[str, Any] = {
     "run_as": {
@@ -159,6 +164,11 @@ class HostUserRuntime:
         base = runs_base()
         removed = 0
         for entry in os.scandir(base):
+            if entry.name.startswith(".") and entry.name.endswith(ASIDE_SUFFIX):
+                removed += _remove_stale_aside(
+                    Layout(base, entry.name[1 : -len(ASIDE_SUFFIX)]), live_run_ids, root
+                )
+                continue
             if not entry.name.endswith(PRIVATE_SUFFIX):
                 continue
             layout = Layout(base, entry.name[: -len(PRIVATE_SUFFIX)])
@@ -187,6 +197,23 @@ class HostUserRuntime:
             stray = entry.is_dir() and entry.name not in live_run_ids
             if stray and not Layout(base, entry.name).private.exists():
                 CgroupContainment(Path(entry.path)).remove()
+
+
+def _remove_stale_aside(layout: Layout, live_run_ids: set[str], root: str | None) -> int:
+    """Remove the private area a start killed before its rename left (with the run's working
+    dir: nothing ran in it yet), unless another live scheduler is making it now. Without an
+    owner record its maker may be between creating it and writing one: left alone a while."""
+    if layout.run_id in live_run_ids or layout.owned_by_other_live_process(layout.aside):
+        return 0
+    owner = layout.owner(layout.aside)
+    if root is not None and owner and owner.get("project") != root:
+        return 0
+    with contextlib.suppress(FileNotFoundError):
+        if not owner and time.time() - layout.aside.stat().st_mtime < ASIDE_GRACE:
+            return 0
+        layout.remove()
+        return 1
+    return 0
 
 
 def _remove(layout: Layout, uid: int, keep_workdir: bool = False) -> None:

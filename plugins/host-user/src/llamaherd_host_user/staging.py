@@ -75,12 +75,13 @@ def provision_private(
     project = str(spec.project.root) if spec and spec.project is not None else None
     # Made aside and renamed into place with its owner record already in it: another
     # scheduler's orphan sweep takes a private area without one for a cleanup's leftover.
-    aside = layout.private.with_name(f".{layout.private.name}.new")
-    _mkdir(aside, None, 0o711)
-    layout.write_owner(project, keep_workdir, into=aside)
+    # One left by a start of this run killed before its rename is this run's own to replace.
+    shutil.rmtree(layout.aside, ignore_errors=True)
+    _mkdir(layout.aside, None, 0o711)
+    layout.write_owner(project, keep_workdir, into=layout.aside)
     if layout.private.exists():
         raise FileExistsError(f"{layout.private} exists")
-    os.rename(aside, layout.private)
+    os.rename(layout.aside, layout.private)
     _copy_commands(spec.bin_dir if spec else None, layout.bin)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
