@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from llamaherd.client import ControlClient
 from llamaherd.store import Store
 from llamaherd.testing import postgres_schema
 
@@ -92,6 +93,9 @@ def measure(url: str, items: int, schedulers: int, scale: int) -> float:
         try:
             begin = time.perf_counter()
             store.set_paused(None, False)
+            for root in roots:  # written behind their backs: wake them, as `al resume` does
+                with ControlClient.of_state_dir(root / ".al") as client:
+                    client.post("/control/wake")
             while store.queue_depth().get("work") or store.active_count("work"):
                 time.sleep(0.05)
             elapsed = time.perf_counter() - begin
