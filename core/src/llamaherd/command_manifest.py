@@ -4,9 +4,9 @@ lists every command and ``al stat`` runs one without importing the rest or any p
 
 It is written the first time ``al`` runs after an install (a full load of every command module
 and plugin, as ``al`` did each time before) into the user's cache, one file per environment,
-import path and plugin selection. Each run validates it with a few ``stat`` calls: the modification times of
-every ``sys.path`` folder (installing or removing a distribution changes its folder's) and of
-every module file its commands came from (an edited plugin). When anything changed it is
+import path and plugin selection. Each run validates it with a few ``stat`` calls: the
+modification times of every ``sys.path`` folder (installing or removing a distribution changes
+its folder's) and of every module file its commands came from (an edited plugin). When anything changed it is
 written afresh; when a command is asked for that it does not list, everything is loaded and it
 is written afresh too: a new command never silently disappears.
 """
