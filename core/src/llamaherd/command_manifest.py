@@ -6,9 +6,9 @@ It is written the first time ``al`` runs after an install (a full load of every 
 and plugin, as ``al`` did each time before) into the user's cache, one file per environment,
 import path and plugin selection. Each run validates it with a few ``stat`` calls: the
 modification times of every ``sys.path`` folder (installing or removing a distribution changes
-its folder's) and of every module file its commands came from (an edited plugin). When anything changed it is
-written afresh; when a command is asked for that it does not list, everything is loaded and it
-is written afresh too: a new command never silently disappears.
+its folder's) and of every module file its commands came from (an edited plugin). When
+anything changed it is written afresh; when a command is asked for that it does not list,
+everything is loaded and it is written afresh too: a new command never silently disappears.
 """
 
 from __future__ import annotations
