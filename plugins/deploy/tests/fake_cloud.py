@@ -446,7 +446,9 @@ class Vultr(_Api):
         return handler
 
     def add_firewall(self, description: str) -> dict[str, Any]:
-        group_id = self.cloud.new_id()[:8]  # Vultr's group ids are short
+        # Vultr's group ids are 8 hex digits; these are all decimal digits with leading zeros,
+        # which a client that took them for numbers would change.
+        group_id = f"{next(self.cloud.ids):08d}"
         group = {"id": group_id, "description": description, "date_created": "2025-01-01 00:00:00",
                  "date_modified": "2025-01-01 00:00:00", "instance_count": 0, "rule_count": 0,
                  "max_rule_count": 50, "_rules": []}  # fmt: skip

@@ -179,8 +179,8 @@ class Server:
 
 class Cloud:
     """What each provider implements. Ids are kept as the provider gives them (Hetzner's
-    numbers, Vultr's UUIDs); the ``*_key`` names are the environment file's ``[server]``
-    keys."""
+    numbers, Vultr's strings, which may be all digits and keep their leading zeros); the
+    ``*_key`` names are the environment file's ``[server]`` keys."""
 
     name = ""
     label = ""
@@ -191,6 +191,7 @@ class Cloud:
     server_key = ""
     firewall_key = ""
     ssh_key_key = ""
+    numeric_ids = False  # ids are stored as TOML integers, as the peer stores Hetzner's
 
     keys_path = ""  # where the account's SSH keys are listed
     key_field = ""  # the field of a listed key that holds its public key

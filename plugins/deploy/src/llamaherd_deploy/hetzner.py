@@ -41,6 +41,7 @@ class Hetzner(Cloud):
     server_key = "hetznerServerId"  # the peer's key
     firewall_key = "hetznerFirewallId"
     ssh_key_key = "hetznerSshKeyId"
+    numeric_ids = True
     keys_path = "/ssh_keys"
     key_field = "public_key"
 

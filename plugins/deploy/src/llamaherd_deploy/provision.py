@@ -188,7 +188,7 @@ class Provision:
 
     def record(self, key: str, resource_id: str, what: str, detail: str = "") -> str:
         """Note a resource this run created in the environment file, at once."""
-        self.made[key] = int(resource_id) if resource_id.isdigit() else resource_id
+        self.made[key] = int(resource_id) if self.cloud.numeric_ids else resource_id
         self.save()
         self.echo(f"    created {what} {resource_id}{detail}")
         return resource_id
