@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from llamaherd.errors import Conflict, LlamaherdError
 from llamaherd.prompts import CHAT_SOURCE
 from llamaherd.session import HUMAN, interruption
 from llamaherd.status import OWNER_STATES, SETTABLE_STATES, agent_rows
-from llamaherd.types import Conflict, EmitResult, LlamaherdError, TriggerEvent
+from llamaherd.types import EmitResult, TriggerEvent
 
 SUSPEND_TIMEOUT = 1200.0  # seconds a suspended run waits for `al approve` (agent `suspendTimeout`)
 SUSPENSION = "suspension"  # wait-filter type of a run paused at its turn limit (no trigger matches)

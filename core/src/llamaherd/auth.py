@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from llamaherd.errors import LlamaherdError
 from llamaherd.statedir import private_dir
-from llamaherd.types import LlamaherdError
 
 if TYPE_CHECKING:  # the CLI reads the token without loading the HTTP stack
     from starlette.requests import Request

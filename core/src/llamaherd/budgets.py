@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.types import ConfigError
+from llamaherd.errors import ConfigError
 
 log = logging.getLogger("llamaherd.budget")
 

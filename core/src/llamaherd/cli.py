@@ -96,7 +96,7 @@ class ErrorHandlingGroup(click.Group):
             return super().invoke(ctx)
         except Exception as exc:
             # Imported here: `al --help` does not load the types module.
-            from llamaherd.types import LlamaherdError
+            from llamaherd.errors import LlamaherdError
 
             if not isinstance(exc, LlamaherdError):
                 raise

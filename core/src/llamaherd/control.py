@@ -27,8 +27,8 @@ from llamaherd.agents import (
     state_of,
 )
 from llamaherd.auth import json_body, require_token
+from llamaherd.errors import LlamaherdError
 from llamaherd.status import agent_rows, database_status, run_dict, serving_status
-from llamaherd.types import LlamaherdError
 
 
 def _field(body: dict[str, Any], key: str, kind: type, default: Any) -> Any:

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from llamaherd.types import ConfigError, LlamaherdError, StagedFile
+from llamaherd.errors import ConfigError, LlamaherdError
+from llamaherd.types import StagedFile
 
 DEFAULT_INSTANCE = "default"
 DEFAULT_FILE_MODE = 0o400
@@ -393,8 +394,8 @@ def test_credential(credential_type: Any, values: Mapping[str, str]) -> str:
     """Check stored ``values`` of a credential: every field present, then the type's online
     ``validate`` (when it has one). Returns its one-line summary; raises ``CredentialInvalid``
     with a message whose secret values are masked (``al creds test``, ``al doctor``)."""
+    from llamaherd.errors import CredentialInvalid
     from llamaherd.redact import Redactor
-    from llamaherd.types import CredentialInvalid
 
     missing = [f.name for f in credential_type.fields if f.name not in values]
     if missing:

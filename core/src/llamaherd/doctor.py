@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llamaherd import hookimpl
-from llamaherd.types import CredentialInvalid, Finding, Fix, LlamaherdError
+from llamaherd.errors import CredentialInvalid, LlamaherdError
+from llamaherd.types import Finding, Fix
 
 PROBE_TIMEOUT = 5.0  # seconds for a network probe (a base URL, a port)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.errors import ConfigError, LlamaherdError
 
 if TYPE_CHECKING:
     from llamaherd.project import Project

@@ -17,7 +17,8 @@ import shlex
 import unicodedata
 from typing import Any
 
-from llamaherd.types import LlamaherdError, ToolSpec
+from llamaherd.errors import LlamaherdError
+from llamaherd.types import ToolSpec
 
 MAX_LINES = 2000
 MAX_BYTES = 30_000  # under the session's cap on a tool result, so the notices survive it

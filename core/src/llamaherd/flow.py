@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamaherd.durations import parse_duration
+from llamaherd.errors import ConfigError, LlamaherdError
 from llamaherd.flowkey import (
     Expression,
     ExpressionError,
@@ -33,7 +34,6 @@ from llamaherd.flowkey import (
     key_of,
     priority_of,
 )
-from llamaherd.types import ConfigError, LlamaherdError
 
 SINGLETON_MODES = ("skip", "queue", "cancel", "interrupt")
 # The controls that take a key, in the order ``al stat`` shows them.

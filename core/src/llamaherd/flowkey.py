@@ -29,7 +29,7 @@ from typing import Any
 import jmespath
 from jmespath.exceptions import JMESPathError
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 MAX_KEY = 200  # characters of a key kept as it is; a longer one is cut and given a digest
 PRIORITY_RANGE = 1_000_000_000  # a priority is clamped to +/- this

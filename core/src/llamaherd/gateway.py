@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llamaherd import hookimpl
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 if TYPE_CHECKING:  # starlette and asyncio load only with the server, not on every `al` call
     from starlette.requests import Request

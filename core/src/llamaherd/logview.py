@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.text import Text
+if TYPE_CHECKING:  # only drawing an event needs rich; ``clean`` is used where nothing is drawn
+    from rich.text import Text
 
 STYLES = {
     "state": "bold magenta",
@@ -204,6 +205,8 @@ def format_event(event: dict[str, Any], *, full: bool = False, run_id: str = "")
     """An event as one or more lines: ``HH:MM:SS label  text`` then its output, indented.
     Without ``full`` long output keeps its first and last lines and says how many were cut
     (and that ``al logs RUN --full`` shows them)."""
+    from rich.text import Text
+
     stamp = time.strftime("%H:%M:%S", time.localtime(event.get("at") or 0))
     kind = str(event.get("type", "?"))
     raw = event.get("data")

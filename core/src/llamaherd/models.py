@@ -37,23 +37,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llamaherd.compat import AUTH_TYPES
-from llamaherd.pricing import call_cost, parse_pricing
-from llamaherd.providers import scrub
-from llamaherd.types import (
+from llamaherd.errors import (
     AuthError,
     ConfigError,
     Fatal,
     LlamaherdError,
-    Message,
-    ModelConfig,
     ProviderError,
     RateLimited,
-    Reply,
-    ToolSpec,
     Transient,
     Unavailable,
-    Usage,
 )
+from llamaherd.pricing import call_cost, parse_pricing
+from llamaherd.providers import scrub
+from llamaherd.types import Message, ModelConfig, Reply, ToolSpec, Usage
 
 MAX_RETRIES = 5
 MAX_DELAY = 60.0  # seconds; a longer retry-after is clipped rather than stalling the run

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import SandboxError
+from llamaherd.errors import SandboxError
 
 CONNECT_TIMEOUT = 10  # seconds for the TCP connection and the SSH banner
 # A master with no session and no forward left exits after this long (so a crashed scheduler

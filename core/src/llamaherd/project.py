@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from llamaherd import compat
-from llamaherd.types import ConfigError
+from llamaherd.errors import ConfigError
 
 # Defaults exactly as DESIGN.md §3.
 DEFAULTS: dict[str, Any] = {

@@ -21,13 +21,8 @@ from typing import Any
 
 import pytest
 
-from llamaherd.types import (
-    AuthError,
-    Fatal,
-    Message,
-    RateLimited,
-    ToolSpec,
-)
+from llamaherd.errors import AuthError, Fatal, RateLimited
+from llamaherd.types import Message, ToolSpec
 
 KEY = "sk-contract-SECRET-0123456789"
 PROMPT = "the secret plan is pineapple"

@@ -22,17 +22,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from llamaherd.types import (
+from llamaherd.errors import (
     Aborted,
     AuthError,
-    CredentialField,
     Fatal,
-    ModelConfig,
     ProviderError,
     RateLimited,
     Transient,
     Unavailable,
 )
+from llamaherd.types import CredentialField, ModelConfig
 
 # Set as a ToolCall's only argument when the model sent arguments that are not a JSON object;
 # the value says what was wrong, so the session can hand the model an error result.

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 
 class Reader(Protocol):

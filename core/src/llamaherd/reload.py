@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.environments import load_project
+from llamaherd.errors import ConfigError
 from llamaherd.project import Project
-from llamaherd.types import ConfigError
 
 log = logging.getLogger("llamaherd.reload")
 

@@ -25,6 +25,7 @@ from llamaherd.agents import (
     set_agent_state,
     suspend_timeout,
 )
+from llamaherd.errors import CommandFailed, LlamaherdError, SandboxBusy, SandboxLost
 from llamaherd.injection import inject_context
 from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, loop_mode, max_turns, suspends
@@ -41,15 +42,7 @@ from llamaherd.session import (
     truncate,
 )
 from llamaherd.store import EXIT_CODES, FINAL_STATES, InvalidTransition, StoreError
-from llamaherd.types import (
-    CommandFailed,
-    LlamaherdError,
-    RunResult,
-    SandboxBusy,
-    SandboxLost,
-    SandboxSpec,
-    TriggerEvent,
-)
+from llamaherd.types import RunResult, SandboxSpec, TriggerEvent
 from llamaherd.waits import SCRIPT_WAITS
 from llamaherd.write_budget import WriteBudget
 

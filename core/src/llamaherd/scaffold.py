@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 # Action Llama's choices, in its order and words (cli/commands/new.js); the first is the default.
 PROVIDERS = [

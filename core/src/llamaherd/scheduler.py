@@ -26,6 +26,7 @@ from typing import Any
 from llamaherd import __version__
 from llamaherd.clock import machine_name
 from llamaherd.engine import Engine
+from llamaherd.errors import CommandFailed, LlamaherdError
 from llamaherd.local import scheduler_info
 from llamaherd.plugins import get_manager, installed_plugins
 from llamaherd.processes import pid_alive
@@ -40,14 +41,7 @@ from llamaherd.reload import (
 from llamaherd.statedir import open_private, secure
 from llamaherd.status import config_digest
 from llamaherd.triggers import agents_using
-from llamaherd.types import (
-    CommandFailed,
-    EmitResult,
-    LlamaherdError,
-    TriggerEvent,
-    TriggerType,
-    fragment,
-)
+from llamaherd.types import EmitResult, TriggerEvent, TriggerType, fragment
 
 log = logging.getLogger("llamaherd.scheduler")
 

@@ -45,6 +45,7 @@ from jsonschema.exceptions import ValidationError
 
 from llamaherd import compat, schedlog
 from llamaherd.budgets import budget_schema
+from llamaherd.errors import ConfigError, LlamaherdError
 from llamaherd.flow import FLOW_SCHEMA
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
@@ -57,7 +58,7 @@ from llamaherd.project import (
     Agent,
     Project,
 )
-from llamaherd.types import ConfigError, LlamaherdError, fragment
+from llamaherd.types import fragment
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 DEFAULT_RUNTIME = "container"

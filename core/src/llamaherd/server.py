@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
+from llamaherd.errors import CommandFailed, Conflict, LlamaherdError
 from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
-from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 log = logging.getLogger("llamaherd.server")
 

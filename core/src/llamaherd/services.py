@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llamaherd.types import CredentialField, CredentialInvalid
+from llamaherd.errors import CredentialInvalid
+from llamaherd.types import CredentialField
 
 TIMEOUT = 10.0
 MIN_SECRET = 8  # webhook signing secrets are longer: a shorter value is a paste error

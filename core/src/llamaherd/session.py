@@ -29,24 +29,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llamaherd.budgets import BUDGET_EXIT, RunBudget
+from llamaherd.errors import Aborted, AuthError, LlamaherdError, ProviderError, SandboxLost
 from llamaherd.file_tools import FILE_HANDLERS, FILE_TOOLS
 from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
 from llamaherd.store.connection import StoreError
-from llamaherd.types import (
-    Aborted,
-    AuthError,
-    LlamaherdError,
-    Message,
-    ProviderError,
-    Reply,
-    Sandbox,
-    SandboxLost,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
+from llamaherd.types import Message, Reply, Sandbox, ToolCall, ToolSpec, Usage
 from llamaherd.write_budget import OUTPUT_OVER_BUDGET, WriteBudget
 
 if TYPE_CHECKING:

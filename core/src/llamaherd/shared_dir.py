@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llamaherd.types import LlamaherdError, StagedFile
+from llamaherd.errors import LlamaherdError
+from llamaherd.types import StagedFile
 
 SHARED_DIR = "shared"
 MAX_SHARED_BYTES = 32 * 1024 * 1024

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llamaherd.errors import CommandFailed, ConfigError, LlamaherdError
 from llamaherd.project import parse_skill, read_toml
-from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
 
 GITHUB_URL_ENV = "AL_GITHUB_URL"
 GITHUB_URL = "https://github.com"

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 if TYPE_CHECKING:
     from llamaherd.types import TriggerInfo
@@ -192,8 +192,8 @@ def config_digest(root: Path) -> str:
     cached = _DIGESTS.get(root)
     if cached is not None and cached[0] == signature:
         return cached[1]  # no file changed since: `al stat` asks on every call
+    from llamaherd.errors import ConfigError
     from llamaherd.project import read_project_file
-    from llamaherd.types import ConfigError
 
     digest = hashlib.sha256()
     for path in paths:

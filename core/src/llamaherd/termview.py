@@ -13,16 +13,15 @@ import logging
 import sys
 import threading
 import time
-from typing import Any
-
-from rich.console import Console, Group, RenderableType
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from llamaherd.logview import clean
+from llamaherd.markup import escape
 from llamaherd.status import FINAL, ago, budget_line, key_line, size_text, until
-from llamaherd.tables import Column, table
+from llamaherd.tables import Column, Part, Sheet, to_rich
+
+if TYPE_CHECKING:  # drawn with rich only in a terminal: `al stat | grep` never imports it
+    from rich.console import Console, RenderableType
 
 RECENT = 8  # finished runs the view lists
 REFRESH_SECONDS = 1.0
@@ -48,8 +47,13 @@ STATE_STYLES = {
 
 
 def styled(state: str | None) -> str:
-    """``state`` in its colour (rich markup)."""
+    """``state`` in its colour (markup)."""
     return f"[{STATE_STYLES.get(state or '', 'white')}]{escape(state or '-')}[/]"
+
+
+def in_style(text: str, style: str) -> str:
+    """Plain ``text`` in ``style`` (markup)."""
+    return f"[{style}]{escape(text)}[/]"
 
 
 # ---------------------------------------------------------------------- data
@@ -96,12 +100,12 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
     return line
 
 
-def stat_view(stat: dict[str, Any]) -> RenderableType:
+def stat_view(stat: dict[str, Any]) -> list[Part]:
     """``al stat``: the scheduler line above the agents' table; no next fires when no
     scheduler will fire them. Below it the database, what each agent's runtime says (a pool's
     hosts, one that is down) and why an agent's runs wait; for one agent (``al stat AGENT``)
     also its flow control per key and its spend against its budgets."""
-    parts: list[RenderableType] = [
+    parts: list[Part] = [
         scheduler_line(stat["scheduler"]),
         *database_line(stat),
         agents_table(stat),
@@ -109,15 +113,15 @@ def stat_view(stat: dict[str, Any]) -> RenderableType:
     for row in stat["agents"]:
         parts.extend(runtime_lines(row))
         if row.get("held"):
-            parts.append(Text(f"{row['agent']} waits: {clean(row['held'])}", style="yellow"))
+            parts.append(in_style(f"{row['agent']} waits: {clean(row['held'])}", "yellow"))
         if len(stat["agents"]) == 1:
             parts.extend(flow_lines(row, stat.get("now")))
-    return Group(*parts)
+    return parts
 
 
-def runtime_lines(row: dict[str, Any]) -> list[RenderableType]:
+def runtime_lines(row: dict[str, Any]) -> list[str]:
     """What the agent's runtime says about where its runs go, one line each."""
-    return [Text(f"{row['agent']}: {clean(line)}") for line in row.get("runtime") or []]
+    return [escape(f"{row['agent']}: {clean(line)}") for line in row.get("runtime") or []]
 
 
 def database_line(stat: dict[str, Any]) -> list[str]:
@@ -131,20 +135,20 @@ def database_line(stat: dict[str, Any]) -> list[str]:
     ]
 
 
-def flow_lines(row: dict[str, Any], now: float | None = None) -> list[RenderableType]:
+def flow_lines(row: dict[str, Any], now: float | None = None) -> list[str]:
     """``al stat AGENT``: its flow controls, per key what is pending or active, its budgets."""
-    lines: list[RenderableType] = []
+    lines = []
     flow = row.get("flow")
     if flow:
-        lines.append(Text("flow: " + "; ".join(flow["controls"]), style="bold"))
+        lines.append(in_style("flow: " + "; ".join(flow["controls"]), "bold"))
         for entry in flow["keys"]:
-            lines.append(Text("  " + clean(key_line(entry, now))))
+            lines.append(escape("  " + clean(key_line(entry, now))))
     for budget in row.get("budget") or []:
-        lines.append(Text(budget_line(budget, now)))
+        lines.append(escape(budget_line(budget, now)))
     return lines
 
 
-def agents_table(stat: dict[str, Any]) -> Table:
+def agents_table(stat: dict[str, Any]) -> Sheet:
     running = stat["scheduler"]["running"]
     rows = []
     for row in stat["agents"]:
@@ -163,11 +167,11 @@ def agents_table(stat: dict[str, Any]) -> Table:
                 escape(", ".join(row["hosts"]) or "-"),
             )
         )
-    return table(["AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"], rows)
+    return Sheet.of(["AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"], rows)
 
 
-def active_table(runs: list[dict[str, Any]], now: float) -> Table:
-    return table(
+def active_table(runs: list[dict[str, Any]], now: float) -> Sheet:
+    return Sheet.of(
         [Column("RUN", keep=True), "AGENT", "STATE", "FOR", "TRIGGER", "STATUS"],
         (
             (
@@ -176,15 +180,15 @@ def active_table(runs: list[dict[str, Any]], now: float) -> Table:
                 styled(run["state"]),
                 _duration(run["started_at"], now),
                 escape(run["trigger_kind"]),
-                Text(clean(run["status"] or "-"), style="cyan" if run["status"] else "dim"),
+                in_style(clean(run["status"] or "-"), "cyan" if run["status"] else "dim"),
             )
             for run in runs
         ),
     )
 
 
-def recent_table(runs: list[dict[str, Any]]) -> Table:
-    return table(
+def recent_table(runs: list[dict[str, Any]]) -> Sheet:
+    return Sheet.of(
         [Column("RUN", keep=True), "AGENT", "RESULT", "EXIT", "ENDED", "TOOK", "REASON"],
         (
             (
@@ -194,7 +198,7 @@ def recent_table(runs: list[dict[str, Any]]) -> Table:
                 "-" if run["exit_code"] is None else str(run["exit_code"]),
                 ago(run["finished_at"]),
                 _duration(run["started_at"], run["finished_at"]),
-                Text(clean(run["reason"] or "")),
+                escape(clean(run["reason"] or "")),
             )
             for run in runs
         ),
@@ -207,22 +211,22 @@ def redraw_after(took: float) -> float:
 
 
 def render(view: dict[str, Any], now: float | None = None) -> RenderableType:
-    """The whole view of a ``snapshot``."""
+    """The whole view of a ``snapshot``, drawn with rich."""
     now = time.time() if now is None else now
     depth = sum(row["queued"] for row in view["agents"])
-    parts: list[RenderableType] = [
+    parts: list[Part] = [
         scheduler_line(view["scheduler"]),
         "",
         agents_table(view),
         *[line for row in view["agents"] for line in runtime_lines(row)],
         "",
-        Text.from_markup(f"[bold]Active runs[/] ({len(view['active'])})"),
+        f"[bold]Active runs[/] ({len(view['active'])})",
     ]
-    parts.append(active_table(view["active"], now) if view["active"] else Text("  none", "dim"))
-    parts += ["", Text.from_markup("[bold]Recent results[/]")]
-    parts.append(recent_table(view["recent"]) if view["recent"] else Text("  none yet", "dim"))
-    parts += ["", Text.from_markup(f"[bold]Queue depth[/]: {depth} item(s) waiting")]
-    return Group(*parts)
+    parts.append(active_table(view["active"], now) if view["active"] else "[dim]  none[/]")
+    parts += ["", "[bold]Recent results[/]"]
+    parts.append(recent_table(view["recent"]) if view["recent"] else "[dim]  none yet[/]")
+    parts += ["", f"[bold]Queue depth[/]: {depth} item(s) waiting"]
+    return to_rich(parts)
 
 
 def _duration(start: float | None, end: float | None) -> str:
@@ -245,6 +249,7 @@ class TerminalView:
     lines scroll above the view, which redraws every second until the scheduler stops."""
 
     def __init__(self, engine: Any, console: Console | None = None):
+        from rich.console import Console
         from rich.live import Live
 
         self.engine = engine
@@ -285,7 +290,7 @@ class TerminalView:
             try:
                 self.live.update(render(self._snapshot()), refresh=True)
             except Exception as exc:  # a database blip: the scheduler logs it; keep drawing
-                self.live.update(Text(f"view: {exc}", "red"), refresh=True)
+                self.live.update(to_rich(in_style(f"view: {exc}", "red")), refresh=True)
             self._done.wait(redraw_after(time.monotonic() - start))
 
     def _snapshot(self) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import ConfigError, LlamaherdError
+from llamaherd.errors import ConfigError, LlamaherdError
 
 SECTIONS = ("models", "credentials", "schedule", "webhooks", "params")
 

@@ -21,7 +21,7 @@ from llamaherd.credentials import (
     parse_ref,
     unknown_type_message,
 )
-from llamaherd.types import CredentialInvalid, LlamaherdError
+from llamaherd.errors import CredentialInvalid, LlamaherdError
 
 
 @click.group("creds")

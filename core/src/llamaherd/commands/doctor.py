@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, environment_option, pass_app
-from llamaherd.types import ConfigError, Finding, LlamaherdError
+from llamaherd.errors import ConfigError, LlamaherdError
+from llamaherd.types import Finding
 
 STYLES = {"ok": "green", "warning": "yellow", "error": "red"}
 

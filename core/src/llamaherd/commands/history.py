@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,7 +19,10 @@ from llamaherd.commands.scheduler import (
     complete_run_or_agent,
     follow,
 )
-from llamaherd.types import CommandFailed, LlamaherdError
+from llamaherd.errors import CommandFailed, LlamaherdError
+
+if TYPE_CHECKING:
+    from llamaherd.tables import Sheet
 
 
 # ---------------------------------------------------------------------- runs / logs
@@ -46,23 +49,22 @@ def runs_command(app: AppContext, agent: str | None, limit: int, as_json: bool) 
         show(_not_run_table(not_run))
 
 
-def _not_run_table(rows: list[dict[str, Any]]) -> Any:
+def _not_run_table(rows: list[dict[str, Any]]) -> Sheet:
     """Triggers flow control did not run (skipped, dropped, superseded), with why."""
-    from rich.text import Text
-
     from llamaherd.logview import clean
+    from llamaherd.markup import escape
     from llamaherd.status import ago
-    from llamaherd.tables import table
+    from llamaherd.tables import Sheet
 
-    return table(
+    return Sheet.of(
         ["WHEN", "AGENT", "WHAT", "TRIGGER", "REASON"],
         (
             (
                 ago(row["at"]),
-                Text(row["agent"]),
-                Text(row["what"]),
-                Text(clean(str(row["trigger"] or "-"))),
-                Text(clean(row["reason"] or "")),
+                escape(row["agent"]),
+                escape(row["what"]),
+                escape(clean(str(row["trigger"] or "-"))),
+                escape(clean(row["reason"] or "")),
             )
             for row in rows
         ),
@@ -70,29 +72,28 @@ def _not_run_table(rows: list[dict[str, Any]]) -> Any:
     )
 
 
-def _runs_table(rows: list[dict[str, Any]]) -> Any:
+def _runs_table(rows: list[dict[str, Any]]) -> Sheet:
     """Runs as a table: run ids whole whatever the width (a script or a person copies them);
     what a run wrote (its reason) without terminal escapes."""
-    from rich.text import Text
-
     from llamaherd.logview import clean
+    from llamaherd.markup import escape
     from llamaherd.status import ago
-    from llamaherd.tables import Column, table
-    from llamaherd.termview import STATE_STYLES
+    from llamaherd.tables import Column, Sheet
+    from llamaherd.termview import styled
 
     columns = [Column("RUN", keep=True), "AGENT", "STATE", "EXIT", "TRIGGER", "STARTED"]
-    return table(
+    return Sheet.of(
         [*columns, "DURATION", "REASON"],
         (
             (
                 run["id"],
-                Text(run["agent"]),
-                Text(run["state"], style=STATE_STYLES.get(run["state"], "white")),
+                escape(run["agent"]),
+                styled(run["state"]),
                 "-" if run["exit_code"] is None else str(run["exit_code"]),
-                Text(run["trigger_kind"]),
+                escape(run["trigger_kind"]),
                 ago(run["started_at"]),
                 _took(run["started_at"], run["finished_at"]),
-                Text(clean(run["reason"] or "")),
+                escape(clean(run["reason"] or "")),
             )
             for run in rows
         ),
@@ -390,14 +391,12 @@ def _budgets(reader: Any, agent: str | None) -> dict[str, Any]:
 
 
 def _print_stats(data: dict[str, Any], since: str) -> None:
-    from rich.console import Group
-    from rich.markup import escape
-    from rich.text import Text
-
+    from llamaherd.markup import escape
     from llamaherd.status import budget_line
-    from llamaherd.tables import Column, show, table
+    from llamaherd.tables import Column, Part, Sheet, show
+    from llamaherd.termview import in_style
 
-    parts: list[Any] = []
+    parts: list[Part] = []
     if "agents" in data:
         parts += [f"[bold]runs since {escape(since)}[/]"]
         parts += [_agents_stats_table(data) if data["runs"] else "  none", ""]
@@ -405,24 +404,23 @@ def _print_stats(data: dict[str, Any], since: str) -> None:
         parts.append("[bold]budgets[/]")
         for name, spend in data["budgets"].items():
             for budget in spend["budget"]:
-                parts.append(Text(f"  {name}: {budget_line(budget, spend['now'])}"))
+                parts.append(escape(f"  {name}: {budget_line(budget, spend['now'])}"))
             if spend["held"]:
-                parts.append(Text(f"  {name} waits: {spend['held']}", style="yellow"))
+                parts.append(in_style(f"  {name} waits: {spend['held']}", "yellow"))
         parts.append("")
-    calls = table(
+    calls = Sheet.of(
         ["CALLER", "", "TARGET", Column("CALLS", justify="right")],
         ((escape(c["caller"]), "→", escape(c["target"]), str(c["count"])) for c in data["calls"]),
     )
     parts += ["[bold]agent calls[/]", calls if data["calls"] else "  none"]
     if data.get("recent"):
         parts += ["", "[bold]latest runs[/]", _runs_table(data["recent"])]
-    show(Group(*parts))
+    show(parts)
 
 
-def _agents_stats_table(data: dict[str, Any]) -> Any:
-    from rich.markup import escape
-
-    from llamaherd.tables import Column, table
+def _agents_stats_table(data: dict[str, Any]) -> Sheet:
+    from llamaherd.markup import escape
+    from llamaherd.tables import Column, Sheet
 
     names = ("AGENT", "RUNS", "OK", "P50", "P95", "TOKENS IN", "TOKENS OUT", "COST")
     total = _stats_cells("all agents", data) if len(data["agents"]) > 1 else [""] * len(names)
@@ -430,7 +428,9 @@ def _agents_stats_table(data: dict[str, Any]) -> Any:
         Column(name, justify="left" if i == 0 else "right", footer=total[i])
         for i, name in enumerate(names)
     ]
-    return table(columns, (_stats_cells(escape(name), row) for name, row in data["agents"].items()))
+    return Sheet.of(
+        columns, (_stats_cells(escape(name), row) for name, row in data["agents"].items())
+    )
 
 
 def _stats_cells(name: str, row: dict[str, Any]) -> list[str]:

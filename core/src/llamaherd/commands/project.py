@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import CommandFailed, ConfigError, LlamaherdError
+from llamaherd.errors import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
 

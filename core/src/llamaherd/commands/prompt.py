@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 
 def preview_trigger(registry: Any, agent: Any, kind: str, payload: dict[str, Any]) -> dict:

@@ -17,8 +17,8 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, environment_option, pass_app
+from llamaherd.errors import CommandFailed, Conflict, LlamaherdError
 from llamaherd.statedir import open_private, private_dir
-from llamaherd.types import CommandFailed, Conflict, LlamaherdError
 
 FINAL = ("done", "error", "timeout", "killed")
 NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start

@@ -17,7 +17,7 @@ import click
 
 from llamaherd.cli import AppContext, pass_app
 from llamaherd.commands.state import through
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 END_WORDS = ("/exit", "/quit", "/end")
 POLL = 0.1

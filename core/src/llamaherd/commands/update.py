@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from llamaherd.cli import AppContext, pass_app
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 # What an update may replace, in an agent's folder; every other file stays as it is.
 UPDATED_FILES = ("SKILL.md", "Dockerfile")

@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import peewee as pw
 
-from llamaherd.types import LlamaherdError
+from llamaherd.errors import LlamaherdError
 
 DEFAULT_URL = "sqlite:///.al/work-queue.db"
 BUSY_TIMEOUT = 10.0
