@@ -152,17 +152,6 @@ class Layout:
             return {}
         return owner if isinstance(owner, dict) else {}
 
-    def owned_by_other_live_process(self, folder: Path | None = None) -> bool:
-        """True when another scheduler process that is still running owns this sandbox (or
-        is making it in ``folder``)."""
-        owner = self.owner(folder)
-        pid = owner.get("pid")
-        if not isinstance(pid, int) or pid == os.getpid():
-            return False
-        return owner.get("host") == socket.gethostname() and process_start(pid) == owner.get(
-            "start"
-        )
-
     def remove(self, keep_workdir: bool = False) -> None:
         """Delete the working dir (unless kept), then the private area, its owner record
         last: a scheduler killed part way leaves the record, by which the next start's orphan
@@ -186,3 +175,12 @@ class Layout:
             os.unlink(self.owner_file)
         with contextlib.suppress(OSError):
             os.rmdir(self.private)
+
+
+def held_by_other_live_process(owner: dict[str, Any]) -> bool:
+    """True when ``owner`` (a sandbox's owner record) names another scheduler process of
+    this host that is still running: the sandbox is that process's, whatever this one knows."""
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    return owner.get("host") == socket.gethostname() and process_start(pid) == owner.get("start")

@@ -18,7 +18,14 @@ from llamaherd_host_user.containment import (
     ProcContainment,
     cgroup2_mount,
 )
-from llamaherd_host_user.layout import ASIDE_SUFFIX, PRIVATE_SUFFIX, Layout, runs_base, safe_run_id
+from llamaherd_host_user.layout import (
+    ASIDE_SUFFIX,
+    PRIVATE_SUFFIX,
+    Layout,
+    held_by_other_live_process,
+    runs_base,
+    safe_run_id,
+)
 from llamaherd_host_user.sandbox import Containment, HostUserSandbox
 from llamaherd_host_user.staging import build_env, provision, provision_private
 
@@ -172,9 +179,11 @@ class HostUserRuntime:
             if not entry.name.endswith(PRIVATE_SUFFIX):
                 continue
             layout = Layout(base, entry.name[: -len(PRIVATE_SUFFIX)])
-            if layout.run_id in live_run_ids or layout.owned_by_other_live_process():
+            if layout.run_id in live_run_ids:
                 continue
             owner = layout.owner()
+            if held_by_other_live_process(owner):
+                continue
             if not owner:  # a cleanup killed after its last file: only the empty dir is left
                 with contextlib.suppress(OSError):
                     os.rmdir(layout.private)
@@ -203,9 +212,11 @@ def _remove_stale_aside(layout: Layout, live_run_ids: set[str], root: str | None
     """Remove the private area a start killed before its rename left (with the run's working
     dir: nothing ran in it yet), unless another live scheduler is making it now. Without an
     owner record its maker may be between creating it and writing one: left alone a while."""
-    if layout.run_id in live_run_ids or layout.owned_by_other_live_process(layout.aside):
+    if layout.run_id in live_run_ids:
         return 0
     owner = layout.owner(layout.aside)
+    if held_by_other_live_process(owner):
+        return 0
     if root is not None and owner and owner.get("project") != root:
         return 0
     with contextlib.suppress(FileNotFoundError):
