@@ -37,7 +37,8 @@ What is here, by topic:
 - for plugins that add commands (``register_commands``): ``AppContext``, ``pass_app``,
   ``environment_option`` (``-E/--env NAME``; ``AppContext.remote()`` and ``.binding()``),
   ``print_table``/``Column`` (every listing prints through it: one header style, one record
-  per line when piped, an ellipsis rather than a fold in a terminal),
+  per line when piped, an ellipsis rather than a fold in a terminal; cells are console markup,
+  ``escape_markup`` for text you did not write),
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
@@ -121,9 +122,25 @@ if TYPE_CHECKING:
     from llamaherd.environments import check_name as check_environment_name
     from llamaherd.environments import names as environment_names
     from llamaherd.environments import resolve as resolve_environment
+    from llamaherd.errors import (
+        AuthError,
+        CommandFailed,
+        ConfigError,
+        CredentialInvalid,
+        Fatal,
+        LlamaherdError,
+        ProviderError,
+        RateLimited,
+        SandboxBusy,
+        SandboxError,
+        SandboxLost,
+        Transient,
+        Unavailable,
+    )
     from llamaherd.execoutput import ExecOutput
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
+    from llamaherd.markup import escape as escape_markup
     from llamaherd.openssh import SshError, SshMaster, SshMasters, SshTarget, tar_archive
     from llamaherd.plugins import PluginInfo, Registry, describe_plugins
     from llamaherd.processes import pid_alive
@@ -161,49 +178,36 @@ if TYPE_CHECKING:
     from llamaherd.types import (
         SHARED_PATH,
         AdmissionCheck,
-        AuthError,
-        CommandFailed,
-        ConfigError,
         ControlChannel,
         CredentialField,
-        CredentialInvalid,
         CredentialType,
         DoctorCheck,
         Emit,
         EmitResult,
         ExecResult,
-        Fatal,
         Finding,
         Fix,
         LanguageSkill,
-        LlamaherdError,
         Message,
         ModelConfig,
         Pricing,
         ProjectKey,
         Provider,
-        ProviderError,
-        RateLimited,
         Reply,
         RunContext,
         RunResult,
         Runtime,
         Sandbox,
-        SandboxBusy,
-        SandboxError,
-        SandboxLost,
         SandboxSpec,
         StagedFile,
         TableSet,
         Tool,
         ToolCall,
         ToolSpec,
-        Transient,
         TriggerContext,
         TriggerEvent,
         TriggerInfo,
         TriggerType,
-        Unavailable,
         Usage,
         WebhookFilter,
         WebhookReply,
@@ -246,6 +250,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "llamaherd.execoutput": ("ExecOutput",),
     "llamaherd.logview": ("event_summary:summary",),
+    "llamaherd.markup": ("escape_markup:escape",),
     # Runtimes on other machines: one multiplexed OpenSSH connection per host.
     "llamaherd.openssh": ("SshError", "SshMaster", "SshMasters", "SshTarget", "tar_archive"),
     # ``Registry``: ``TriggerType.bind(registry)`` gets it (a type built on other plugins' objects).

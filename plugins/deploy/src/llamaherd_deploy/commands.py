@@ -153,9 +153,8 @@ def env_list(as_json: bool) -> None:
             "no environments; create one with `al env init NAME` or `al env add NAME --host HOST`"
         )
         return
-    from rich.markup import escape
-
     from llamaherd.api import Column, print_table
+    from llamaherd.api import escape_markup as escape
 
     def cells(row: dict[str, Any]) -> tuple[str, str, str]:
         if row["error"]:

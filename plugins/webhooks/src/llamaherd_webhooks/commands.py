@@ -254,7 +254,7 @@ def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
 def _delivery_cells(row: dict[str, Any]) -> tuple[str, ...]:
     from datetime import datetime
 
-    from rich.markup import escape
+    from llamaherd.api import escape_markup as escape
 
     when = datetime.fromtimestamp(row["at"]).strftime("%Y-%m-%d %H:%M:%S")
     cells = (row.get("source"), row.get("delivery_id") or "-", row.get("status"), row.get("result"))
