@@ -367,34 +367,42 @@ def run_command(
     that has to wait says why (the agent's scale, paused); Ctrl-C then withdraws it, or kills
     the run once it started, unless --detach.
     """
-    from llamaherd.agents import queue_manual
     from llamaherd.client import ControlClient
 
     data = _load_payload(payload)
     if prompt is not None:
         data["prompt"] = prompt
+    body = {"agent": agent, "payload": data, "wake": wake}
     remote = app.remote()
     if remote is not None:
         with remote:
-            sys.exit(_run_remote(remote, agent, {"agent": agent, "payload": data, "wake": wake},
-                                 no_follow))  # fmt: skip
-    if no_follow and _queued_without_the_project(app, agent, data, wake):
+            sys.exit(_run_remote(remote, agent, body, no_follow))
+    client = _local_scheduler_taking(app, agent)
+    if client is not None and no_follow:
+        _queue_and_report(client, agent, body)
         return
-    project = app.project
-    project.agent(agent)
-    client = ControlClient.find(project)
     if client is not None:
-        _check_on_disk(app, agent, last_good)
-        body = {"agent": agent, "payload": data, "wake": wake}
+        # Queued before the project is loaded: the run starts while this loads what following
+        # it needs (the scheduler checks the agent, and has its config).
         item = client.post("/control/run", body)["items"][0]
-    elif _live_hosts(app):
-        item = _queue_on_shared_database(project, agent, data, wake)
+        project = _project_to_follow(app, item)
     else:
-        sys.exit(
-            run_foreground(
-                project, agent, lambda engine: queue_manual(engine, agent, data, wake=wake)[0]
+        project = app.project
+        project.agent(agent)
+        client = ControlClient.find(project)
+        if client is not None:  # a scheduler that refused the config on disk
+            _check_on_disk(app, agent, last_good)
+            item = client.post("/control/run", body)["items"][0]
+        elif _live_hosts(app):
+            item = _queue_on_shared_database(project, agent, data, wake)
+        else:
+            from llamaherd.agents import queue_manual
+
+            sys.exit(
+                run_foreground(
+                    project, agent, lambda engine: queue_manual(engine, agent, data, wake=wake)[0]
+                )
             )
-        )
     from llamaherd.readers import StoreReader
 
     store = _store(app)
@@ -415,33 +423,44 @@ def run_command(
         sys.exit(_interrupted(store, client, item, detach))
 
 
-def _queued_without_the_project(
-    app: AppContext, agent: str, data: dict[str, Any], wake: bool
-) -> bool:
-    """``al run --no-follow`` with a scheduler up: it checks the agent, queues the run and
-    answers with its id once started, so the project is never loaded here. False when no
-    scheduler runs here (the run goes the slower way)."""
+def _local_scheduler_taking(app: AppContext, agent: str) -> Any:
+    """The ``ControlClient`` of the scheduler running here when it runs ``agent``'s config on
+    disk, so a run can be queued without loading the project; None when none runs here, or
+    when it refused that config (the slower way refuses, or says which version runs)."""
     from llamaherd.client import ControlClient
     from llamaherd.local import scheduler_info
 
     state_dir = app.state_dir
     client = ControlClient.of_state_dir(state_dir) if state_dir is not None else None
     if client is None:
-        return False
+        return None
     info = scheduler_info(state_dir) or {}
     if info.get("refused_all") or agent in (info.get("kept") or []):
-        return False  # the slower way refuses, or says which version runs (--last-good)
-    body = {"agent": agent, "payload": data, "wake": wake, "started_within": NO_FOLLOW_WAIT}
-    answer = client.post("/control/run", body)
+        return None
+    return client
+
+
+def _queue_and_report(client: Any, agent: str, body: dict[str, Any]) -> None:
+    """``al run --no-follow``: queue the run and answer with its id once started."""
+    answer = client.post("/control/run", {**body, "started_within": NO_FOLLOW_WAIT})
     run_id = (answer.get("runs") or [None])[0]
     if run_id is None:
         item = answer["items"][0]
         why = f"not started within {NO_FOLLOW_WAIT} s (`al stat {agent}` says why)"
         click.echo(f"queued (work item {item}): {why}", err=True)
-        return True
+        return
     click.echo(run_id)
     click.echo(f"follow it with `al logs {run_id} -f`", err=True)
-    return True
+
+
+def _project_to_follow(app: AppContext, item: int) -> Any:
+    """The project, loaded to follow a run already queued: when it does not load, say that the
+    run was queued all the same, then why it cannot be followed."""
+    try:
+        return app.project
+    except LlamaherdError:
+        click.echo(f"queued (work item {item}); it cannot be followed here:", err=True)
+        raise
 
 
 def _run_remote(client: Any, agent: str, body: dict[str, Any], no_follow: bool) -> int:
