@@ -22,11 +22,12 @@ from llamaherd.markup import escape, plain
 from llamaherd.tables import Column, Sheet
 
 # Letters, digits, punctuation with the markup's own brackets and backslashes, accented and
-# combining characters, and wide (CJK) ones.
-TEXT = st.lists(
-    st.sampled_from([*"ab z09-_:/.,;()[]\\@#=", "\u00e9", "e\u0301", "\u4e2d", "\u6587", "\u00df"]),
-    max_size=12,
-).map("".join)
+# combining characters, wide ones (CJK, emoji), and those whose width Python's unicodedata
+# and a terminal disagree on (a zero-width joiner within a word, a spacing mark, a Hangul
+# vowel, a skin tone). A cell of a lone joiner is left out: rich pads it a cell too wide.
+ODD = ["\u00e9", "e\u0301", "\u4e2d", "\u6587", "\u00df", "\U0001f600", "a\u200db", "\u0903",
+       "\u1160", "\u2630", "\U0001f3fb"]  # fmt: skip
+TEXT = st.lists(st.sampled_from([*"ab z09-_:/.,;()[]\\@#=", *ODD]), max_size=12).map("".join)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sys
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Literal, TypeAlias
@@ -216,20 +215,20 @@ def _tabs_expanded(text: str, size: int = 8) -> str:
     *before, last = text.split("\t")
     found, column = [], 0
     for piece in before:
-        column += _width(piece)
-        found.append(piece + " " * (size - column % size))
-        column += size - column % size
+        pad = size - (column + _width(piece)) % size
+        found.append(piece + " " * pad)
+        column += _width(piece) + pad
     return "".join(found) + last
 
 
 def _width(text: str) -> int:
-    """Terminal cells ``text`` takes: two for a wide character, none for a combining one."""
+    """Terminal cells ``text`` takes, as rich counts them (wide, combining and zero-width
+    characters): its table is read only for text that is not ASCII (a few milliseconds)."""
     if text.isascii():
         return len(text)
-    return sum(
-        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-        for ch in text
-    )
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def _justified(text: str, width: int, justify: str) -> str:
