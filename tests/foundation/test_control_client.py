@@ -154,3 +154,10 @@ def test_over_a_unix_socket(tmp_path: Path) -> None:
         assert [client.get("/control/stat")["n"] for _ in range(2)] == [1, 2]
     assert server.connections == 1 and b"\r\nHost: localhost\r\n" in server.requests[0]
     listener.close()
+
+
+def test_a_line_break_never_makes_a_second_request(tcp) -> None:
+    server, client = tcp
+    with pytest.raises(ValueError, match="line break"):
+        client.get("/control/runs/x HTTP/1.1\r\nX-Injected: 1\r\n\r\nGET /control/stat")
+    assert server.connections == 0

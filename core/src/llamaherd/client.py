@@ -51,15 +51,17 @@ class Connection:
         self, method: str, path: str, payload: bytes | None, headers: dict[str, str]
     ) -> tuple[int, bytes]:
         """Send a request; its answer's status and whole body."""
-        sock, reader = self._open()
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         lines.append(f"Content-Length: {len(payload or b'')}")
+        if any("\r" in line or "\n" in line for line in lines):  # never a second request
+            raise ValueError(f"a line break in the request to {path!r}")
+        sock, reader = self._open()
         sock.sendall("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + (payload or b""))
         version, status, fields = _read_head(reader)
         if method == "HEAD" or status in (204, 304):
             body = b""
-        elif "chunked" in fields.get("transfer-encoding", ""):
+        elif "chunked" in fields.get("transfer-encoding", "").lower():
             body = _read_chunked(reader)
         elif "content-length" in fields:
             body = _read_exactly(reader, _length(fields["content-length"]))
@@ -68,8 +70,8 @@ class Connection:
             fields["connection"] = "close"
         if len(body) > MAX_RESPONSE:
             raise BadResponse("response too large")
-        closes = fields.get("connection", "").lower()
-        if closes == "close" or (version == "HTTP/1.0" and closes != "keep-alive"):
+        tokens = {token.strip() for token in fields.get("connection", "").lower().split(",")}
+        if "close" in tokens or (version == "HTTP/1.0" and "keep-alive" not in tokens):
             self.close()
         return status, body
 
