@@ -12,13 +12,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.errors import CommandFailed, Conflict, LlamaherdError
 from llamaherd.statedir import open_private, private_dir
+
+if TYPE_CHECKING:
+    from llamaherd.client import ControlClient
 
 FINAL = ("done", "error", "timeout", "killed")
 NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start
@@ -423,10 +426,10 @@ def run_command(
         sys.exit(_interrupted(store, client, item, detach))
 
 
-def _local_scheduler_taking(app: AppContext, agent: str) -> Any:
-    """The ``ControlClient`` of the scheduler running here when it runs ``agent``'s config on
-    disk, so a run can be queued without loading the project; None when none runs here, or
-    when it refused that config (the slower way refuses, or says which version runs)."""
+def _local_scheduler_taking(app: AppContext, agent: str) -> ControlClient | None:
+    """The client of the scheduler running here when it runs ``agent``'s config on disk, so a
+    run can be queued without loading the project; None when none runs here, or when it
+    refused that config (the slower way refuses, or says which version runs)."""
     from llamaherd.client import ControlClient
     from llamaherd.local import scheduler_info
 
@@ -440,7 +443,7 @@ def _local_scheduler_taking(app: AppContext, agent: str) -> Any:
     return client
 
 
-def _queue_and_report(client: Any, agent: str, body: dict[str, Any]) -> None:
+def _queue_and_report(client: ControlClient, agent: str, body: dict[str, Any]) -> None:
     """``al run --no-follow``: queue the run and answer with its id once started."""
     answer = client.post("/control/run", {**body, "started_within": NO_FOLLOW_WAIT})
     run_id = (answer.get("runs") or [None])[0]
