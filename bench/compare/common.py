@@ -107,6 +107,18 @@ def credentials(directory: Path) -> dict[str, str]:
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of ``pid`` and every live descendant (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
+    return _tree_sum(pid, lambda fields: (int(fields[11]) + int(fields[12])) / tick)
+
+
+def tree_rss(pid: int) -> float:
+    """Resident bytes of ``pid`` and every live descendant (Linux /proc)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return _tree_sum(pid, lambda fields: int(fields[21]) * page)
+
+
+def _tree_sum(pid: int, value: Callable[[list[str]], float]) -> float:
+    """``value`` of each process of the tree under ``pid`` (given its ``/proc/PID/stat`` fields
+    after the command name), summed."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -115,7 +127,7 @@ def tree_cpu(pid: int) -> float:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        stats[int(entry.name)] = (int(fields[1]), value(fields))
     total, frontier = 0.0, {pid}
     while frontier:
         total += sum(stats[p][1] for p in frontier if p in stats)

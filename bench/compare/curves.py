@@ -20,7 +20,16 @@ import urllib.request
 from pathlib import Path
 
 import common
-from common import credentials, free_port, load, make_project, run_cli, scheduler, tree_cpu
+from common import (
+    credentials,
+    free_port,
+    load,
+    make_project,
+    run_cli,
+    scheduler,
+    tree_cpu,
+    tree_rss,
+)
 from plot import svg
 
 SETTLE_STEP = 2.0  # seconds of each look while start-up work goes on after /health
@@ -47,31 +56,6 @@ def settle(pid: int) -> float:
         if 100 * (tree_cpu(pid) - before) / SETTLE_STEP < SETTLE_BUSY:
             break
     return time.perf_counter() - start
-
-
-def tree_rss(pid: int) -> float:
-    """Resident memory of ``pid`` and its live descendants, MiB (Linux /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int(
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-                )
-            except OSError:
-                continue
-    tree, frontier = {pid}, {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - tree
-        tree |= frontier
-    total = 0
-    for member in tree:
-        try:
-            status = Path(f"/proc/{member}/status").read_text()
-        except OSError:
-            continue
-        total += int(status.split("VmRSS:")[1].split()[0]) if "VmRSS:" in status else 0
-    return total / 1024
 
 
 def dispatch_ms(root: Path, port: int, samples: int = 5) -> float:
@@ -106,7 +90,7 @@ def measure(tool: str, count: int, window: float) -> dict[str, float | None]:
             before, start = tree_cpu(pid), time.perf_counter()
             time.sleep(window)
             idle = 100 * (tree_cpu(pid) - before) / (time.perf_counter() - start)
-            rss = tree_rss(pid)
+            rss = tree_rss(pid) / 2**20  # MiB
             stats = [run_cli(tool, ["stat"], root, env)[1] for _ in range(3)]
             dispatch = dispatch_ms(root, port) if tool == "ours" else None
         return {

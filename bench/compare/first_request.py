@@ -60,6 +60,7 @@ from common import (
     load,
     make_project,
     scheduler,
+    tree_rss,
 )
 from webhook_ingest import delivery
 
@@ -270,25 +271,6 @@ def post(port: int) -> float:
     with urllib.request.urlopen(request, timeout=30) as reply:
         reply.read()
     return start
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its live descendants (Linux /proc)."""
-    parents, rss = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-    total, frontier = 0, {pid}
-    while frontier:
-        total += sum(rss.get(p, 0) for p in frontier)
-        frontier = {child for child, parent in parents.items() if parent in frontier}
-    return total
 
 
 @contextmanager
