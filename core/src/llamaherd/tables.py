@@ -215,9 +215,10 @@ def _tabs_expanded(text: str, size: int = 8) -> str:
     *before, last = text.split("\t")
     found, column = [], 0
     for piece in before:
-        pad = size - (column + _width(piece)) % size
+        column += _width(piece)
+        pad = size - column % size
         found.append(piece + " " * pad)
-        column += _width(piece) + pad
+        column += pad
     return "".join(found) + last
 
 
