@@ -28,6 +28,7 @@ from typing import Any
 
 from llamaherd import hookimpl
 from llamaherd.errors import ConfigError
+from llamaherd.types import Hold
 
 log = logging.getLogger("llamaherd.budget")
 
@@ -349,7 +350,7 @@ class BudgetCheck:
     name = "budget"
     description = "Holds an agent past its daily or monthly budget (or the project's)."
 
-    def hold(self, agent: Any, store: Any, now: float) -> str | None:
+    def hold(self, agent: Any, store: Any, now: float) -> Hold | None:
         try:
             if not agent.budgets.scoped():
                 return None
@@ -361,8 +362,8 @@ class BudgetCheck:
         if found is None:
             return None
         why, until = found
-        local = datetime.fromtimestamp(until, zone(agent.project))
-        return f"{why}; waits until {local:%Y-%m-%d %H:%M} ({local.tzname()})"
+        local = datetime.fromtimestamp(until, tz)
+        return Hold(f"{why}; waits until {local:%Y-%m-%d %H:%M} ({local.tzname()})", until)
 
 
 @hookimpl

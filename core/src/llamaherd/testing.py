@@ -429,9 +429,9 @@ class OfflineProject(TmpProject):
 class StartedTrigger:
     """A trigger type started on a real Engine of ``project`` exactly as a scheduler starts it
     (``trigger.start(ctx)`` with core's TriggerContext). ``fired`` records every event it
-    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``clock_reads``
-    counts its ``ctx.clock()`` calls (see :meth:`settled`); ``stop()`` stops the trigger and
-    closes the engine."""
+    emitted that was not a tick claimed before, as ``(event, coalesce)``; :meth:`settled`
+    waits until it has handled the clock's time; ``stop()`` stops the trigger and closes the
+    engine."""
 
     def __init__(self, trigger: Any, project: TmpProject):
         from llamaherd.engine import Engine
@@ -440,14 +440,17 @@ class StartedTrigger:
         self.trigger = trigger
         self.engine = Engine(project.load())
         self.fired: list[tuple[Any, bool]] = []
-        self.clock_reads = 0
+        self._asleep_at: float | None = None  # the clock when it last went to sleep, asleep
         fired = self.fired
         started = self
 
         class Recording(TriggerHost):
-            def clock(self) -> float:
-                started.clock_reads += 1
-                return super().clock()
+            def sleep(self, wake: threading.Event, until: float | None) -> bool:
+                started._asleep_at = self.clock()
+                try:
+                    return super().sleep(wake, until)
+                finally:
+                    started._asleep_at = None
 
             def emit(self, event: Any, *, coalesce: bool = False) -> Any:
                 result = super().emit(event, coalesce=coalesce)
@@ -465,13 +468,17 @@ class StartedTrigger:
         self.ctx = Recording(self.engine, trigger)
         trigger.start(self.ctx)
 
-    def settled(self, passes: int = 2, timeout: float = 30) -> None:
-        """Wait until the trigger has read the clock ``passes`` more times: for a trigger that
-        reads it once per pass, a whole pass then ran after this call, so whatever the clock
-        (or the world) now makes due has been emitted; to assert that nothing was, without
-        sleeping."""
-        target = self.clock_reads + passes
-        wait_until(lambda: self.clock_reads >= target, timeout, 0.01, what="a trigger pass")
+    def settled(self, timeout: float = 30) -> None:
+        """Wait until the trigger sleeps, having looked at the fake clock's time (a sleep ends
+        when such a clock is set): whatever that time makes due has been emitted; to assert
+        that nothing was, without sleeping."""
+        from llamaherd.clock import clock
+
+        def asleep() -> bool:
+            at = self._asleep_at
+            return at is not None and at >= clock()
+
+        wait_until(asleep, timeout, 0.01, what="the trigger asleep at the clock's time")
 
     def stop(self) -> None:
         self.trigger.stop()
