@@ -54,6 +54,20 @@ def queue_manual(
     return [engine.emit(manual_event(agent, payload, source, prompt)) for _ in range(count)]
 
 
+def trigger_answer(engine: Any, agent: str, results: list[EmitResult]) -> dict[str, Any]:
+    """What ``/control/run`` answers: the queued ``items`` (None where nothing was queued),
+    and, when they apply, what flow control did with each (``flow``: "debounced", "skipped:
+    ...", "interrupted RUN", ...) and why the agent's queued runs are held (``held``: a
+    budget...)."""
+    answer: dict[str, Any] = {"items": [r.queued for r in results]}
+    if any(r.flow for r in results):
+        answer["flow"] = [r.flow for r in results]
+    hold = engine.admission(engine.project.agent(agent)) if any(answer["items"]) else None
+    if hold is not None:
+        answer["held"] = hold.reason
+    return answer
+
+
 def queue_chat(engine: Any, agent: str, message: str, wake: bool = False) -> EmitResult:
     """``al chat``: a manual run in interactive mode whose first input is ``message``."""
     prompt = (

@@ -481,6 +481,8 @@ class Engine:
         with self._claims:
             for item, run in claimed:
                 self._started[item.id] = run.id
+                for member in (run.trigger.get("flow") or {}).get("batch", [])[1:]:
+                    self._started[member["id"]] = run.id  # a trigger a batch gathered
             while len(self._started) > 1000:
                 del self._started[next(iter(self._started))]
             self._claims.notify_all()

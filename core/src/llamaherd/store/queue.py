@@ -432,6 +432,13 @@ class Queue(Runs):
         return item
 
     @guarded
+    def item_state(self, item_id: int) -> str | None:
+        """The state of work item ``item_id`` (``ITEM_STATES``), None when there is none."""
+        sql = self._statement(("item_state",), lambda: "SELECT state FROM work_items WHERE id = ?")
+        row = self._exec(sql, (item_id,)).fetchone()
+        return None if row is None else row[0]
+
+    @guarded
     def has_queued(self) -> bool:
         """Whether any item is queued (resume items included), by one index probe."""
         return self._exec(self._sql.any_queued).fetchone() is not None
