@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd.clock import clock, host_id
+from llamaherd.errors import ConfigError
 from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
 from llamaherd.timers import Timers
@@ -35,6 +36,14 @@ CLAIM_BATCH = 32
 # Seconds after which an admission check that said no end to its hold is asked again, while
 # queued work waits (a maintenance window lifted by hand is seen this soon).
 HOLD_RECHECK = 5.0
+
+
+def _period_budget(agent: Any) -> bool:
+    """Whether a daily or monthly budget (the agent's or the project's) applies to ``agent``."""
+    try:
+        return bool(agent.budgets.scoped())
+    except ConfigError:  # a broken [budget]: `al validate` says why
+        return False
 
 
 def socket_prefix(root: Path) -> Path:
@@ -403,10 +412,17 @@ class Engine:
             holding[agent] = holding.get(agent, 0) + 1
         scales = {}
         now = self.clock()
+        budgeted = {name for name, agent in self.project.agents.items() if _period_budget(agent)}
+        running = self.store.active_runs() if budgeted else {}
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
             held = held or self._held(name, agent, now)
-            scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
+            scale = max(0, agent.scale - holding.get(name, 0))
+            if name in budgeted:
+                # One start per claim pass: each is admitted against the reservations of the
+                # runs started before it (``llamaherd.budgets.reserved_hold``).
+                scale = min(scale, running.get(name, (0, 0))[0] + 1)
+            scales[name] = -1 if held else scale
         return scales
 
     def _held(self, name: str, agent: Any, now: float) -> bool:

@@ -401,6 +401,35 @@ class FlowStore(Queue):
         ``project_day``, ``project_month``, each {usd, tokens, unpriced}."""
         return self._totals(agent, period)
 
+    @guarded
+    def active_runs(self) -> dict[str, tuple[int, int]]:
+        """Per agent with any: (its running runs, its active ones: running or waiting)."""
+        sql = self._statement(
+            ("active_runs",),
+            lambda: (
+                "SELECT agent, SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), COUNT(*) "
+                f"FROM runs WHERE {ACTIVE} GROUP BY agent"
+            ),
+        )
+        return {
+            agent: (int(running), int(active))
+            for agent, running, active in self._exec(sql).fetchall()
+        }
+
+    @guarded
+    def largest_run(self, agent: str, last: int) -> int | None:
+        """The most tokens one of ``agent``'s ``last`` finished runs spent (None: it has none)."""
+        sql = self._statement(
+            ("largest_run",),
+            lambda: (
+                "SELECT MAX(spent) FROM (SELECT input_tokens + output_tokens AS spent FROM runs "
+                "WHERE agent = ? AND state IN ('done', 'error', 'timeout', 'killed') "
+                "ORDER BY created_at DESC LIMIT ?) AS recent"
+            ),
+        )
+        found = self._value(sql, (agent, last))
+        return None if found is None else int(found)
+
     def _totals(self, agent: str, period: Any) -> dict[str, dict[str, Any]]:
         totals = {
             name: {"usd": 0.0, "tokens": 0, "unpriced": 0}
