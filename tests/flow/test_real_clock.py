@@ -8,11 +8,10 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
-from llamaherd.testing import wait_until
+from llamaherd.testing import settled, thread_switches, wait_until
 
 ON_TIME = 0.5  # seconds a start may come after the moment it was due
 
@@ -190,35 +189,8 @@ def test_an_idle_scheduler_with_200_debounced_agents_does_not_wake(
         project.add_scripted_agent(f"agent{index:03}", DEBOUNCED)
     scheduler = start(project)
     wait_until(lambda: scheduler.read_log().count(": ready") == 200, what="200 agents ready")
-    quiet(scheduler.proc.pid)  # its start is over (the config watcher saw its log written)
-    before = context_switches(scheduler.proc.pid)
+    # Its start is over (the config watcher saw its log written in the project folder).
+    assert settled(scheduler.proc.pid), "the scheduler never went quiet"
+    before = thread_switches(scheduler.proc.pid)
     time.sleep(10)  # the window measured, not a wait for something to happen
-    after = context_switches(scheduler.proc.pid)
-    woke = {tid: after.get(tid, 0) - count for tid, count in before.items()}
-    assert sum(woke.values()) == 0, woke
-
-
-def quiet(pid: int) -> None:
-    """Wait until no thread of process ``pid`` has woken for a second."""
-    seen = [context_switches(pid), time.monotonic()]
-
-    def still() -> bool:
-        now = context_switches(pid)
-        if now != seen[0]:
-            seen[:] = [now, time.monotonic()]
-        return time.monotonic() - seen[1] >= 1.0
-
-    wait_until(still, timeout=30, interval=0.1, what="the scheduler quiet")
-
-
-def context_switches(pid: int) -> dict[str, int]:
-    """Context switches so far of each thread of process ``pid`` (each is a wake-up)."""
-    found = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        fields = dict(
-            line.split(":", 1) for line in (task / "status").read_text().splitlines() if ":" in line
-        )
-        found[task.name] = int(fields["voluntary_ctxt_switches"]) + int(
-            fields["nonvoluntary_ctxt_switches"]
-        )
-    return found
+    assert thread_switches(scheduler.proc.pid) == before, "a thread woke with nothing due"

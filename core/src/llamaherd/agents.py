@@ -58,13 +58,18 @@ def trigger_answer(engine: Any, agent: str, results: list[EmitResult]) -> dict[s
     """What ``/control/run`` answers: the queued ``items`` (None where nothing was queued),
     and, when they apply, what flow control did with each (``flow``: "debounced", "skipped:
     ...", "interrupted RUN", ...) and why the agent's queued runs are held (``held``: a
-    budget...)."""
+    budget..., and ``held_until`` when the hold says until when) while an item still waits."""
     answer: dict[str, Any] = {"items": [r.queued for r in results]}
     if any(r.flow for r in results):
         answer["flow"] = [r.flow for r in results]
-    hold = engine.admission(engine.project.agent(agent)) if any(answer["items"]) else None
-    if hold is not None:
+    queued = [item for item in answer["items"] if item is not None]
+    hold = engine.admission(engine.project.agent(agent)) if queued else None
+    # Asked after the hold: an item claimed meanwhile was not held (its own run may be what a
+    # budget's reservation now counts).
+    if hold is not None and any(engine.store.item_state(i) == "queued" for i in queued):
         answer["held"] = hold.reason
+        if hold.until is not None:
+            answer["held_until"] = hold.until
     return answer
 
 

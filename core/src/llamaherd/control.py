@@ -157,7 +157,7 @@ async def run(request: Request) -> Response:
     if not 0 <= within <= 30:
         raise LlamaherdError("started_within: expected 0 to 30 (seconds)")
     items = answer["items"]
-    if within and len(items) == 1 and items[0] is not None and "held" not in answer:
+    if within and len(items) == 1 and items[0] is not None and "held_until" not in answer:
         answer["runs"] = [await run_in_threadpool(engine.started, items[0], within)]
     return JSONResponse(answer, status_code=202 if any(i is not None for i in items) else 200)
 

@@ -33,8 +33,8 @@ HELD_STATES = ("off", "error", "suspended")
 # Runs started by one claim transaction at most when that many slots are free: bounds how long
 # the first of them waits for its thread.
 CLAIM_BATCH = 32
-# Seconds after which an admission check that said no end to its hold is asked again, while
-# queued work waits (a maintenance window lifted by hand is seen this soon).
+# Real seconds after which an admission check that said no end to its hold is asked again,
+# while queued work waits (a maintenance window lifted by hand is seen this soon).
 HOLD_RECHECK = 5.0
 
 
@@ -93,6 +93,9 @@ class Engine:
         # When work becomes claimable by the clock alone (``llamaherd.timers``): the dispatch
         # and housekeeping passes arm them, a scheduler's main loop sleeps until the earliest.
         self.timers = Timers()
+        # An admission check held queued work without saying until when: look again within
+        # HOLD_RECHECK real seconds (what it waits for is outside, not a moment of the clock).
+        self.recheck_holds = False
         # Agents whose runtime had no room (SandboxBusy): claim none of theirs until then
         # (epoch seconds of the engine's clock).
         self._deferred: dict[str, float] = {}
@@ -412,6 +415,7 @@ class Engine:
             holding[agent] = holding.get(agent, 0) + 1
         scales = {}
         now = self.clock()
+        self.recheck_holds = False
         budgeted = {name for name, agent in self.project.agents.items() if _period_budget(agent)}
         running = self.store.active_runs() if budgeted else {}
         for name, agent in self.project.agents.items():
@@ -434,7 +438,8 @@ class Engine:
             deferred = None
         self.timers.arm(f"defer:{name}", deferred)
         hold = None if deferred is not None else self.admission(agent)
-        self.timers.arm(f"hold:{name}", hold and (hold.until or now + HOLD_RECHECK))
+        self.timers.arm(f"hold:{name}", hold and hold.until)
+        self.recheck_holds = self.recheck_holds or (hold is not None and hold.until is None)
         return deferred is not None or hold is not None
 
     def defer(self, agent: str, seconds: float) -> None:
@@ -470,6 +475,7 @@ class Engine:
         agent is held or paused), else up to ``limit`` queued items in one transaction."""
         if not self.store.has_queued():
             self.timers.arm("flow", None)
+            self.recheck_holds = False
             return []  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)

@@ -25,7 +25,7 @@ from typing import Any
 
 from llamaherd import __version__
 from llamaherd.clock import machine_name, sleep
-from llamaherd.engine import Engine
+from llamaherd.engine import HOLD_RECHECK, Engine
 from llamaherd.errors import CommandFailed, LlamaherdError
 from llamaherd.local import scheduler_info
 from llamaherd.plugins import get_manager, installed_plugins
@@ -538,8 +538,10 @@ class Scheduler(Engine):
         return HOUSEKEEPING_EVERY if self.store.shared else IDLE_HOUSEKEEPING_EVERY
 
     def _until_housekeeping(self) -> float:
-        """Real seconds until the next housekeeping pass."""
-        return max(0.0, self._last_housekeeping + self._every - time.monotonic())
+        """Real seconds until the next housekeeping pass (or the next look at a hold that said
+        no end, ``Engine.recheck_holds``)."""
+        until = self._last_housekeeping + self._every - time.monotonic()
+        return max(0.0, min(until, HOLD_RECHECK) if self.recheck_holds else until)
 
     def housekeeping(self) -> None:
         now = time.monotonic()

@@ -35,7 +35,9 @@ And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook so
 signature checks (needs hypothesis); ``fake_distribution(site, ...)``, a throwaway installed
 distribution with one entry point, and ``source_distribution(site, path)``, a distribution of
 this checkout as if installed (both for ``al`` subprocesses, with nothing installed);
-``wait_until(predicate, ...)``, bounded polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
+``wait_until(predicate, ...)``, bounded polling; ``thread_switches(pid)`` and ``settled(pid)``,
+whether a process woke (its threads' context switches); ``chat_reply(text, tool_calls)`` (also
+a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
 """
@@ -127,6 +129,33 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not met within {timeout:g} s")
+
+
+def thread_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of process ``pid`` so far: each time one of
+    them blocked again after waking (Linux /proc). Unchanged over a while: nothing woke."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return total
+
+
+def settled(pid: int, quiet: float = 1.0, within: float = 15.0) -> bool:
+    """Wait until no thread of process ``pid`` has woken for ``quiet`` seconds (its start-up is
+    over), ``within`` seconds at most; whether it settled."""
+    deadline = time.monotonic() + within
+    before = thread_switches(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = thread_switches(pid)
+        if now == before:
+            return True
+        before = now
+    return False
 
 
 def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:

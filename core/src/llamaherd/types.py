@@ -666,8 +666,8 @@ class AdmissionCheck(Protocol):
         """Why ``agent`` starts nothing now (shown by ``al stat``), or None. ``store`` is the
         project's store, ``now`` the store's clock (epoch seconds). A ``Hold`` with ``until``
         has the scheduler ask again at that moment; a plain reason (or ``until`` None) is asked
-        again when something changes (a trigger, a run's end, a reload) and every few seconds
-        (``llamaherd.engine.HOLD_RECHECK``) while queued runs wait."""
+        again when something changes (a trigger, a run's end, a reload) and every few real
+        seconds (``llamaherd.engine.HOLD_RECHECK``) while queued runs wait."""
         ...
 
 

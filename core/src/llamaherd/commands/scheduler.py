@@ -27,7 +27,7 @@ FINAL = ("done", "error", "timeout", "killed")
 NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start
 # `al run`'s own exit codes, beside its run's (docs/cli.md): the agent's flow control skipped,
 # dropped or superseded the trigger (nothing runs for it); an admission check (a budget spent)
-# holds the agent, its trigger queued until the hold ends.
+# holds the agent until a known moment, its trigger queued until then.
 NOT_RUN_EXIT = 4
 HELD_EXIT = 5
 DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
@@ -371,9 +371,11 @@ def run_command(
     else in the foreground. PROMPT, when given, is the task: it goes into the run's prompt. A
     hibernating or switched-off agent refuses it unless --wake.
 
-    Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout). A run
-    that has to wait says why (the agent's scale, paused); Ctrl-C then withdraws it, or kills
-    the run once it started, unless --detach.
+    Prints the run's log and exits with its exit code (0 done, 1 error, 3 budget, 124
+    timeout); 4 when the agent's flow control skipped, dropped or superseded the trigger, 5
+    when a budget holds the agent (the trigger stays queued). A run that has to wait says why
+    (the agent's scale, paused, its flow control); Ctrl-C then withdraws it, or kills the run
+    once it started, unless --detach.
     """
     from llamaherd.client import ControlClient
 
@@ -591,9 +593,10 @@ def _queue_on_shared_database(
 def _triaged(agent: str, answer: dict[str, Any], *, queued: bool = True) -> str | None:
     """Say what flow control or an admission check did with ``al run``'s trigger (the control
     API's answer, ``trigger_answer``), and end here with ``NOT_RUN_EXIT`` when nothing will
-    run for it, ``HELD_EXIT`` when it waits for a hold to end (``queued``: a scheduler has it;
-    else it was withdrawn). The id of the active run it was handed to (a singleton
-    ``interrupt``), to follow that; else None (follow its item)."""
+    run for it, ``HELD_EXIT`` when it waits for a hold with a known end (a budget's period;
+    ``queued``: a scheduler has it, else it was withdrawn). The id of the active run it was
+    handed to (a singleton ``interrupt``), to follow that; else None (follow its item: a hold
+    with no known end is said while it waits)."""
     item, flow = answer["items"][0], (answer.get("flow") or [None])[0]
     if item is None and flow and flow.startswith("interrupted "):
         run_id = flow.removeprefix("interrupted ")
@@ -602,7 +605,7 @@ def _triaged(agent: str, answer: dict[str, Any], *, queued: bool = True) -> str 
     if item is None:
         click.echo(f"not run: {agent}'s flow control: {flow or 'not queued'}", err=True)
         sys.exit(NOT_RUN_EXIT)
-    if answer.get("held"):
+    if answer.get("held_until") is not None:
         then = (
             f"the trigger stays queued (work item {item}) and runs then (`al stat {agent}`)"
             if queued
@@ -697,7 +700,7 @@ def run_foreground(
         if result.refused:
             raise Conflict(result.refused)
         answer = trigger_answer(engine, agent_name, [result])
-        if answer.get("held"):  # no scheduler here will start it when the hold ends
+        if answer.get("held_until") is not None:  # no scheduler here will start it then
             engine.store.withdraw(result.queued)
         _triaged(agent_name, answer, queued=False)
         engine.serve("127.0.0.1", 0)
