@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from llamaherd.status import key_line
 from llamaherd.testing import settled, thread_switches, wait_until
 
 ON_TIME = 0.5  # seconds a start may come after the moment it was due
@@ -66,19 +67,24 @@ def deliver_all(kit, hosts, payloads) -> float:
 
 
 class StatSampler(threading.Thread):
-    """Runs `al stat AGENT` over and over, keeping (when it started, its output)."""
+    """Asks the scheduler for what `al stat AGENT` shows (``/control/stat``, whose rows `al
+    stat` draws) over and over, keeping (when it asked, the agent's key lines as drawn)."""
 
-    def __init__(self, project, agent: str):
+    def __init__(self, scheduler, agent: str):
         super().__init__(daemon=True)
-        self.project, self.agent = project, agent
+        self.scheduler, self.agent = scheduler, agent
         self.samples: list[tuple[float, str]] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.is_set():
-            begun = time.time()
-            result = self.project.al("stat", self.agent, env={"COLUMNS": "300"})
-            self.samples.append((begun, result.stdout))
+            asked = time.time()
+            stat = self.scheduler.get("/control/stat").json()
+            [row] = [row for row in stat["agents"] if row["agent"] == self.agent]
+            keys = (row.get("flow") or {}).get("keys", [])
+            lines = "\n".join(key_line(key, stat["now"]) for key in keys)
+            self.samples.append((asked, lines))
+            self.halt.wait(0.05)
 
     def stop(self) -> list[tuple[float, str]]:
         self.halt.set()
@@ -88,7 +94,7 @@ class StatSampler(threading.Thread):
 
 def test_debounce_runs_when_the_quiet_window_closes(herd, kit, runs_of):
     projects, hosts = herd([("builder", DEBOUNCED, None)])
-    sampler = StatSampler(projects[0], "builder")
+    sampler = StatSampler(hosts[0], "builder")
     sampler.start()
     last = deliver_all(kit, hosts, [kit.push("acme/widgets", seq) for seq in range(3)])
     [run] = wait_until(lambda: runs_of(projects[0]) or None, timeout=15, what="the run")
