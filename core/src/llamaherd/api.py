@@ -187,6 +187,7 @@ if TYPE_CHECKING:
         ExecResult,
         Finding,
         Fix,
+        Hold,
         LanguageSkill,
         Message,
         ModelConfig,
@@ -277,7 +278,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
         "AdmissionCheck", "ControlChannel", "CredentialField", "CredentialType", "DoctorCheck",
-        "Emit", "EmitResult", "ExecResult", "Finding", "Fix", "LanguageSkill", "Message",
+        "Emit", "EmitResult", "ExecResult", "Finding", "Fix", "Hold", "LanguageSkill", "Message",
         "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply", "RunContext", "RunResult",
         "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec", "StagedFile", "TableSet", "Tool",
         "ToolCall", "ToolSpec", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType",

@@ -25,6 +25,7 @@ from llamaherd.agents import (
     reply_to_run,
     say_to_run,
     state_of,
+    trigger_answer,
 )
 from llamaherd.auth import json_body, require_token
 from llamaherd.errors import LlamaherdError
@@ -149,16 +150,16 @@ async def run(request: Request) -> Response:
     refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
-    items = [r.queued for r in results]
+    answer = await run_in_threadpool(trigger_answer, engine, agent, results)
     # `al run --no-follow`: the run's id once it started, within that many seconds (it is
     # claimed when queued unless its agent must wait), so the CLI needs nothing else.
     within = _field(body, "started_within", int, 0)
     if not 0 <= within <= 30:
         raise LlamaherdError("started_within: expected 0 to 30 (seconds)")
-    if within and len(items) == 1 and items[0] is not None:
-        started = await run_in_threadpool(engine.started, items[0], within)
-        return JSONResponse({"items": items, "runs": [started]}, status_code=202)
-    return JSONResponse({"items": items}, status_code=202)
+    items = answer["items"]
+    if within and len(items) == 1 and items[0] is not None and "held_until" not in answer:
+        answer["runs"] = [await run_in_threadpool(engine.started, items[0], within)]
+    return JSONResponse(answer, status_code=202 if any(i is not None for i in items) else 200)
 
 
 @require_token

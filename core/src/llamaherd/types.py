@@ -11,6 +11,7 @@ Plugins import these (and everything else they use) from ``llamaherd.api``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,6 +247,13 @@ class TriggerContext(Protocol):
 
     def last_tick(self, key: str) -> float | None:
         """The latest tick claimed for ``key`` by this trigger type (where catch-up resumes)."""
+        ...
+
+    def sleep(self, wake: threading.Event, until: float | None) -> bool:
+        """Sleep until ``wake`` is set or ``clock()`` reads ``until`` (None: until woken);
+        whether ``wake`` ended it. Use it, not ``wake.wait(seconds)``: a fake clock in tests
+        moves time without changing when a trigger wakes (the sleep also ends when such a
+        clock is set, as after a real clock's step)."""
         ...
 
 
@@ -654,10 +662,23 @@ class AdmissionCheck(Protocol):
     name: str
     description: str
 
-    def hold(self, agent: Agent, store: Any, now: float) -> str | None:
+    def hold(self, agent: Agent, store: Any, now: float) -> Hold | str | None:
         """Why ``agent`` starts nothing now (shown by ``al stat``), or None. ``store`` is the
-        project's store, ``now`` the store's clock (epoch seconds)."""
+        project's store, ``now`` the store's clock (epoch seconds). A ``Hold`` with ``until``
+        has the scheduler ask again at that moment; a plain reason (or ``until`` None) is asked
+        again when something changes (a trigger, a run's end, a reload) and every few real
+        seconds (``llamaherd.engine.HOLD_RECHECK``) while queued runs wait."""
         ...
+
+
+@dataclass(frozen=True)
+class Hold:
+    """An admission check's answer: why an agent's queued runs wait, and until when they may
+    (epoch seconds of the store's clock: a budget period's end, a host's retry window), when
+    that is known."""
+
+    reason: str
+    until: float | None = None
 
 
 # --------------------------------------------------------------------------- what a plugin may add
