@@ -158,17 +158,6 @@ def test_when_the_cut_messages_pass_their_reserve_the_run_stops(tmp_path, small,
     assert size <= write_budget.MAX_RUN_BYTES + 20_000 + 4096
 
 
-def test_the_store_counts_a_runs_locks_calls_and_transcript(tmp_path):
-    ctx, store = _run(tmp_path)
-    records, size = store.run_writes(ctx.run_id)  # its first state event
-    store.acquire_lock(ctx.run_id, "lock://a", 60)
-    store.create_call(ctx.run_id, "chatty", "c" * 1000, 1)
-    store.checkpoint(ctx.run_id, [{"role": "meta"}, {"role": "user", "content": "x" * 500}])
-    more, larger = store.run_writes(ctx.run_id)
-    assert more - records == 1 + 2  # the lock row; the call and its queued trigger
-    assert larger - size > 2 * len("lock://a") + 2 * 1000 + 2 * 500
-
-
 def test_a_tool_output_past_the_budget_is_kept_cut(tmp_path, small):
     ctx, store = _run(tmp_path)
     session = Session.start(ctx, _Chain(0, 0), "s" * 70_000, "user", tools={})
