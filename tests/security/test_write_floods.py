@@ -15,25 +15,22 @@ setenv flood is ``test_run_flood.py``.)
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from llamaherd.session import ARGUMENTS_CUT, TRANSCRIPT_CUT
 from llamaherd.testing import ModelServer, OfflineProject, chat_reply, wait_until
-from llamaherd.write_budget import CUT_RESERVE, MAX_RUN_BYTES, MAX_RUN_RECORDS
+from llamaherd.write_budget import CUT_RESERVE, MAX_RUN_BYTES
 
-from .test_run_flood import DOCUMENTED_AL_GROWTH, _size
+from .flooding import Growth, notice_at, watch_run
 from .test_setenv_limits import _peak_rss_mib
 
 pytestmark = pytest.mark.timeout(300)
 
 FLOOD_SECONDS = 90  # at most: a flood stops AFTER_BUDGET seconds after the budget's notice
-AFTER_BUDGET = 3  # seconds the flood goes on past the budget's notice (checked)
 THREADS = 8
 
 # The run's own client (as al-status uses), from THREADS threads, until STOP exists; RESULT
@@ -88,70 +85,6 @@ text = "done"
 """
 
 
-class Growth:
-    """``.al``'s size, sampled while a flood goes on."""
-
-    def __init__(self, state: Path):
-        self.state = state
-        self.before = _size(state)
-        self.samples: list[tuple[float, int]] = []  # (time, .al size)
-
-    def sample(self) -> None:
-        self.samples.append((time.time(), _size(self.state)))
-
-    def check(self, spent_at: float, ended: float, after_budget: int = 2**20) -> int:
-        """What the flood grew ``.al`` by at most, after checking it stopped growing once the
-        budget was spent (at ``spent_at``): from a second after until the flood ended (at
-        ``ended``; at least ``AFTER_BUDGET`` seconds later) by less than ``after_budget``."""
-        grown = max(size for _, size in self.samples) - self.before
-        assert grown < DOCUMENTED_AL_GROWTH, (grown, self.samples)
-        after = [(at, size) for at, size in self.samples if spent_at + 1 <= at <= ended]
-        assert after and after[-1][0] - after[0][0] >= AFTER_BUDGET, (spent_at, self.samples)
-        assert after[-1][1] - after[0][1] < after_budget, (spent_at, self.samples)
-        return grown
-
-
-def _notice_at(project: OfflineProject, run_id: str) -> float:
-    """When the run's one ``write_budget`` notice was recorded, after checking there is one,
-    and that what the store holds of the run is within its budget (give or take the notice
-    and the messages kept cut past it)."""
-    store = project.store()
-    try:
-        events = store.events(run_id)
-        records, size = store.run_writes(run_id)
-    finally:
-        store.close()
-    notices = [e for e in events if e["type"] == "write_budget"]
-    assert len(notices) == 1, [e["type"] for e in events][-20:]
-    assert records <= MAX_RUN_RECORDS + 2, records
-    assert size <= MAX_RUN_BYTES + CUT_RESERVE + 4096, size
-    return notices[0]["at"]
-
-
-def _run_to_end(project: OfflineProject, agent: str, growth: Growth, stop: Path) -> Any:
-    """Start a run of ``agent`` and wait for its end, sampling ``growth`` meanwhile; create
-    ``stop`` (its flood ends) ``AFTER_BUDGET`` and a bit seconds after the budget's notice."""
-    assert project.al("run", agent, "--no-follow").returncode == 0
-    store = project.store()
-    db = sqlite3.connect(f"file:{project.root / '.al' / 'work-queue.db'}?mode=ro", uri=True)
-    notice = "SELECT 1 FROM run_events WHERE type = 'write_budget'"
-    spent: list[float] = []
-    try:
-
-        def ended() -> Any:
-            growth.sample()
-            if not spent and db.execute(notice).fetchone():
-                spent.append(time.monotonic())
-            if spent and time.monotonic() > spent[0] + AFTER_BUDGET + 1.5:
-                stop.touch()
-            return next((r for r in store.runs(agent=agent) if r.state != "running"), None)
-
-        return wait_until(ended, FLOOD_SECONDS + 60, interval=0.2, what=f"{agent} ended")
-    finally:
-        db.close()
-        store.close()
-
-
 def _flood_project(
     tmp_path: Path, kind: str, result: Path, worker: str, seconds: float = FLOOD_SECONDS
 ) -> OfflineProject:
@@ -170,11 +103,11 @@ def test_a_gateway_flood_is_charged_to_the_runs_write_budget(tmp_path: Path, sch
     state = project.root / ".al"
     wait_until(lambda: (state / "work-queue.db").exists(), 10)
     growth = Growth(state)
-    run = _run_to_end(project, "flooder", growth, result.with_name("stop"))
+    run = watch_run(project, "flooder", growth, result.with_name("stop"))
     assert run.state == "done", run.reason
     flood = json.loads(result.read_text())
     codes = flood["codes"]
-    grown = growth.check(_notice_at(project, run.id), flood["ended"])
+    grown = growth.check(notice_at(project, run.id), flood["ended"])
     peak = _peak_rss_mib(started.proc.pid)
     print(f"[{kind}] {sum(codes.values())} requests: {codes}; "
           f".al grew {grown / 2**20:.1f} MiB; scheduler peak RSS {peak:.0f} MiB")  # fmt: skip
@@ -201,7 +134,7 @@ def test_a_call_into_a_full_queue_is_refused_and_stores_nothing(tmp_path: Path, 
     result = tmp_path / "result"
     project = _flood_project(tmp_path, "calls", result, "maxWorkQueueSize = 3", seconds=3)
     scheduler(project)
-    run = _run_to_end(project, "flooder", Growth(project.root / ".al"), tmp_path / "unused")
+    run = watch_run(project, "flooder", Growth(project.root / ".al"), tmp_path / "unused")
     assert run.state == "done", run.reason
     codes = json.loads(result.read_text())["codes"]
     full = [key for key in codes if key.startswith("/gateway/call 409 ")]
@@ -258,13 +191,14 @@ def test_a_model_answering_400_kb_a_turn_is_charged_and_cut(
         lambda: growth.sample() or not model_server.replies, 250, interval=0.2,
         what="every turn asked for",
     )  # fmt: skip
+    asked = time.time()  # (its last checkpoints, while this test reads it, grow the WAL)
     run = project.wait_run(
         lambda runs: next((r for r in runs if r.state != "running"), None), timeout=30
     )
     growth.sample()
     # Past the budget the transcript still takes the cut messages, up to CUT_RESERVE (which
     # counts them twice, as the database holds them, and so does its write-ahead log).
-    grown = growth.check(_notice_at(project, run.id), time.time(), 2 * CUT_RESERVE)
+    grown = growth.check(notice_at(project, run.id), asked, 2 * CUT_RESERVE)
     peak = _peak_rss_mib(started.proc.pid)
     print(f"[model] {MODEL_TURNS} turns of {TURN_TEXT:,} characters: .al grew "
           f"{grown / 2**20:.1f} MiB; scheduler peak RSS {peak:.0f} MiB")  # fmt: skip

@@ -427,8 +427,8 @@ class Session:
         self._inbox: list[str] = []  # messages of `al say` not yet in the transcript
         self._interrupted = threading.Event()
         self._inbox_lock = threading.Lock()
-        # What of the transcript is charged to the run's write budget (``_charge_transcript``):
-        # a stored one was, when it was stored (and is counted again by a new budget).
+        # What of the transcript is charged to the run's write budget (``_charge_messages``,
+        # ``checkpoint``): a stored one was when stored (a new budget counts it: run_writes).
         self._charged, self._meta_size = 0, 0
         if transcript and transcript[0].get("role") == "meta":
             self.meta, self.messages = transcript[0], transcript[1:]
