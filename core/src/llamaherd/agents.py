@@ -96,9 +96,15 @@ def suspend_timeout(row: Any) -> float:
 
 
 def set_agent_state(
-    engine: Any, agent: str, state: str, cause: str, spare: str | None = None
+    engine: Any,
+    agent: str,
+    state: str,
+    cause: str,
+    spare: str | None = None,
+    history: bool = True,
 ) -> dict[str, Any]:
-    """Move ``agent`` to ``state`` (recorded with ``cause``) and apply what the state means.
+    """Move ``agent`` to ``state`` (recorded with ``cause``; as an agent event too unless not
+    ``history``) and apply what the state means.
 
     ``off`` kills the agent's live runs at once (but ``spare``, the run that switched its own
     agent off and finishes its turn) and clears its queue; ``hibernate`` drops the queued items
@@ -111,7 +117,7 @@ def set_agent_state(
     engine.project.agent(agent)  # unknown agent: one line with the known names
     store = engine.store
     previous = store.agent_state(agent)
-    store.set_agent_state(agent, state, cause)
+    store.set_agent_state(agent, state, cause, history)
     dropped = 0
     if state in ("hibernate", "off"):
         why = f"dropped: agent {agent!r} went {state} ({cause})"
