@@ -303,12 +303,24 @@ def _answer(
 
 def _what_it_did(engine: FencedEngine, run_id: str) -> CaseRun:
     store = engine.store
-    row = store.get_run(run_id)
-    events = store.events(run_id)
+    run = store.get_run(run_id)
+    files, calls = dict(engine.final_files), list(engine.calls)
+    return case_run(run, store.events(run_id), engine.final_text, files, calls)
+
+
+def case_run(
+    row: Any,
+    events: list[dict[str, Any]],
+    text: str | None = None,
+    files: dict[str, bytes | None] | None = None,
+    calls: list[dict[str, Any]] | None = None,
+) -> CaseRun:
+    """What a stored run did, from its row and events (``text``: the model's last text, by
+    default its last in the transcript)."""
     transcript = row.transcript or []
     meta = transcript[0] if transcript and transcript[0].get("role") == "meta" else {}
     messages = transcript[1:] if meta else transcript
-    tool_calls, texts = _conversation(messages)
+    tool_calls, texts = conversation_of(messages)
     return CaseRun(
         run_id=row.id,
         agent=row.agent,
@@ -317,18 +329,18 @@ def _what_it_did(engine: FencedEngine, run_id: str) -> CaseRun:
         reason=row.reason,
         return_value=row.return_value,
         status=row.status,
-        text=engine.final_text,
+        text=(texts[-1] if texts else "") if text is None else text,
         texts=texts,
         tool_calls=tool_calls,
-        commands=_commands(events),
-        files=dict(engine.final_files),
+        commands=commands_of(events),
+        files=files or {},
         transitions=[e["data"].get("to") for e in events if e["type"] == "state"],
         waits=[
             {"filter": e["data"].get("filter"), "timeout": e["data"].get("timeout")}
             for e in events
             if e["type"] == "wait"
         ],
-        calls=list(engine.calls),
+        calls=calls or [],
         turns=int(meta.get("turns", 0)),
         input_tokens=int(meta.get("input_tokens", 0)),
         output_tokens=int(meta.get("output_tokens", 0)),
@@ -338,7 +350,7 @@ def _what_it_did(engine: FencedEngine, run_id: str) -> CaseRun:
     )
 
 
-def _conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def conversation_of(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The model's tool calls (with their results) and texts, from the transcript."""
     results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     calls, texts, turn = [], [], 0
@@ -361,7 +373,7 @@ def _conversation(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
     return calls, texts
 
 
-def _commands(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def commands_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Hook commands and the model's bash calls, in the order they ran."""
     found = []
     for event in events:

@@ -132,5 +132,130 @@ def test_command(
     sys.exit(found.exit_code)
 
 
+def _store(app: AppContext) -> Any:
+    from llamaherd.store import Store
+
+    return Store.open(app.project.database_url, str(app.project.root))
+
+
+# ---------------------------------------------------------------------- al record
+@click.command("record")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--name", help="The case's name (its file agents/<agent>/tests/NAME.toml); default run-<id>."
+)
+@click.option("--force", is_flag=True, help="Replace a case of that name.")
+@pass_app
+def record_command(app: AppContext, run_id: str, name: str | None, force: bool) -> None:
+    """Write a test case from a finished run RUN (id or prefix): its trigger, its model
+    answers as the case's cassette, and expectations proposed from what it did (its state,
+    return value, commands, tool calls, calls), to edit. `al test AGENT` then runs it."""
+    from llamaherd.agent_tests.record import (
+        default_name,
+        find_finished,
+        from_run,
+        tests_folder,
+        write_case,
+    )
+
+    project, registry = app.project, app.registry
+    store = _store(app)
+    try:
+        run = find_finished(store, run_id)
+        name = name or default_name(run)
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise click.BadParameter("letters, digits, '-' and '_' only", param_hint="--name")
+        found = from_run(project, registry, store, run, name)
+    finally:
+        store.close()
+    written = write_case(found, tests_folder(found.agent), name, force)
+    for path in written:
+        click.echo(f"wrote {project.relative(path)}")
+    for note in found.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(
+        f"edit [expect] in {project.relative(written[0])}, then: al test {found.agent.name} -k {name}",
+        err=True,
+    )
+
+
+# ---------------------------------------------------------------------- al replay
+@click.command("replay")
+@click.argument("run_id", metavar="RUN")
+@click.option("--model", metavar="M", help="Ask the model [models.M] for every turn instead.")
+@click.option(
+    "--skill",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Use this SKILL.md instead of the agent's.",
+)
+@click.option(
+    "--from-turn",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Fork after turn N: turns 1..N as recorded (their tool calls run again in a fresh "
+    "sandbox), the live model from turn N+1.",
+)
+@click.option("--live", is_flag=True, help="Ask the live model for every turn.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@pass_app
+def replay_command(
+    app: AppContext,
+    run_id: str,
+    model: str | None,
+    skill: Path | None,
+    from_turn: int | None,
+    live: bool,
+    as_json: bool,
+) -> None:
+    """Run a finished run's trigger again against the agent as it is now (or another model,
+    another SKILL.md, or from one of its turns on), fenced like a test, and show what changed
+    side by side: state, return value, spend, each turn's tool calls, the commands run.
+
+    Without --live/--model the run's recorded answers are played while the requests match
+    them, and the live model answers from the first turn that differs."""
+    from llamaherd.agent_tests.replay import replay, replayed_dict
+    from llamaherd.agent_tests.report import as_json as dumps
+    from llamaherd.tables import print_table, show
+
+    store = _store(app)
+    try:
+        done = replay(
+            app.project,
+            app.registry,
+            store,
+            run_id,
+            model=model,
+            skill=skill,
+            from_turn=from_turn,
+            live=live,
+        )
+    finally:
+        store.close()
+    if as_json:
+        click.echo(dumps(replayed_dict(done)))
+        return
+    replayed = done.result.run.run_id if done.result.run is not None else "(did not run)"
+    show(f"original: run {done.original.run_id}; replay: run {replayed} (fenced, not kept)")
+    print_table(
+        [" ", "WHAT", "ORIGINAL", "REPLAY"],
+        [
+            ("≠" if row.differs else "", row.what, _cell(row.original), _cell(row.replay))
+            for row in done.rows
+        ],
+    )
+    for note in done.notes:
+        show(f"note: {_cell(note)}")
+    changed = sum(1 for row in done.rows if row.differs)
+    show(f"{changed} of {len(done.rows)} rows differ" if done.rows else "the replay did not run")
+
+
+def _cell(text: str) -> str:
+    from llamaherd.markup import escape
+
+    return escape(text)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(test_command)
+    cli.add_command(record_command)
+    cli.add_command(replay_command)
