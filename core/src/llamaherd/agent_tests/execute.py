@@ -24,6 +24,7 @@ from llamaherd.agent_tests.fence import (
     FencedEngine,
     Overrides,
     fenced_project,
+    private_store,
 )
 from llamaherd.agent_tests.tape import Fork, Tape
 from llamaherd.errors import ConfigError, LlamaherdError
@@ -130,7 +131,7 @@ def run_cases(
 
     from llamaherd.agent_tests.fence import private_area, remove_area
 
-    area = private_area(project)
+    area = private_area(project, registry)
     engines: set[FencedEngine] = set()
     jobs = [case for case in cases for _ in range(repeat)]
     results: list[CaseResult | None] = [None] * len(jobs)
@@ -213,7 +214,7 @@ def _run(
     overrides = plan.overrides or Overrides()
     overrides.params = {**case.params, **overrides.params}
     slug = f"{case.agent}-{case.name}-{int(time.monotonic_ns())}"
-    fenced = fenced_project(project, f"sqlite:///{area / slug}.db", case.agent, overrides)
+    fenced = fenced_project(project, private_store(area, slug), case.agent, overrides)
     credentials = CaseCredentials(
         area / f"{slug}-credentials", registry, case.credentials, live=tape.may_go_live
     )

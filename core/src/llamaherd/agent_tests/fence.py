@@ -36,6 +36,7 @@ from llamaherd.types import EmitResult, TriggerEvent
 UNFENCED_PROJECT = ("budget", "database")
 UNFENCED_AGENT = ("budget", "flow")
 TESTS_DIR = "tests"  # under the project's state dir: the private stores of test runs
+TEMPLATE = "empty.db"  # an empty store, copied for each test run
 
 
 @dataclass
@@ -249,19 +250,30 @@ def _read(sandbox: Any, path: str) -> bytes | None:
         return None
 
 
-def private_area(project: Project) -> Path:
-    """A new directory under ``.al/tests/`` for one ``al test`` (private, like all of .al)."""
+def private_area(project: Project, registry: Any) -> Path:
+    """A new directory under ``.al/tests/`` for one ``al test`` (private, like all of .al),
+    holding an empty store every test run's store is a copy of (creating the tables of a
+    store is most of opening one)."""
     import os
     import secrets
 
     from llamaherd.statedir import private_dir
+    from llamaherd.store import Store
 
     private_dir(project.state_dir)
     base = project.state_dir / TESTS_DIR
     private_dir(base)
     area = base / f"{os.getpid()}-{secrets.token_hex(4)}"
     area.mkdir(mode=0o700)
+    Store.open(f"sqlite:///{area / TEMPLATE}", tables=registry.table_sets.values()).close()
     return area
+
+
+def private_store(area: Path, name: str) -> str:
+    """The database URL of a new test run's store in ``area``: a copy of its empty store."""
+    database = area / f"{name}.db"
+    shutil.copyfile(area / TEMPLATE, database)
+    return f"sqlite:///{database}"
 
 
 def remove_area(area: Path) -> None:

@@ -84,7 +84,7 @@ def replay(
     plan = Plan(mode, overrides, fork, found.cassette)
     case = as_case(found, tests_folder(found.agent) / "replay.toml")
     case.expect = {"state": run.state}  # the side-by-side is the point; no other check
-    area = private_area(project)
+    area = private_area(project, registry)
     try:
         result = run_case(project, registry, case, area, plan)
     finally:
