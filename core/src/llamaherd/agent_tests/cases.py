@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +203,8 @@ def load_case(
     validator = validator or Draft202012Validator(case_schema(registry))
     for key, message in errors_of(validator, data):
         raise ConfigError(str(path), dotted(key), message)
+    for key in _not_finite(data, []):
+        raise ConfigError(str(path), dotted(key), "expected a finite number, got nan or inf")
     model = data.get("model") or {}
     live = bool(model.get("live", False))
     cassette = None if live else path.parent / model.get("cassette", path.stem + CASSETTE_SUFFIX)
@@ -229,6 +232,17 @@ def load_case(
         replies=list(data.get("replies") or []),
         expect=dict(data.get("expect") or {}),
     )
+
+
+def _not_finite(value: Any, path: list[Any]) -> list[list[Any]]:
+    """Where TOML's ``nan`` and ``inf`` are (no expectation means anything by them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _not_finite(v, [*path, k])]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _not_finite(v, [*path, i])]
+    return []
 
 
 def _trigger(path: Path, table: dict[str, Any], key: str) -> dict[str, Any]:

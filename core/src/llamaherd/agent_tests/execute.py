@@ -135,7 +135,8 @@ def run_cases(
     engines: set[FencedEngine] = set()
     jobs = [case for case in cases for _ in range(repeat)]
     results: list[CaseResult | None] = [None] * len(jobs)
-    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="al-test")
+    workers = max(1, min(workers, len(jobs)))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="al-test")
     try:
         futures = {
             pool.submit(run_case, project, registry, case, area, plan_of(case), engines): index

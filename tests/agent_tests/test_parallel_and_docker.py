@@ -1,0 +1,96 @@
+"""`al test -n N` runs cases at once, each in a sandbox of its own; a Docker agent's cases run
+in containers (its real runtime)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+[[turns]]
+tool_calls = [{ name = "bash", arguments = { command = "pwd" } }]
+[[turns]]
+text = "done"
+"""
+CASE = """
+[trigger]
+kind = "manual"
+prompt = "case {n}"
+[model]
+live = true   # the scripted model: offline
+[expect]
+state = "done"
+max_turns = 2
+"""
+
+
+def test_cases_run_in_parallel_each_in_its_own_sandbox(project, tmp_path):
+    log = tmp_path / "starts.log"
+    # Each hook notes its run and sandbox, then waits until four runs have started: were the
+    # cases not run four at a time, the first would give up after 30 s and fail its case.
+    hook = (
+        f'echo "$AL_RUN_ID $(pwd)" >> {log}; i=0; '
+        f'while [ "$(wc -l < {log})" -lt 4 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; '
+        f'[ "$(wc -l < {log})" -ge 4 ]'
+    )
+    project.add_scripted_agent("worker", f"[hooks]\npre = [{json.dumps(hook)}]\n", SCRIPT)
+    for n in range(20):
+        project.write(f"agents/worker/tests/case-{n:02}.toml", CASE.format(n=n))
+
+    tested = project.al("test", "-n", "4", "--json", timeout=180)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    found = json.loads(tested.stdout)
+    assert found["passed"] == 20 and found["failed"] == found["errors"] == 0
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert len({run for run, _ in lines}) == 20, "one run per case"
+    assert len({workdir for _, workdir in lines}) == 20, "one sandbox per case"
+    assert not list((project.root / ".al" / "tests").iterdir()), "the private stores are gone"
+
+
+def test_a_case_with_no_file_to_read_is_a_collection_error(project):
+    project.add_scripted_agent("worker", "", SCRIPT)
+    project.write(
+        "agents/worker/tests/typo.toml", '[trigger]\nkind = "manual"\n[expect]\nstat = "done"\n'
+    )
+    tested = project.al("test", "worker")
+    assert tested.returncode == 2, tested.stdout + tested.stderr
+    assert 'agents/worker/tests/typo.toml: expect.stat: unknown key (did you mean "state"?)' in (
+        tested.stderr
+    )
+    assert project.al("test", "-k", "nothing-matches").returncode == 5
+
+
+DOCKER_IMAGE = "local/debian-python:bookworm"
+AL = Path(sys.executable).with_name("al")
+
+
+@pytest.mark.docker
+def test_a_docker_agents_cases_run_in_containers(project):
+    built = subprocess.run(
+        [str(AL), "setup", "docker", "--base-image", DOCKER_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    project.add_agent(
+        "boxed",
+        'models = ["scripted"]\nruntime = { type = "container" }\n'
+        '[hooks]\npre = ["test -f /.dockerenv && echo in-a-container"]\n',
+    )
+    project.write("agents/boxed/script.toml", SCRIPT)
+    for n in range(2):
+        project.write(
+            f"agents/boxed/tests/case-{n}.toml",
+            CASE.format(n=n)
+            + '[[expect.commands]]\ncommand = { glob = "test -f /.dockerenv*" }\n'
+            + 'output = { contains = "in-a-container" }\n'
+            + '[[expect.commands]]\ncommand = "pwd"\noutput = "/tmp/work"\n',
+        )
+    tested = project.al("test", "boxed", "-n", "2", "--json", timeout=300)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert json.loads(tested.stdout)["passed"] == 2
