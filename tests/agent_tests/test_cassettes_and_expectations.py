@@ -14,8 +14,8 @@ from llamaherd import hookimpl
 from llamaherd.agent_tests.cassette import Cassette, Substitutions, difference, digest
 from llamaherd.agent_tests.expectations import matches
 from llamaherd.agent_tests.tape import CassetteMismatch, Fork, Tape
+from llamaherd.api import CaseRun, Message, ModelConfig, Reply, ToolSpec, Unmet
 from llamaherd.errors import ConfigError
-from llamaherd.types import CaseRun, Message, ModelConfig, Reply, ToolSpec, Unmet
 
 # ------------------------------------------------------------------------------ matching
 

@@ -137,3 +137,38 @@ def test_the_case_credentials_are_staged_never_the_real_ones(project, tmp_path):
     tested = project.al("test")
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "REAL-SECRET" not in tested.stdout + tested.stderr
+
+
+def test_a_recorded_case_holds_no_secret(project):
+    from llamaherd.api import CredentialStore
+
+    CredentialStore(project.creds).write("github_token", "default", {"token": "ghp_REALSECRET42"})
+    project.add_scripted_agent(
+        "leaky",
+        'credentials = ["github_token"]\n',
+        """
+        [[turns]]
+        tool_calls = [{ name = "bash", arguments = { command = "echo token=$GITHUB_TOKEN && setenv SESSION s3ss10n-v4lue" } }]
+        [[turns]]
+        tool_calls = [{ name = "return_value", arguments = { value = "{{ last_result }}" } }]
+        [[turns]]
+        text = "done"
+        """,
+    )
+    ran = project.al("run", "leaky")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    store = project.store()
+    try:
+        [run] = store.runs(agent="leaky", limit=5)
+    finally:
+        store.close()
+    recorded = project.al("record", run.id, "--name", "leak")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    written = sorted((project.root / "agents" / "leaky" / "tests").iterdir())
+    assert [p.name for p in written] == ["leak.cassette.json", "leak.toml"]
+    text = "".join(p.read_text() for p in written)
+    assert "ghp_REALSECRET42" not in text and "s3ss10n-v4lue" not in text
+    assert "token=***" in text
+    # The case replays with its own test token, masked the same way.
+    tested = project.al("test", "leaky")
+    assert tested.returncode == 0, tested.stdout + tested.stderr

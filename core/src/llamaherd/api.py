@@ -16,8 +16,9 @@ What is here, by topic:
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
-  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
-  reason to hold an agent's queued runs);
+  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``), ``AdmissionCheck`` (a
+  reason to hold an agent's queued runs) and ``Expectation`` with ``CaseRun``/``Unmet`` (a key
+  of an agent test case's ``[expect]``);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
   (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
   sandbox went away with its host),
@@ -178,6 +179,7 @@ if TYPE_CHECKING:
     from llamaherd.types import (
         SHARED_PATH,
         AdmissionCheck,
+        CaseRun,
         ControlChannel,
         CredentialField,
         CredentialType,
@@ -185,6 +187,7 @@ if TYPE_CHECKING:
         Emit,
         EmitResult,
         ExecResult,
+        Expectation,
         Finding,
         Fix,
         LanguageSkill,
@@ -208,6 +211,7 @@ if TYPE_CHECKING:
         TriggerEvent,
         TriggerInfo,
         TriggerType,
+        Unmet,
         Usage,
         WebhookFilter,
         WebhookReply,
@@ -276,12 +280,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AdmissionCheck", "ControlChannel", "CredentialField", "CredentialType", "DoctorCheck",
-        "Emit", "EmitResult", "ExecResult", "Finding", "Fix", "LanguageSkill", "Message",
-        "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply", "RunContext", "RunResult",
-        "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec", "StagedFile", "TableSet", "Tool",
-        "ToolCall", "ToolSpec", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType",
-        "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
+        "AdmissionCheck", "CaseRun", "ControlChannel", "CredentialField", "CredentialType",
+        "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Expectation", "Finding", "Fix",
+        "LanguageSkill", "Message", "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply",
+        "RunContext", "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec",
+        "StagedFile", "TableSet", "Tool", "ToolCall", "ToolSpec", "TriggerContext",
+        "TriggerEvent", "TriggerInfo", "TriggerType", "Unmet", "Usage", "WebhookFilter",
+        "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),
 }  # fmt: skip

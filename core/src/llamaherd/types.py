@@ -261,7 +261,9 @@ class TriggerType(Protocol):
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
     ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
     ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
-    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again),
+    ``case_event(agent, spec)`` and ``case_trigger(trigger)`` (a test case's ``[trigger]`` as an
+    event, a stored run's trigger as a ``[trigger]``: ``al test``, ``al record``). How an
     agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
