@@ -60,7 +60,8 @@ What is here, by topic:
   ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
-  ``say_to_run``) and what ``al stat`` shows
+  ``say_to_run``; ``record_run``, ``replay_run`` and ``replayed_dict``: ``al record`` and
+  ``al replay``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
   ``until``, ``event_summary``, ``serving_status``), and the triggers plugins describe
   (``agent_triggers``, ``TriggerInfo``: the ``describe_triggers`` hook).
@@ -74,6 +75,9 @@ from typing import TYPE_CHECKING, Any
 from llamaherd import __version__, hookimpl
 
 if TYPE_CHECKING:
+    from llamaherd.agent_tests.record import record_run
+    from llamaherd.agent_tests.replay import replay as replay_run
+    from llamaherd.agent_tests.replay import replayed_dict
     from llamaherd.agents import (
         answer_suspension,
         human_wait,
@@ -222,6 +226,9 @@ if TYPE_CHECKING:
 # Where each public name lives (``name`` or ``name:attribute`` when it is exported renamed).
 # tests/foundation/test_public_api.py checks this against the imports above.
 _SOURCES: dict[str, tuple[str, ...]] = {
+    # The dashboard's Save as test and Replay: the same operations as `al record` / `al replay`.
+    "llamaherd.agent_tests.record": ("record_run",),
+    "llamaherd.agent_tests.replay": ("replay_run:replay", "replayed_dict"),
     # The dashboard's Reply and Say buttons: the same operations as `al reply` / `al say`.
     "llamaherd.agents": (
         "answer_suspension", "human_wait", "is_suspended", "queue_manual", "reply_to_run",

@@ -424,6 +424,30 @@ def _toml(value: Any, top: bool = False, depth: int = 0) -> Any:
     return value
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+
+
+def record_run(
+    project: Project,
+    registry: Any,
+    store: Any,
+    target: str,
+    name: str | None = None,
+    force: bool = False,
+) -> tuple[list[Path], list[str]]:
+    """``al record``: write the case of finished run ``target`` (id or prefix) as
+    ``agents/<agent>/tests/<name>.toml`` with its cassette and payload files; the paths written
+    and notes on how it was made."""
+    run = find_finished(store, target)
+    name = name or default_name(run)
+    if not NAME.fullmatch(name):
+        raise LlamaherdError(
+            f"--name {name!r}: expected letters, digits, '-' and '_' (a file name)"
+        )
+    found = from_run(project, registry, store, run, name)
+    return write_case(found, tests_folder(found.agent), name, force), found.notes
+
+
 def default_name(run: Any) -> str:
     return "run-" + run.id.removeprefix(f"{run.agent}-")
 

@@ -150,31 +150,20 @@ def record_command(app: AppContext, run_id: str, name: str | None, force: bool) 
     """Write a test case from a finished run RUN (id or prefix): its trigger, its model
     answers as the case's cassette, and expectations proposed from what it did (its state,
     return value, commands, tool calls, calls), to edit. `al test AGENT` then runs it."""
-    from llamaherd.agent_tests.record import (
-        default_name,
-        find_finished,
-        from_run,
-        tests_folder,
-        write_case,
-    )
+    from llamaherd.agent_tests.record import record_run
 
-    project, registry = app.project, app.registry
-    store = _store(app)
+    project, store = app.project, _store(app)
     try:
-        run = find_finished(store, run_id)
-        name = name or default_name(run)
-        if not name.replace("-", "").replace("_", "").isalnum():
-            raise click.BadParameter("letters, digits, '-' and '_' only", param_hint="--name")
-        found = from_run(project, registry, store, run, name)
+        written, notes = record_run(project, app.registry, store, run_id, name, force)
     finally:
         store.close()
-    written = write_case(found, tests_folder(found.agent), name, force)
     for path in written:
         click.echo(f"wrote {project.relative(path)}")
-    for note in found.notes:
+    for note in notes:
         click.echo(f"note: {note}", err=True)
+    agent, case = written[0].parent.parent.name, written[0].stem
     click.echo(
-        f"edit [expect] in {project.relative(written[0])}, then: al test {found.agent.name} -k {name}",
+        f"edit [expect] in {project.relative(written[0])}, then: al test {agent} -k {case}",
         err=True,
     )
 
