@@ -336,8 +336,9 @@ def _text_diff(old: str, new: str) -> list[str]:
             old.splitlines(), new.splitlines(), "recorded", "now", n=2, lineterm=""
         )
     )
-    if len(diff) > DIFF_LINES:
-        diff = diff[:DIFF_LINES] + [f"... ({len(diff) - DIFF_LINES} more diff lines)"]
+    if len(diff) > DIFF_LINES:  # its head and its tail: the lines removed come before those added
+        half = DIFF_LINES // 2
+        diff = [*diff[:half], f"... ({len(diff) - 2 * half} diff lines not shown)", *diff[-half:]]
     return ["    " + line for line in diff]
 
 

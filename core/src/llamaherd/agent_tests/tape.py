@@ -77,6 +77,8 @@ class Tape:
     live_from: int | None = None  # update: the first turn the live model answered
     substitutions: Substitutions = field(default_factory=Substitutions)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What ``_normalised`` did so far, per kind: (value, its normal form) and the redactor.
+    _done: dict[str, tuple[list[tuple[Any, Any]], Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.played = Cassette(self.agent)
@@ -119,7 +121,7 @@ class Tape:
         self, messages: list[Message], tools: list[ToolSpec], model: Any, options: dict[str, Any]
     ) -> dict[str, Any]:
         """The request as a cassette holds it: redacted as stored, placeholders for this run's
-        own values."""
+        own values (tools are specs: nothing of a run is in them)."""
         run = self.context(str(options.get("run_id") or ""))
         if run is not None and not self.substitutions.values:
             sandbox = run.sandbox
@@ -128,18 +130,28 @@ class Tape:
                 "run_id": run.run_id,
                 "gateway": self.gateway,
             }
-        dicts = [m.to_dict() for m in messages]
-        if run is not None:
-            dicts = run.redact_obj(dicts)
-        system = "\n\n".join(str(m["content"]) for m in dicts if m["role"] == "system")
-        return self.substitutions.normalise(
-            {
-                "model": model_dict(model),
-                "system": system,
-                "tools": tool_dicts(tools),
-                "messages": [m for m in dicts if m["role"] != "system"],
-            }
-        )
+        system = "\n\n".join(m.content for m in messages if m.role == "system")
+        return {
+            "model": model_dict(model),
+            "system": self._normalised([system], run, "system")[0],
+            "tools": tool_dicts(tools),
+            "messages": self._normalised(
+                [m.to_dict() for m in messages if m.role != "system"], run, "messages"
+            ),
+        }
+
+    def _normalised(self, values: list[Any], run: Any, kind: str) -> list[Any]:
+        """``values`` redacted and normalised. A run's messages only grow: those done before
+        are kept, until the run's redactor changes (a new ``setenv`` value: all again)."""
+        redactor = id(run.stored_redactor) if run is not None else None
+        done, key = self._done.get(kind, ([], None))
+        if key != redactor or values[: len(done)] != [v for v, _ in done]:
+            done = []
+        for value in values[len(done) :]:
+            shown = run.redact_obj(value) if run is not None else value
+            done.append((value, self.substitutions.normalise(shown)))
+        self._done[kind] = (done, redactor)
+        return [normal for _, normal in done]
 
     def _from_recording(self, turn: int, request: dict[str, Any]) -> bool:
         """Whether the recording answers ``turn``; raises CassetteMismatch in replay mode when
