@@ -74,7 +74,9 @@ def al_test(root: Path, *args: str) -> float:
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"al test {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        raise SystemExit(
+            f"al test {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
     return elapsed
 
 
@@ -88,7 +90,9 @@ def main() -> None:
         for _ in range(rounds):
             serial.append(al_test(root))
             parallel.append(al_test(root, "-n", "4"))
-            print(f"round: -n 1 {serial[-1]:.2f} s, -n 4 {parallel[-1]:.2f} s (load {os.getloadavg()[0]:.1f})")
+            print(
+                f"round: -n 1 {serial[-1]:.2f} s, -n 4 {parallel[-1]:.2f} s (load {os.getloadavg()[0]:.1f})"
+            )
     shares = [p / s for p, s in zip(parallel, serial, strict=True)]
     print(
         f"al test over {CASES} cases on {os.cpu_count()} cores: -n 1 {statistics.median(serial):.2f} s, "

@@ -94,3 +94,39 @@ def test_a_docker_agents_cases_run_in_containers(project):
     tested = project.al("test", "boxed", "-n", "2", "--json", timeout=300)
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert json.loads(tested.stdout)["passed"] == 2
+
+
+def test_repeat_reports_each_cases_pass_rate_and_spend(project):
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write("\n[models.scripted.pricing]\ninput = 3.0\noutput = 15.0\n")
+    project.add_scripted_agent(
+        "flaky",
+        "",
+        """
+        [[turns]]
+        tool_calls = [{ name = "bash", arguments = { command = "test $((RANDOM % 2)) = 0 && echo heads || echo tails" } }]
+        [[turns]]
+        tool_calls = [{ name = "return_value", arguments = { value = "{{ last_result }}" } }]
+        [[turns]]
+        text = "flipped"
+        """,
+    )
+    project.write(
+        "agents/flaky/tests/coin.toml",
+        '[trigger]\nkind = "manual"\n[model]\nlive = true\n[expect]\nreturn = "heads"\n',
+    )
+    project.write(
+        "agents/flaky/tests/steady.toml",
+        '[trigger]\nkind = "manual"\n[model]\nlive = true\n[expect]\nmax_turns = 3\n',
+    )
+    tested = project.al("test", "--live", "--repeat", "6", "-n", "3", "--json")
+    assert tested.returncode in (0, 1), tested.stdout + tested.stderr
+    rows = {row["id"]: row for row in json.loads(tested.stdout)["repeat"]}
+    coin = rows["flaky/coin"]
+    assert coin["runs"] == 6 and coin["pass_rate"] == coin["passed"] / 6
+    assert coin["turns"] == 3.0 and coin["tokens"] > 0
+    assert coin["cost_usd"] > 0 and coin["total_cost_usd"] == pytest.approx(6 * coin["cost_usd"])
+    assert rows["flaky/steady"]["pass_rate"] == 1.0
+    table = project.al("test", "flaky", "-k", "steady", "--live", "--repeat", "2")
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "flaky/steady" in table.stdout and "2/2" in table.stdout and "100%" in table.stdout
