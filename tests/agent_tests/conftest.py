@@ -4,8 +4,6 @@ Chat Completions wire format on 127.0.0.1, a real scheduler and signed GitHub de
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import threading
 import uuid
@@ -84,14 +82,13 @@ def add_model(project: OfflineProject, name: str, server: ModelServer) -> None:
 
 
 def deliver(url: str, payload: dict[str, Any], event: str = "pull_request") -> requests.Response:
+    """A delivery to ``url``'s ``/webhooks/github``, signed as GitHub signs (by the source's own
+    ``request_headers``)."""
+    from llamaherd.plugins import registry
+
     body = json.dumps(payload).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "X-GitHub-Event": event,
-        "X-GitHub-Delivery": str(uuid.uuid4()),
-        "X-Hub-Signature-256": "sha256="
-        + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest(),
-    }
+    source = registry().webhook_sources["github"]
+    headers = source.request_headers(body, event, str(uuid.uuid4()), SECRET)
     return requests.post(f"{url}/webhooks/github", data=body, headers=headers, timeout=10)
 
 

@@ -106,66 +106,9 @@ def _limited(lines: list[str]) -> list[str]:
     return [*lines[:SHOWN], f"... and {len(lines) - SHOWN} more"]
 
 
-def in_order(
-    entries: Sequence[dict[str, Any]],
-    done: Sequence[dict[str, Any]],
-    meets: Callable[[dict[str, Any], dict[str, Any]], bool],
-    describe: Callable[[dict[str, Any]], str],
-    listing: Callable[[dict[str, Any]], str],
-    what: str,
-    key: str,
-) -> list[Unmet]:
-    """Each of ``entries`` met by an item of ``done`` after the previous entry's (``count``
-    in an entry: exactly that many items meet it, anywhere)."""
-    unmet: list[Unmet] = []
-    start = 0
-    lines = [f"{what} the run did:", *(_limited([f"  {listing(d)}" for d in done]) or ["  (none)"])]
-    for index, entry in enumerate(entries):
-        if "count" in entry:
-            found = sum(1 for item in done if meets(entry, item))
-            if found != entry["count"]:
-                message = f"expected {entry['count']} {what} like {describe(entry)}, found {found}"
-                unmet.append(Unmet(message, lines, index))
-            continue
-        hit = next((i for i in range(start, len(done)) if meets(entry, done[i])), None)
-        if hit is not None:
-            start = hit + 1
-            continue
-        earlier = any(meets(entry, item) for item in done[:start])
-        message = f"no {what[:-1]} like {describe(entry)}" + (
-            " after the one before it (it came earlier)" if earlier else ""
-        )
-        key = _primary(entry)
-        near = closest(_text_of(entry[key]), [_text_of(d.get(key)) for d in done]) if key else []
-        unmet.append(Unmet(message, [*near, *lines], index))
-    return unmet
-
-
 def _primary(entry: dict[str, Any]) -> str | None:
     """The key of an entry the closest candidate is looked for by."""
     return next((k for k in ("command", "name", "agent", "filter", "state") if k in entry), None)
-
-
-def none_of(
-    entries: Sequence[dict[str, Any]],
-    done: Sequence[dict[str, Any]],
-    meets: Callable[[dict[str, Any], dict[str, Any]], bool],
-    describe: Callable[[dict[str, Any]], str],
-    listing: Callable[[dict[str, Any]], str],
-    what: str,
-) -> list[Unmet]:
-    unmet = []
-    for index, entry in enumerate(entries):
-        hits = [listing(d) for d in done if meets(entry, d)]
-        if hits:
-            unmet.append(
-                Unmet(
-                    f"expected no {what[:-1]} like {describe(entry)}, found {len(hits)}",
-                    hits,
-                    index,
-                )
-            )
-    return unmet
 
 
 # ------------------------------------------------------------------------------ the kinds
@@ -254,7 +197,6 @@ class Listed(_Expectation):
         required: Sequence[str],
         what: str,
         read: Callable[[CaseRun], list[dict[str, Any]]],
-        meets: Callable[[dict[str, Any], dict[str, Any]], bool],
         listing: Callable[[dict[str, Any]], str],
         forbid: bool = False,
         shorthand: str | None = None,
@@ -263,33 +205,64 @@ class Listed(_Expectation):
         self.schema = _entry(properties, required)
         if shorthand is not None:  # an entry may be just the value of this key
             self.schema["items"] = {"anyOf": [{"type": "string"}, self.schema["items"]]}
-        self.read, self.meets, self.listing, self.forbid = read, meets, listing, forbid
+        self.read, self.listing, self.forbid = read, listing, forbid
         self.shorthand = shorthand
 
     def check(self, expected: Any, run: CaseRun) -> list[Unmet]:
         done = self.read(run)
         if self.shorthand is not None:
             expected = [{self.shorthand: e} if isinstance(e, str) else e for e in expected]
-        if self.forbid:
-            return none_of(expected, done, self.meets, _describe, self.listing, self.what)
-        return in_order(expected, done, self.meets, _describe, self.listing, self.what, self.name)
+        return self._none_of(expected, done) if self.forbid else self._in_order(expected, done)
+
+    def _in_order(self, entries: list[dict[str, Any]], done: list[dict[str, Any]]) -> list[Unmet]:
+        """Each entry met by an item of ``done`` after the previous entry's (``count`` in an
+        entry: exactly that many items meet it, anywhere)."""
+        what, meets = self.what, _meets
+        unmet: list[Unmet] = []
+        start = 0
+        listed = _limited([f"  {self.listing(d)}" for d in done]) or ["  (none)"]
+        lines = [f"{what} the run did:", *listed]
+        for index, entry in enumerate(entries):
+            if "count" in entry:
+                found = sum(1 for item in done if meets(entry, item))
+                if found != entry["count"]:
+                    message = (
+                        f"expected {entry['count']} {what} like {_describe(entry)}, found {found}"
+                    )
+                    unmet.append(Unmet(message, lines, index))
+                continue
+            hit = next((i for i in range(start, len(done)) if meets(entry, done[i])), None)
+            if hit is not None:
+                start = hit + 1
+                continue
+            earlier = any(meets(entry, item) for item in done[:start])
+            message = f"no {what[:-1]} like {_describe(entry)}" + (
+                " after the one before it (it came earlier)" if earlier else ""
+            )
+            key = _primary(entry)
+            near = (
+                closest(_text_of(entry[key]), [_text_of(d.get(key)) for d in done]) if key else []
+            )
+            unmet.append(Unmet(message, [*near, *lines], index))
+        return unmet
+
+    def _none_of(self, entries: list[dict[str, Any]], done: list[dict[str, Any]]) -> list[Unmet]:
+        unmet = []
+        for index, entry in enumerate(entries):
+            hits = [self.listing(d) for d in done if _meets(entry, d)]
+            if hits:
+                message = f"expected no {self.what[:-1]} like {_describe(entry)}, found {len(hits)}"
+                unmet.append(Unmet(message, hits, index))
+        return unmet
 
 
 def _describe(entry: dict[str, Any]) -> str:
     return "{" + ", ".join(f"{k} = {shown(v)}" for k, v in entry.items() if k != "count") + "}"
 
 
-def _meets(fields: dict[str, str]) -> Callable[[dict[str, Any], dict[str, Any]], bool]:
+def _meets(entry: dict[str, Any], item: dict[str, Any]) -> bool:
     """An entry meets an item when each key it gives matches the item's field."""
-
-    def meets(entry: dict[str, Any], item: dict[str, Any]) -> bool:
-        return all(
-            matches(value, item.get(fields.get(key, key)))
-            for key, value in entry.items()
-            if key != "count"
-        )
-
-    return meets
+    return all(matches(value, item.get(key)) for key, value in entry.items() if key != "count")
 
 
 def _command_line(item: dict[str, Any]) -> str:
@@ -388,6 +361,23 @@ _TOOL = {
 }
 _ANY: dict[str, Any] = {}
 
+
+def _both(
+    name: str,
+    description: str,
+    properties: dict[str, Any],
+    read: Callable[[CaseRun], list[dict[str, Any]]],
+    listing: Callable[[dict[str, Any]], str],
+) -> list[Listed]:
+    """``name`` (these, in order) and ``no_<name>`` (none like these), of one list of the run."""
+    what, required = name.replace("_", " "), [next(iter(properties))]
+    forbid = f"{what.capitalize()} the run must not have: none may match these."
+    return [
+        Listed(name, description, properties, required, what, read, listing),
+        Listed(f"no_{name}", forbid, properties, required, what, read, listing, forbid=True),
+    ]
+
+
 CORE: list[Any] = [
     Equals(
         "state",
@@ -428,48 +418,20 @@ CORE: list[Any] = [
         lambda r: (r.input_tokens + r.output_tokens, None),
     ),
     AtMost("max_cost_usd", "Spend in USD at most (every turn must be priced).", False, _cost),
-    Listed(
+    *_both(
         "commands",
         "Commands the run ran, in order: hooks and the model's bash calls (command, phase, "
         "exit_code, output; count: exactly that many).",
         _COMMAND,
-        ["command"],
-        "commands",
         lambda r: r.commands,
-        _meets({}),
         _command_line,
     ),
-    Listed(
-        "no_commands",
-        "Commands the run must not run.",
-        _COMMAND,
-        ["command"],
-        "commands",
-        lambda r: r.commands,
-        _meets({}),
-        _command_line,
-        forbid=True,
-    ),
-    Listed(
+    *_both(
         "tool_calls",
         "Tool calls the model made, in order (name, arguments: a JSON match, result, is_error).",
         _TOOL,
-        ["name"],
-        "tool calls",
         lambda r: r.tool_calls,
-        _meets({}),
         _tool_line,
-    ),
-    Listed(
-        "no_tool_calls",
-        "Tool calls the model must not make.",
-        _TOOL,
-        ["name"],
-        "tool calls",
-        lambda r: r.tool_calls,
-        _meets({}),
-        _tool_line,
-        forbid=True,
     ),
     Listed(
         "calls",
@@ -478,7 +440,6 @@ CORE: list[Any] = [
         ["agent"],
         "calls",
         lambda r: r.calls,
-        _meets({}),
         _call_line,
     ),
     Listed(
@@ -488,7 +449,6 @@ CORE: list[Any] = [
         ["filter"],
         "waits",
         lambda r: r.waits,
-        _meets({}),
         lambda w: f"{shown(w['filter'])} (timeout {w.get('timeout')})",
     ),
     Listed(
@@ -498,7 +458,6 @@ CORE: list[Any] = [
         ["state"],
         "transitions",
         lambda r: [{"state": s} for s in r.transitions],
-        _meets({}),
         lambda t: t["state"],
         shorthand="state",
     ),

@@ -110,7 +110,8 @@ class Tape:
                 reply = self.substitutions.denormalise(self.recorded.turns[turn - 1]["reply"])
                 answer, source = reply_of(reply), PLAYED
             else:
-                answer, source = self._ask(provider, messages, tools, model, options, turn), ASKED
+                ask = lambda shown: provider.complete(shown, tools, model, options)  # noqa: E731
+                answer, source = self._ask(provider, model, turn, ask, messages), ASKED
             self.played.add(
                 request, model_dict(model), self.substitutions.normalise(reply_dict(answer))
             )
@@ -187,21 +188,19 @@ class Tape:
     def _ask(
         self,
         provider: Any,
-        messages: list[Message],
-        tools: list[ToolSpec],
         model: Any,
-        options: dict[str, Any],
         turn: int,
+        ask: Callable[[list[Message]], Reply],
+        messages: list[Message],
     ) -> Reply:
+        """The live model's answer to ``messages`` (after a fork, to the checkpoint's)."""
         kind = getattr(provider, "credential_type", None)
         if kind and model.api_key is None and getattr(provider, "key_required", True):
             raise AuthError(
                 f"model {model.name!r} answers turn {turn} live and needs a {kind} credential; "
                 f"add it with `al creds add {kind}`"
             )
-        if self.fork is not None:
-            messages = self._checkpoint_view(messages)
-        return provider.complete(messages, tools, model, options)
+        return ask(self._checkpoint_view(messages) if self.fork is not None else messages)
 
     def _checkpoint_view(self, messages: list[Message]) -> list[Message]:
         """After a fork: the system prompt of now, the recorded conversation up to the fork
