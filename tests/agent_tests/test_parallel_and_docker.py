@@ -62,6 +62,11 @@ def test_a_case_with_no_file_to_read_is_a_collection_error(project):
         tested.stderr
     )
     assert project.al("test", "-k", "nothing-matches").returncode == 5
+    for misuse in (["--update", "--live"], ["--update", "--repeat", "2"], ["-n", "0"]):
+        used = project.al("test", *misuse)
+        assert used.returncode == 2 and "Usage:" in used.stderr, (misuse, used.stderr)
+    unknown = project.al("test", "nobody")
+    assert unknown.returncode == 2 and "no such agent" in unknown.stderr
 
 
 DOCKER_IMAGE = "local/debian-python:bookworm"

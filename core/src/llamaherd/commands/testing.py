@@ -88,6 +88,8 @@ def test_command(
 
     if update and live:
         _usage("--update and --live exclude each other: --update records, --live only asks")
+    if update and repeat > 1:
+        _usage("--update records each cassette once: run it without --repeat")
     project, registry = app.project, app.registry
     collected = collect(project, registry, list(agents), pattern)
     found = report.Report(errors=collected.errors, repeat=repeat)
