@@ -172,3 +172,16 @@ def test_a_recorded_case_holds_no_secret(project):
     # The case replays with its own test token, masked the same way.
     tested = project.al("test", "leaky")
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_the_area_of_an_al_test_that_died_is_removed_by_the_next(project):
+    project.add_scripted_agent("idle", "", '[[turns]]\ntext = "nothing to do"\n')
+    project.write(
+        "agents/idle/tests/idle.toml", '[trigger]\nkind = "manual"\n[model]\nlive = true\n'
+    )
+    left = project.root / ".al" / "tests" / "999999999-deadbeef"
+    left.mkdir(parents=True)
+    (left / "idle-idle.db").write_text("a store of a killed al test")
+    tested = project.al("test")
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert not left.exists() and not list(left.parent.iterdir())

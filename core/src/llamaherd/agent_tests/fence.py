@@ -263,10 +263,21 @@ def private_area(project: Project, registry: Any) -> Path:
     private_dir(project.state_dir)
     base = project.state_dir / TESTS_DIR
     private_dir(base)
+    _sweep(base)
     area = base / f"{os.getpid()}-{secrets.token_hex(4)}"
     area.mkdir(mode=0o700)
     Store.open(f"sqlite:///{area / TEMPLATE}", tables=registry.table_sets.values()).close()
     return area
+
+
+def _sweep(base: Path) -> None:
+    """Remove the areas of ``al test`` processes that died without removing theirs."""
+    from llamaherd.processes import pid_alive
+
+    for entry in base.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            remove_area(entry)
 
 
 def private_store(area: Path, name: str) -> str:
