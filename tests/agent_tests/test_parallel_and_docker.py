@@ -71,11 +71,15 @@ def test_a_case_with_no_file_to_read_is_a_collection_error(project):
 def test_a_misused_al_test_exits_2(project, misuse):
     from click.testing import CliRunner
 
-    from llamaherd.cli import cli, load_all
+    from llamaherd.cli import AppContext, ErrorHandlingGroup
+    from llamaherd.commands.testing import test_command
 
-    load_all(cli)
+    # A group of its own holding `al test` alone: loading every command here would write the
+    # environment's command manifest from this process.
+    group = ErrorHandlingGroup()
+    group.add_command(test_command)
     project.add_scripted_agent("worker", "", SCRIPT)
-    used = CliRunner().invoke(cli, ["--project", str(project.root), "test", *misuse])
+    used = CliRunner().invoke(group, ["test", *misuse], obj=AppContext(project.root))
     assert used.exit_code == 2, used.output
 
 
