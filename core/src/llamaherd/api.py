@@ -16,8 +16,9 @@ What is here, by topic:
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
-  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
-  reason to hold an agent's queued runs);
+  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``), ``AdmissionCheck`` (a
+  reason to hold an agent's queued runs) and ``Expectation`` with ``CaseRun``/``Unmet`` (a key
+  of an agent test case's ``[expect]``);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
   (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
   sandbox went away with its host),
@@ -59,7 +60,8 @@ What is here, by topic:
   ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
-  ``say_to_run``) and what ``al stat`` shows
+  ``say_to_run``; ``record_run``, ``replay_run`` and ``replayed_dict``: ``al record`` and
+  ``al replay``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
   ``until``, ``event_summary``, ``serving_status``), and the triggers plugins describe
   (``agent_triggers``, ``TriggerInfo``: the ``describe_triggers`` hook).
@@ -73,6 +75,9 @@ from typing import TYPE_CHECKING, Any
 from llamaherd import __version__, hookimpl
 
 if TYPE_CHECKING:
+    from llamaherd.agent_tests.record import record_run
+    from llamaherd.agent_tests.replay import replay as replay_run
+    from llamaherd.agent_tests.replay import replayed_dict
     from llamaherd.agents import (
         answer_suspension,
         human_wait,
@@ -178,6 +183,7 @@ if TYPE_CHECKING:
     from llamaherd.types import (
         SHARED_PATH,
         AdmissionCheck,
+        CaseRun,
         ControlChannel,
         CredentialField,
         CredentialType,
@@ -185,6 +191,7 @@ if TYPE_CHECKING:
         Emit,
         EmitResult,
         ExecResult,
+        Expectation,
         Finding,
         Fix,
         Hold,
@@ -209,6 +216,7 @@ if TYPE_CHECKING:
         TriggerEvent,
         TriggerInfo,
         TriggerType,
+        Unmet,
         Usage,
         WebhookFilter,
         WebhookReply,
@@ -219,6 +227,9 @@ if TYPE_CHECKING:
 # Where each public name lives (``name`` or ``name:attribute`` when it is exported renamed).
 # tests/foundation/test_public_api.py checks this against the imports above.
 _SOURCES: dict[str, tuple[str, ...]] = {
+    # The dashboard's Save as test and Replay: the same operations as `al record` / `al replay`.
+    "llamaherd.agent_tests.record": ("record_run",),
+    "llamaherd.agent_tests.replay": ("replay_run:replay", "replayed_dict"),
     # The dashboard's Reply and Say buttons: the same operations as `al reply` / `al say`.
     "llamaherd.agents": (
         "answer_suspension", "human_wait", "is_suspended", "queue_manual", "reply_to_run",
@@ -277,12 +288,13 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AdmissionCheck", "ControlChannel", "CredentialField", "CredentialType", "DoctorCheck",
-        "Emit", "EmitResult", "ExecResult", "Finding", "Fix", "Hold", "LanguageSkill", "Message",
-        "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply", "RunContext", "RunResult",
-        "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec", "StagedFile", "TableSet", "Tool",
-        "ToolCall", "ToolSpec", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType",
-        "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
+        "AdmissionCheck", "CaseRun", "ControlChannel", "CredentialField", "CredentialType",
+        "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Expectation", "Finding", "Fix",
+        "Hold", "LanguageSkill", "Message", "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply",
+        "RunContext", "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec",
+        "StagedFile", "TableSet", "Tool", "ToolCall", "ToolSpec", "TriggerContext",
+        "TriggerEvent", "TriggerInfo", "TriggerType", "Unmet", "Usage", "WebhookFilter",
+        "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),
 }  # fmt: skip

@@ -76,6 +76,12 @@ class Engine:
     """Project, store, registry, credentials, runner and HTTP server of one process."""
 
     clock = staticmethod(clock)
+    # A fenced engine's runs are nobody else's business: plugins' run lifecycle hooks
+    # (run_started, run_event, run_finished) never hear of them (a test engine,
+    # ``llamaherd.agent_tests.fence``).
+    fenced = False
+    # The modules whose ``register_routes`` the HTTP server serves; None: every plugin's.
+    route_plugins: tuple[str, ...] | None = None
 
     def __init__(self, project: Any, *, host: str | None = None):
         from llamaherd.credentials import CredentialStore
@@ -117,6 +123,14 @@ class Engine:
         from llamaherd.runner import Runner
 
         return Runner(self)
+
+    def run_hook(self, name: str, **kwargs: Any) -> None:
+        """Call the plugins' run lifecycle hook ``name`` (``run_started``, ``run_finished``);
+        one failing plugin never skips the rest. Not for a fenced engine's runs."""
+        if not self.fenced:
+            from llamaherd.plugins import get_manager
+
+            get_manager().call_each(name, **kwargs)
 
     # ------------------------------------------------------------------ HTTP
     def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:

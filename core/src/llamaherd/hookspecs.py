@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ControlChannel,
         CredentialType,
         DoctorCheck,
+        Expectation,
         LanguageSkill,
         ProjectKey,
         Provider,
@@ -139,6 +140,19 @@ def register_admission_checks(register: Callable[[AdmissionCheck], None]) -> Non
         an agent's next item, the dispatcher asks every check's ``hold(agent, store, now)``; a
         reason (a string) keeps the agent's triggers queued, never lost, and ``al stat`` shows
         it as why the agent waits. Core's budgets are one (``llamaherd.budgets``).
+    """
+
+
+@hookspec
+def register_expectations(register: Callable[[Expectation], None]) -> None:
+    """Register kinds of expectation of agent test cases (``al test``): what a case's
+    ``[expect]`` table may check about the run (core's: ``state``, ``commands``, ``return``,
+    ``tool_calls``, ``max_turns``...; a plugin's: what its service was asked to do).
+
+    :param register: call with each :class:`~llamaherd.types.Expectation`; its ``name`` is a
+        key of ``[expect]``, its ``schema`` the JSON Schema of that key's value, and
+        ``check(expected, run)`` returns the :class:`~llamaherd.types.Unmet` parts, given the
+        :class:`~llamaherd.types.CaseRun` (what the test run did).
     """
 
 

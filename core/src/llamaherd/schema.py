@@ -683,6 +683,19 @@ _BOUNDS = {
 }
 
 
+def errors_of(validator: Draft202012Validator, instance: Any) -> Iterator[tuple[list[Any], str]]:
+    """(key path, message) of every error of ``instance`` against ``validator``, worded as
+    ``al validate`` words them (an unknown key with a did-you-mean, "expected ..., got ...")."""
+    for error in validator.iter_errors(instance):
+        for path, message in _messages(error):
+            yield [*error.absolute_path, *path], message
+
+
+def dotted(path: Iterable[Any]) -> str:
+    """A key path as the messages write it: ``webhooks[0].source``."""
+    return _join(path)
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -738,12 +751,11 @@ class _Checker:
         agent: str | None = None,
         skip: Collection[str] = (),
     ) -> None:
-        for error in validator.iter_errors(instance):
-            for path, message in _messages(error):
-                full = [*prefix, *error.absolute_path, *path]
-                if full[:1] and full[0] in skip:
-                    continue
-                self.add(file, _join(full), message, agent=agent)
+        for path, message in errors_of(validator, instance):
+            full = [*prefix, *path]
+            if full[:1] and full[0] in skip:
+                continue
+            self.add(file, _join(full), message, agent=agent)
 
     # ----------------------------------------------------------------- tagged tables
 

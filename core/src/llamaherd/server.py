@@ -43,7 +43,13 @@ def build_app(engine: Any) -> Starlette:
     app.state.raw_routes = {}  # prefix -> plain ASGI handler (``RawRoutes``)
     # Why a plugin cannot serve safely (register_routes appends one line each): no start then.
     app.state.refusals = []
-    get_manager().call_each("register_routes", app=app)
+    if engine.route_plugins is None:
+        get_manager().call_each("register_routes", app=app)
+    else:  # a fenced engine serves only what its runs need (the gateway)
+        import importlib
+
+        for module in engine.route_plugins:
+            importlib.import_module(module).register_routes(app=app)
     if app.state.refusals:
         raise LlamaherdError("; ".join(app.state.refusals))
     return app

@@ -336,6 +336,13 @@ TURN_TOOLS = [
 ]
 
 
+def offered_tools(skill_tools: Mapping[str, Any]) -> list[ToolSpec]:
+    """What every model turn offers: the built-in tools, the turn tools, then the language
+    skills' ``Tool`` objects (by name) in their order."""
+    skills = [ToolSpec(t.name, t.description, t.parameters) for t in skill_tools.values()]
+    return BUILTIN_TOOLS + TURN_TOOLS + skills
+
+
 def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     """Keep the head and the tail of long output, with a marker saying how much was cut."""
     if len(text) <= limit:
@@ -725,13 +732,8 @@ class Session:
 
     def _complete(self) -> Reply:
         messages = [Message.from_dict(m) for m in self.messages]
-        specs = (
-            BUILTIN_TOOLS
-            + TURN_TOOLS
-            + [ToolSpec(t.name, t.description, t.parameters) for t in self.tools.values()]
-        )
         with self.abort.guard():
-            reply = self.chain.complete(messages, specs, self.options)
+            reply = self.chain.complete(messages, offered_tools(self.tools), self.options)
         self.meta["turns"] += 1
         self._count_usage(reply.usage)
         tokens = reply.usage.input_tokens + reply.usage.output_tokens
@@ -926,6 +928,11 @@ TURN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], Any]] = {
     "say": Session.say,
     "ask": Session.ask,
 }
+
+
+def skill_tools(registry: Any) -> dict[str, Any]:
+    """The language skills' tools by name, but those the session answers itself."""
+    return {name: tool for name, tool in registry.tools().items() if name not in BUILTIN_HANDLERS}
 
 
 def interruption(message: str) -> str:

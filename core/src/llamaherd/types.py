@@ -269,7 +269,9 @@ class TriggerType(Protocol):
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
     ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
     ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
-    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again),
+    ``case_event(agent, spec)`` and ``case_trigger(trigger)`` (a test case's ``[trigger]`` as an
+    event, a stored run's trigger as a ``[trigger]``: ``al test``, ``al record``). How an
     agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
@@ -681,6 +683,71 @@ class Hold:
     until: float | None = None
 
 
+@dataclass
+class Unmet:
+    """One expectation of a test case a run did not meet (``Expectation.check``): ``message``
+    is one line saying what was expected and what happened; ``details`` are the run's relevant
+    lines (the commands it ran, the closest candidate with what differs); ``item`` is the index
+    of the entry that failed in a list-valued expectation (``expect.commands[2]``)."""
+
+    message: str
+    details: list[str] = field(default_factory=list)
+    item: int | None = None
+
+
+@dataclass
+class CaseRun:
+    """What a test case's run did, as its expectations see it (``Expectation.check``).
+
+    ``tool_calls`` are ``{"turn", "name", "arguments", "result", "is_error"}`` in order (the
+    arguments and results as stored: credential values masked); ``commands`` are the hook
+    commands and the model's bash calls in order, ``{"phase": "pre" | "post" | "bash",
+    "command", "exit_code", "output"}``; ``files`` maps each path the case asks about to its
+    bytes at the end of the run (None: absent); ``transitions`` the run's states in order;
+    ``waits`` its ``wait_for_trigger`` calls ``{"filter", "timeout"}``; ``calls`` the agents it
+    called ``{"agent", "context", "answered"}``; ``events`` every run event (``al logs RUN
+    --json``)."""
+
+    run_id: str
+    agent: str
+    state: str
+    exit_code: int | None
+    reason: str | None = None
+    return_value: Any = None
+    status: str | None = None
+    text: str = ""  # the model's last text
+    texts: list[str] = field(default_factory=list)  # every text the model wrote, in order
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, bytes | None] = field(default_factory=dict)
+    transitions: list[str] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_turns: int = 0  # turns whose price was unknown (not in cost_usd)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@runtime_checkable
+class Expectation(Protocol):
+    """A kind of expectation of an agent test case (``register_expectations``): the key
+    ``name`` of a case's ``[expect]`` table (``commands``, ``return``, ``max_turns``...).
+    ``schema`` is the JSON Schema of its value there; ``check(expected, run)`` returns what the
+    run did not meet, an empty list when it met it. Core's own expectations register through
+    the same hook (``llamaherd.agent_tests.expectations``)."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+    def check(self, expected: Any, run: CaseRun) -> list[Unmet]:
+        """The unmet parts of ``expected`` (the case's value, valid against ``schema``)."""
+        ...
+
+
 # --------------------------------------------------------------------------- what a plugin may add
 
 
@@ -720,6 +787,14 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # removed, their keys of its schema edited); ctx.agents is the new set. Without it the
         # scheduler calls stop() then start(ctx) again.
         "reconfigure": METHOD,
+        # (agent, spec) -> TriggerEvent: the event a test case's [trigger] table (or one of its
+        # [[events]]) stands for (``spec``: the table, its payload file read); without it the
+        # case's payload and prompt are the event's as written (``llamaherd.agent_tests``).
+        "case_event": METHOD,
+        # (trigger) -> dict: the [trigger] table that stands for a stored run's trigger, for
+        # `al record` (kind, payload, prompt, source, ...: the run's); its ``case_event``
+        # must give that run's event back.
+        "case_trigger": METHOD,
     },
     WebhookSource: {
         "filters": dict,  # filter key -> WebhookFilter: its keys in [[webhooks]] and waits

@@ -229,7 +229,18 @@ async def run_page(request: Request, params: dict[str, str], query: dict[str, st
     # The live stream re-renders the page without its conversation: that arrives entry by entry.
     with_log = not params.get("live")
     data = await run_in_threadpool(views.run, _engine(request), params["run_id"], with_log)
-    return None if data is None else ("run.html", {"events": [], **data})
+    if data is None:
+        return None
+    models = sorted(_engine(request).project.config.get("models") or {})
+    return "run.html", {"events": [], "models": models, "recorded": query.get("recorded"), **data}
+
+
+async def replay_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    """A replay started from a run's page: going on (the page refreshes), or its side by side."""
+    replay = _replays(request).get(params["token"])
+    if replay is None or replay.run_id != params["run_id"]:
+        return None
+    return "replay.html", {"replay": replay, "run_id": replay.run_id}
 
 
 async def deliveries_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
@@ -251,6 +262,7 @@ PAGES: list[tuple[re.Pattern[str], Builder]] = [
     (re.compile(r"/"), overview_page),
     (re.compile(r"/runs"), runs_page),
     (re.compile(r"/runs/(?P<run_id>[^/]+)"), run_page),
+    (re.compile(r"/runs/(?P<run_id>[^/]+)/replays/(?P<token>[0-9a-f]+)"), replay_page),
     (re.compile(r"/agents/(?P<name>[^/]+)"), agent_page),
     (re.compile(r"/deliveries"), deliveries_page),
 ]
@@ -642,6 +654,89 @@ def _talk(reply: bool) -> Handler:
     return endpoint
 
 
+def _replays(request: Request) -> Any:
+    from llamaherd_dashboard.replays import Replays
+
+    state = request.app.state
+    if getattr(state, "replays", None) is None:
+        state.replays = Replays()
+    return state.replays
+
+
+def _replay_options(fields: dict[str, Any]) -> dict[str, Any]:
+    """What the run page's Replay form asks: a model, a turn to fork after, live."""
+    from llamaherd.api import LlamaherdError
+
+    model = str(fields.get("model") or "").strip() or None
+    turn = str(fields.get("from_turn") or "").strip()
+    if turn and not (turn.isdigit() and 0 < int(turn) < 100_000):
+        raise LlamaherdError(f"from turn: expected a turn number, got {turn[:20]!r}")
+    live = str(fields.get("live") or "").lower() in ("on", "true", "1", "yes")
+    return {"model": model, "from_turn": int(turn) if turn else None, "live": live}
+
+
+@mutation
+async def replay_run(request: Request) -> Response:
+    """Replay a finished run (as ``al replay``) in the background; its page shows the side by
+    side when it is done."""
+    from llamaherd.api import FINAL, LlamaherdError
+
+    found = await _find_run(request)
+    if found is None:
+        return failed(request, 404, _no_run(request))
+    if found.state not in FINAL:
+        return failed(request, 409, f"run {found.id} is {found.state}: replay it once it has ended")
+    try:
+        options = _replay_options(await _fields(request))
+        token = _replays(request).start(_engine(request), found.id, options)
+    except LlamaherdError as exc:
+        return failed(request, 400, str(exc))
+    except LookupError as exc:
+        return failed(request, 429, str(exc))
+    where = f"/runs/{quote(found.id)}/replays/{token}"
+    return done(request, {"replay": token, "page": where}, where, status=202)
+
+
+@api
+async def api_replay(request: Request) -> Response:
+    replay = _replays(request).get(request.path_params["token"])
+    if replay is None:
+        return JSONResponse(
+            {"error": "no such replay (they are kept in memory, not stored)"}, status_code=404
+        )
+    answer = {
+        "run": replay.run_id,
+        "state": replay.state,
+        "error": replay.error,
+        "result": replay.result,
+    }
+    return JSONResponse(answer)
+
+
+@mutation
+async def record_run(request: Request) -> Response:
+    """Save a finished run as a test case (as ``al record``), under its agent's ``tests/``."""
+    from llamaherd.api import FINAL, LlamaherdError
+    from llamaherd.api import record_run as record
+
+    found = await _find_run(request)
+    if found is None:
+        return failed(request, 404, _no_run(request))
+    if found.state not in FINAL:
+        return failed(request, 409, f"run {found.id} is {found.state}: save it once it has ended")
+    engine = _engine(request)
+    try:
+        name = str((await _fields(request)).get("name") or "").strip() or None
+        written, notes = await run_in_threadpool(
+            record, engine.project, engine.registry, engine.store, found.id, name
+        )
+    except LlamaherdError as exc:
+        return failed(request, 409, str(exc))
+    files = [engine.project.relative(path) for path in written]
+    back = f"/runs/{quote(found.id)}?recorded={quote(files[0])}"
+    return done(request, {"written": files, "notes": notes}, back, status=201)
+
+
 @mutation
 async def replay_delivery(request: Request) -> Response:
     """Route a recorded webhook delivery again (the webhooks plugin's control API)."""
@@ -666,6 +761,7 @@ ROUTES = [
     Route("/agents/{name}", page(agent_page), methods=["GET"]),
     Route("/runs", page(runs_page), methods=["GET"]),
     Route("/runs/{run_id}", page(run_page), methods=["GET"]),
+    Route("/runs/{run_id}/replays/{token}", page(replay_page), methods=["GET"]),
     Route("/deliveries", page(deliveries_page), methods=["GET"]),
     Route("/login", login_page, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
@@ -688,6 +784,9 @@ ROUTES = [
     Route("/api/runs/{run_id}/deny", _suspension_answer(False), methods=["POST"]),
     Route("/api/runs/{run_id}/reply", _talk(True), methods=["POST"]),
     Route("/api/runs/{run_id}/say", _talk(False), methods=["POST"]),
+    Route("/api/runs/{run_id}/replay", replay_run, methods=["POST"]),
+    Route("/api/runs/{run_id}/record", record_run, methods=["POST"]),
+    Route("/api/replays/{token}", api_replay, methods=["GET"]),
     Route("/api/deliveries/{receipt}/replay", replay_delivery, methods=["POST"]),
 ]
 
