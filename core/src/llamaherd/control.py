@@ -70,16 +70,22 @@ async def health(request: Request) -> Response:
 
 async def peer_health(request: Request) -> Response:
     """``GET /health`` as Action Llama answers it (load balancers and deploy scripts probe it):
-    ``{"status": "ok"}`` without a token, since it tells nothing but that the server is up."""
-    return JSONResponse({"status": "ok"})
+    ``{"status": "ok"}`` without a token, since it tells nothing but that the server is up
+    (and, while its agents load, how far that got: ``loading``, ``llamaherd.loading``)."""
+    loading = _engine(request).loading.as_dict()
+    return JSONResponse({"status": "ok", **({"loading": loading} if loading else {})})
 
 
 @require_token
 async def stat(request: Request) -> Response:
+    """Agent rows, the scheduler, the database; while the agents load, no rows (the scheduler
+    says how far it got)."""
     engine = _engine(request)
-    rows = await run_in_threadpool(
-        agent_rows, engine.project, engine.store, engine.registry, engine.clock()
-    )
+    rows = []
+    if engine.loading.ready:
+        rows = await run_in_threadpool(
+            agent_rows, engine.project, engine.store, engine.registry, engine.clock()
+        )
     scheduler = await run_in_threadpool(serving_status, engine)
     database = await run_in_threadpool(database_status, engine.project, engine.store)
     return JSONResponse(

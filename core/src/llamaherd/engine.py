@@ -21,6 +21,7 @@ from typing import Any
 from llamaherd.clock import clock, host_id
 from llamaherd.errors import ConfigError
 from llamaherd.flow import policy_of
+from llamaherd.loading import Loading, LoadingGate
 from llamaherd.processes import pid_alive
 from llamaherd.timers import Timers
 from llamaherd.triggers import trigger_kind
@@ -89,6 +90,9 @@ class Engine:
         from llamaherd.store import Store
 
         self.project = project
+        # An engine's project is loaded by its maker; a scheduler listens first and loads its
+        # agents after (``llamaherd.loading``).
+        self.loading = Loading(ready=True)
         self.registry = registry()
         self.store = Store.open(
             project.database_url, str(project.root), tables=self.registry.table_sets.values()
@@ -139,6 +143,8 @@ class Engine:
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
+        if not self.loading.ready:  # what needs the agents waits for them
+            app.add_middleware(LoadingGate, loading=self.loading)
         limits = Limits.of(self.project.gateway)
         tcp = ServerThread(app, host=bind, port=port, limits=limits).start()
         self._servers.append(tcp)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -352,18 +353,25 @@ class Project:
     @cached_property
     def agents(self) -> dict[str, Agent]:
         """Agents found by scanning ``agents/*/SKILL.md``; broken ones land in ``errors``."""
+        return self.load_agents()
+
+    def load_agents(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Agent]:
+        """Read the agents (what ``agents`` holds from then on), calling ``progress(done,
+        total)`` after each: a scheduler's start shows how far it got, and may stop there."""
         found: dict[str, Agent] = {}
         agents_dir = self.root / "agents"
-        if not agents_dir.is_dir():
-            return found
-        for entry in sorted(os.scandir(agents_dir), key=lambda e: e.name):
-            skill = Path(entry.path) / "SKILL.md"
-            if not entry.is_dir() or not skill.exists():
-                continue
+        folders = []
+        if agents_dir.is_dir():
+            entries = sorted(os.scandir(agents_dir), key=lambda e: e.name)
+            folders = [e for e in entries if e.is_dir() and os.path.exists(e.path + "/SKILL.md")]
+        for done, entry in enumerate(folders, 1):
             try:
                 found[entry.name] = self._load_agent(entry.name, Path(entry.path))
             except ConfigError as exc:
                 self.errors.append(exc)
+            if progress is not None:
+                progress(done, len(folders))
+        self.__dict__["agents"] = found
         return found
 
     def _load_agent(self, name: str, path: Path) -> Agent:

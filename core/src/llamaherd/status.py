@@ -283,6 +283,8 @@ def scheduler_status(
         "pid": info.get("pid"),
         "url": info.get("url"),
         "since": info.get("started_at"),
+        # While it loads its agents (``llamaherd.loading``): how far it got; else None.
+        "loading": info.get("loading"),
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == on_disk,
         "config_errors": list(info.get("config_errors") or []),

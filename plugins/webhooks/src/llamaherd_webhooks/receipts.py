@@ -43,12 +43,17 @@ def define(db: pw.Database) -> Sequence[type[pw.Model]]:
         result = pw.TextField()
         matched = JSONText()
         body_digest = pw.TextField(null=True)  # sha256 of a verified body (dedupe_bodies)
+        # 1 while a delivery taken before its scheduler's agents were ready waits to be
+        # routed (``Ingest.route_pending``); NULL once routed, and for every other receipt.
+        pending = pw.IntegerField(null=True)
 
         class Meta:
             database = db
             table_name = "deliveries"
             indexes = ((("source", "delivery_id"), True), (("source", "body_digest"), False))
 
+    # Partial: a receipt routed at once (nearly all of them) costs no index write.
+    Delivery.add_index(Delivery.index(Delivery.pending, where=Delivery.pending.is_null(False)))
     return [Delivery]
 
 
@@ -66,6 +71,18 @@ def _v2_body_digest(db: pw.Database, tables: Tables) -> None:
     Delivery._schema.create_indexes(safe=True)
 
 
+def _v3_pending(db: pw.Database, tables: Tables) -> None:
+    """Deliveries taken while the agents loaded wait, routed once they are ready."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    Delivery = tables.Delivery
+    if "pending" not in {column.name for column in db.get_columns("deliveries")}:
+        migrate(
+            SchemaMigrator.from_database(db).add_column("deliveries", "pending", Delivery.pending)
+        )
+    Delivery._schema.create_indexes(safe=True)
+
+
 def prune(tables: Tables, cutoff: float) -> int:
     """Receipts older than ``cutoff`` go with the rest of the history."""
     return tables.Delivery.delete().where(tables.Delivery.at < cutoff).execute()
@@ -73,9 +90,9 @@ def prune(tables: Tables, cutoff: float) -> int:
 
 TABLES = TableSet(
     name=NAME,
-    version=2,
+    version=3,
     define=define,
-    migrations=[(2, _v2_body_digest)],
+    migrations=[(2, _v2_body_digest), (3, _v3_pending)],
     prune=prune,
     description="Receipts of webhook deliveries, dead letters included.",
 )
@@ -87,8 +104,13 @@ _SEEN = "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
 _SEEN_BODY = "SELECT 1 FROM deliveries WHERE source = ? AND body_digest = ? LIMIT 1"
 _RECORD = (
     'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched, '
-    "body_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "body_digest, pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
+_PENDING = "SELECT id FROM deliveries WHERE pending IS NOT NULL ORDER BY id"
+# Taken by one router: the row's lock (PostgreSQL) or the write transaction (SQLite) makes a
+# second one find it routed.
+_TAKE = "UPDATE deliveries SET pending = NULL WHERE id = ? AND pending IS NOT NULL"
+_SETTLE = "UPDATE deliveries SET result = ?, matched = ? WHERE id = ?"
 # A source's dead letters beyond its newest MAX_DEAD_LETTERS, or older than the cutoff.
 _TRIM = (
     'DELETE FROM deliveries WHERE source = ? AND status >= 400 AND ("at" < ? OR id <= '
@@ -120,13 +142,15 @@ class Receipts:
         result: str,
         matched: list[str],
         body_digest: str | None = None,
+        pending: bool = False,
     ) -> bool:
-        """Keep a receipt; False when (source, delivery_id) was already recorded."""
+        """Keep a receipt (``pending``: of a delivery to route once the agents are ready);
+        False when (source, delivery_id) was already recorded."""
         Delivery = self._model()
         params = (
             source, delivery_id, self.store.clock(), Delivery.headers.db_value(headers),
             Delivery.body.db_value(bytes(body)), status, result,
-            Delivery.matched.db_value(list(matched)), body_digest,
+            Delivery.matched.db_value(list(matched)), body_digest, 1 if pending else None,
         )  # fmt: skip
         recorded = self.store.write(self._inserted, Delivery, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
@@ -156,6 +180,23 @@ class Receipts:
         Delivery = self._model()
         with self.store.guard():
             return self._run(Delivery, _SEEN_BODY, (source, digest)).fetchone() is not None
+
+    def pending(self) -> list[int]:
+        """The ids of the receipts of deliveries waiting to be routed, oldest first."""
+        Delivery = self._model()
+        with self.store.guard():
+            return [row[0] for row in self._run(Delivery, _PENDING, ())]
+
+    def take(self, receipt_id: int) -> bool:
+        """Mark a waiting delivery as routed, in the caller's write transaction; False when
+        it was not waiting (routed meanwhile, by another scheduler too)."""
+        return self._run(self._model(), _TAKE, (receipt_id,)).rowcount == 1
+
+    def settle(self, receipt_id: int, result: str, matched: list[str]) -> None:
+        """What became of a delivery routed after it was taken (``take``)."""
+        Delivery = self._model()
+        params = (result, Delivery.matched.db_value(list(matched)), receipt_id)
+        self._run(Delivery, _SETTLE, params)
 
     def recent(
         self, limit: int = 50, dead_letters: bool = False, offset: int = 0

@@ -217,6 +217,9 @@ def add_routes(app: Any) -> None:
     by each source's ``maxBodyBytes`` (``read_body``), not the server's default limit."""
     app.state.body_limits[PREFIX] = None
     app.state.webhook_rejects = RejectThrottle()
+    engine = app.state.engine
+    if not engine.loading.ready:  # a scheduler taking deliveries before its agents are read
+        engine.loading.on_ready(lambda: Ingest(engine).route_pending())
     app.state.raw_routes[PREFIX] = WebhookEndpoint(app)
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
     app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))
