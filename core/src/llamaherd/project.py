@@ -15,8 +15,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from llamaherd import compat
 from llamaherd.errors import ConfigError
 
@@ -50,7 +48,6 @@ WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
 # Bytes of one project file (config.toml, SKILL.md, a Dockerfile) the scheduler reads.
 MAX_PROJECT_FILE = 1024 * 1024
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
 def read_project_file(path: Path, limit: int = MAX_PROJECT_FILE) -> bytes:
@@ -156,8 +153,11 @@ def read_skill(path: Path) -> SkillFile:
 
 
 def _load_frontmatter(path: Path, frontmatter: str, first_line: int) -> Any:
+    import yaml  # here: a scheduler listens before it reads an agent
+
     try:
-        return yaml.load(frontmatter, Loader=_YAML_LOADER) or {}
+        # libyaml when available: ~10x faster.
+        return yaml.load(frontmatter, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except yaml.YAMLError:
         # Re-parse with the pure-Python loader: its marks point at the offending token itself.
         try:
