@@ -11,7 +11,6 @@ import hashlib
 import json
 from typing import Any
 
-
 from llamaherd.signatures import hmac_digest, signature_matches
 from llamaherd.types import WebhookFilter
 from llamaherd.waits import lookup
