@@ -72,8 +72,14 @@ def read_project_file(path: Path, limit: int = MAX_PROJECT_FILE) -> bytes:
             )
         if info.st_size > limit:
             raise ConfigError(str(path), "", _too_large(info.st_size, limit))
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(limit + 1)
+        # Read to the end (what fstat said is there, then what it grew by), up to one byte
+        # past the limit: plain reads, no buffered file object made for each file.
+        chunks = [os.read(fd, info.st_size + 1)]
+        size = len(chunks[0])
+        while chunks[-1] and size <= limit:
+            chunks.append(os.read(fd, limit + 1 - size))
+            size += len(chunks[-1])
+        data = b"".join(chunks)
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
     finally:
@@ -194,11 +200,11 @@ class Agent:
     # Warnings about how the agent's files were read: (file, dotted key, message).
     notes: list[tuple[str, str, str]] = field(default_factory=list)
 
-    @property
+    @cached_property
     def skill_file(self) -> Path:
         return self.path / "SKILL.md"
 
-    @property
+    @cached_property
     def config_file(self) -> Path:
         return self.path / "config.toml"
 
@@ -401,6 +407,9 @@ class Project:
             ) from None
 
     def relative(self, path: Path) -> str:
+        text, root = str(path), str(self.root)
+        if text.startswith(root) and text[len(root) : len(root) + 1] == os.sep:
+            return text[len(root) + 1 :]  # the common case, without pathlib's parsing
         try:
             return str(path.relative_to(self.root))
         except ValueError:

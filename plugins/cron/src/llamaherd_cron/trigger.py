@@ -8,6 +8,7 @@ and hosts (the tick's claim and the queued run are one transaction).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -94,6 +95,14 @@ def local_zone() -> tzinfo:
 
 
 def _zone_file(path: str) -> tzinfo:
+    """The zone in file ``path``, read again only when the file changed (an agent's plan asks
+    for the local zone: not one read and parse per agent)."""
+    found = os.stat(path)
+    return _zone_of_file(path, (found.st_ino, found.st_size, found.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _zone_of_file(path: str, _stamp: tuple[int, ...]) -> tzinfo:
     with open(path, "rb") as fh:
         return ZoneInfo.from_file(fh, key="localtime")
 
@@ -114,9 +123,21 @@ def check_cron(expr: str) -> CronPattern:
     """The pattern of ``expr``; ValueError (a CronError) naming the field when it is invalid,
     or when it never fires (``0 0 30 2 *``)."""
     pattern = CronPattern.parse(expr)
-    if pattern.following(clock(), UTC) is None:
+    fires = _ever_fires(pattern) if pattern.years is None else _fires_from(pattern, clock())
+    if not fires:
         raise CronError(f"{expr!r} never fires (no such date)")
     return pattern
+
+
+def _fires_from(pattern: CronPattern, now: float) -> bool:
+    return pattern.following(now, UTC) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _ever_fires(pattern: CronPattern) -> bool:
+    """Whether a pattern of every year fires at all (``0 0 30 2 *`` never does): the same
+    answer whenever it is asked, so once per pattern."""
+    return _fires_from(pattern, clock())
 
 
 def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
