@@ -172,6 +172,9 @@ def start_command(
     if detach:
         _detach(project, overrides, grace)
         return
+    from llamaherd.drivers import scheduler_only
+
+    scheduler_only(sqlite=project.database_url.startswith("sqlite:"))
     from llamaherd import schedlog
     from llamaherd.scheduler import Scheduler
 
