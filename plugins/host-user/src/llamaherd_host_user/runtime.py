@@ -102,15 +102,26 @@ class HostUserRuntime:
         identities.resolve(settings.run_as, settings.groups, settings.where)
 
     def validate(self, agent: Any, project: Any) -> list[str]:
-        """``al validate``: a warning when the project's ``shared/`` files cannot be shown at
-        /app/static/shared in this agent's runs (``shared.py``)."""
+        """``al validate``: a warning for each group as good as root (``groups``), and when
+        the project's ``shared/`` files cannot be shown at /app/static/shared in this agent's
+        runs (``shared.py``)."""
+        warnings = []
+        for group in Settings.of(agent).groups:
+            found = identities.root_equivalent(group)
+            if found is not None:
+                name, what = found
+                shown = name if name == group else f"{group} ({name})"
+                warnings.append(
+                    f"warning: groups: {shown}: {what}, so the agent's processes can take this "
+                    "host or read its secrets; remove it unless the agent needs that"
+                )
         why = shared.unavailable()
-        if why is None or not (project.root / "shared").is_dir():
-            return []
-        return [
-            f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
-            f"/app/static/shared: {why}"
-        ]
+        if why is not None and (project.root / "shared").is_dir():
+            warnings.append(
+                f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
+                f"/app/static/shared: {why}"
+            )
+        return warnings
 
     def warnings(self, agent: Any, project: Any = None) -> list[str]:
         """Problems worth a warning in ``al validate`` that do not stop a run."""

@@ -99,12 +99,7 @@ class SshRuntime:
             settings = Settings.of(agent)
         except ConfigError as exc:
             return [exc]
-        warnings = [
-            f"warning: {host.key}: ssh_options {option} switches host key checking off: "
-            "anyone between here and the host can pose as it"
-            for host in settings.hosts
-            for option in host.target.insecure_options()
-        ]
+        warnings = [line for host in settings.hosts for line in host.target.option_warnings()]
         if (project.root / "shared").is_dir():
             warnings.append(
                 f"warning: shared/: ssh runs of {agent.name} see these files at "
