@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llamaherd.grants import HARMLESS, UNKNOWN, grants, new_grants
+from llamaherd.grants import HARMLESS, RUNS_A_COMMAND, UNKNOWN, grants, new_grants
 
 
 def keys(config: dict) -> list[str]:
@@ -40,7 +40,9 @@ def test_ssh_options_and_pool_hosts_are_named_leaf_by_leaf():
         "runtime.hosts[0].host",
         "runtime.hosts[0].ssh_options.ProxyCommand",
     ]
-    assert "run commands on this machine" in found["runtime.hosts[0].ssh_options.ProxyCommand"].why
+    assert found["runtime.hosts[0].ssh_options.ProxyCommand"].why == RUNS_A_COMMAND
+    [timeout] = grants({"runtime": {"ssh_options": {"ConnectTimeout": 5}}})
+    assert timeout.why.startswith("an ssh client option")  # asked about all the same
 
 
 def test_empty_values_grant_nothing_and_long_ones_are_cut_when_shown():

@@ -68,9 +68,10 @@ _HOST_POWERS = {
     "machine's ssh keys and config",
     "user": "the login its commands run as on that machine",
     "key_path": "a private key of this machine to log in with",
-    "ssh_options": "ssh client options (ProxyCommand, LocalCommand, KnownHostsCommand, "
-    "PKCS11Provider... run commands on this machine)",
+    "ssh_options": "an ssh client option (some, such as ProxyCommand, run commands on this "
+    "machine)",
 }
+RUNS_A_COMMAND = "runs a command on this machine, as the scheduler's user, whenever ssh connects"
 POWERS: Mapping[str, str] = {
     "credentials": "secrets handed to the agent",
     "hooks": "shell commands run before/after the model",
@@ -136,7 +137,11 @@ def _walk(value: Any, path: str) -> Iterator[Grant]:
 def _why(plain: str) -> str:
     """What ``plain`` (a path without list indices) grants: its own entry in ``POWERS``, else
     that of the nearest table it is in."""
+    from llamaherd.openssh import COMMAND_OPTIONS
+
     parts = plain.split(".")
+    if len(parts) > 1 and parts[-2] == "ssh_options" and parts[-1].lower() in COMMAND_OPTIONS:
+        return RUNS_A_COMMAND
     for end in range(len(parts), 0, -1):
         found = POWERS.get(".".join(parts[:end]))
         if found:
