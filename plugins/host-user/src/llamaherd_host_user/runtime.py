@@ -23,6 +23,7 @@ from llamaherd_host_user.layout import (
     PRIVATE_SUFFIX,
     Layout,
     held_by_other_live_process,
+    run_bases,
     runs_base,
     safe_run_id,
 )
@@ -101,15 +102,26 @@ class HostUserRuntime:
         identities.resolve(settings.run_as, settings.groups, settings.where)
 
     def validate(self, agent: Any, project: Any) -> list[str]:
-        """``al validate``: a warning when the project's ``shared/`` files cannot be shown at
-        /app/static/shared in this agent's runs (``shared.py``)."""
+        """``al validate``: a warning for each group as good as root (``groups``), and when
+        the project's ``shared/`` files cannot be shown at /app/static/shared in this agent's
+        runs (``shared.py``)."""
+        warnings = []
+        for group in Settings.of(agent).groups:
+            found = identities.root_equivalent(group)
+            if found is not None:
+                name, what = found
+                shown = name if name == group else f"{group} ({name})"
+                warnings.append(
+                    f"warning: groups: {shown}: {what}, so the agent's processes can take this "
+                    "host or read its secrets; remove it unless the agent needs that"
+                )
         why = shared.unavailable()
-        if why is None or not (project.root / "shared").is_dir():
-            return []
-        return [
-            f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
-            f"/app/static/shared: {why}"
-        ]
+        if why is not None and (project.root / "shared").is_dir():
+            warnings.append(
+                f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
+                f"/app/static/shared: {why}"
+            )
+        return warnings
 
     def warnings(self, agent: Any, project: Any = None) -> list[str]:
         """Problems worth a warning in ``al validate`` that do not stop a run."""
@@ -161,14 +173,20 @@ class HostUserRuntime:
 
     def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
         """Remove ``project``'s sandboxes (processes, private area, working dir, cgroup) of runs
-        not live.
+        not live, in every base of this user's runs (``run_bases``).
 
         Left alone: other projects' sandboxes (``/tmp/al-runs`` is shared by every project on
         the host, and ``live_run_ids`` speaks for one), live runs, sandboxes another running
         scheduler process owns, and working dirs kept with ``keepWorkdir``.
         """
         root = str(project.root) if project is not None else None
-        base = runs_base()
+        bases = run_bases()
+        removed = sum(self._clean_base(base, live_run_ids, root) for base in bases)
+        self._remove_stray_cgroups(bases, live_run_ids)
+        return removed
+
+    @staticmethod
+    def _clean_base(base: Path, live_run_ids: set[str], root: str | None) -> int:
         removed = 0
         for entry in os.scandir(base):
             if entry.name.startswith(".") and entry.name.endswith(ASIDE_SUFFIX):
@@ -193,18 +211,17 @@ class HostUserRuntime:
             uid = layout.workdir.stat().st_uid if layout.workdir.exists() else -1
             _remove(layout, uid, bool(owner.get("keep_workdir")))
             removed += 1
-        self._remove_stray_cgroups(base, live_run_ids)
         return removed
 
     @staticmethod
-    def _remove_stray_cgroups(base: Path, live_run_ids: set[str]) -> None:
+    def _remove_stray_cgroups(bases: list[Path], live_run_ids: set[str]) -> None:
         mount = cgroup2_mount()
         parent = mount / CGROUP_PARENT if mount else None
         if parent is None or not parent.is_dir() or os.geteuid() != 0:
             return
         for entry in os.scandir(parent):
             stray = entry.is_dir() and entry.name not in live_run_ids
-            if stray and not Layout(base, entry.name).private.exists():
+            if stray and not any(Layout(base, entry.name).private.exists() for base in bases):
                 CgroupContainment(Path(entry.path)).remove()
 
 
