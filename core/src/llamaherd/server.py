@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
 from llamaherd.errors import CommandFailed, Conflict, LlamaherdError
-from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
+from llamaherd.http_guard import BODY_LIMITS, GuardedProtocol, Limits
 
 log = logging.getLogger("llamaherd.server")
 
@@ -82,7 +82,7 @@ class RawRoutes:
 
 class ServerThread:
     """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket, within
-    ``limits`` (``llamaherd.http_guard``)."""
+    ``limits`` (``llamaherd.http_guard``; the bodies of ``app.state.body_limits``)."""
 
     def __init__(
         self,
@@ -96,9 +96,11 @@ class ServerThread:
         import uvicorn
 
         self.sock = _bind(host, port, uds)
+        limits = limits or Limits()
+        limits.routes = app.state.body_limits
         config = uvicorn.Config(
-            RawRoutes(BodyLimit(app, app.state.body_limits), app.state.raw_routes),
-            http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
+            RawRoutes(app, app.state.raw_routes),
+            http=partial(GuardedProtocol, limits=limits),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             lifespan="off",

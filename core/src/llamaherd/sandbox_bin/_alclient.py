@@ -25,9 +25,14 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.socket_path = path
 
     def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock  # only once connected (``request`` tells the two failures apart)
 
 
 def _connection(url, timeout):
@@ -55,10 +60,17 @@ def request(method, path, body=None, timeout=TIMEOUT):
     headers = {"Authorization": f"Bearer {token}", "X-AL-Run-Id": run_id}
     data = None
     if body is not None:
-        data = json.dumps(body).encode()
+        # UTF-8 (not \u escapes: the gateway takes each body up to its arguments' caps in UTF-8);
+        # a lone surrogate (from an undecodable argument) as the JSON escape it is.
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers["Content-Type"] = "application/json"
     try:
-        conn.request(method, prefix + path, body=data, headers=headers)
+        try:
+            conn.request(method, prefix + path, body=data, headers=headers)
+        except OSError:
+            if conn.sock is None:  # never connected
+                raise
+            # Refused before the whole body went (413, 429): its answer is there to read.
         response = conn.getresponse()
         raw = response.read()
     except OSError as exc:

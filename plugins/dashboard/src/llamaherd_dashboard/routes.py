@@ -52,6 +52,7 @@ STREAM_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxie
 LIVE_POLL = 0.5  # seconds between looks at the store's change marker
 LIVE_GAP = 1.0  # at most one page update per this many seconds
 LIVE_REFRESH = 15.0  # send the page anyway after this long ("5m ago" moves on)
+SIGN_IN_BODY = 16 * 1024  # bytes of the sign-in form
 
 # No framing (the Run and Kill buttons must not be clickjacked), no inline or foreign scripts.
 PAGE_HEADERS = {
@@ -701,6 +702,9 @@ def add_routes(app: Any) -> None:
         app.state.refusals.append(refusal)
         return
     static = StaticFiles(packages=[("llamaherd_dashboard", "static")])
+    # The sign-in form is read before anyone is known: it takes what a token or password,
+    # the CSRF value and the page to go on to need, and no more.
+    app.state.body_limits["/login"] = SIGN_IN_BODY
     app.router.routes.extend(
         [*ROUTES, Mount("/static/dashboard", app=static, name="dashboard-static")]
     )
