@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
@@ -64,7 +64,9 @@ def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
 class RawRoutes:
     """ASGI: a request under a prefix of ``routes`` goes to that plain handler, ahead of the
     framework's routing and middleware (a hot path such as webhook deliveries: per-request
-    framework overhead would be most of its cost); any other to ``app``."""
+    framework overhead would be most of its cost); any other to ``app``, where a request whose
+    client left before its body ended (or that ``http_guard`` answered itself: a body over its
+    limit, its budget or its time) ends quietly: there is no one to answer."""
 
     def __init__(self, app: Any, routes: dict[str, Any]):
         self.app = app
@@ -77,7 +79,10 @@ class RawRoutes:
                 if path.startswith(prefix):
                     await handler(scope, receive, send)
                     return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
 
 
 class ServerThread:
