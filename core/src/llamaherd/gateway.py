@@ -32,7 +32,6 @@ flight): a larger one is answered 413 before it is read.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -112,15 +111,18 @@ def authenticate(engine: Any, request: Request) -> Any:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    from llamaherd.surrogates import clean
+    """The JSON object of the body ({} without one), made valid and within the shape limits
+    (``llamaherd.surrogates``: an agent's "\ud800" or NaN would break every listing showing
+    it); ValueError when it is none."""
+    from llamaherd.surrogates import parse
 
     raw = await request.body()
     if not raw.strip():
         return {}
-    data = json.loads(raw)
+    data = parse(raw)
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
-    return clean(data)  # an agent's "\ud800" would break every listing that shows it
+    return data
 
 
 def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:

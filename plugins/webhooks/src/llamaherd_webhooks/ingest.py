@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply, body_digest, clean_text
+from llamaherd.api import OverLimit, WebhookReply, admit_json, body_digest, json_too_deep
 from llamaherd_webhooks.matching import entry_matches, filters_of
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -337,8 +337,12 @@ class Ingest:
         if not config.allow_unsigned and not self._verified(config, headers, body):
             return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
-            # Lone surrogates ("\ud800" in the JSON) made U+FFFD: stored, they break listings.
-            fields = clean_text(config.source.parse(headers, body))
+            # Lone surrogates ("\ud800") made U+FFFD and NaN null (stored, they break
+            # listings), a body nested too deep or holding too long a number refused.
+            fields = admit_json(config.source.parse(headers, body))
+        except (OverLimit, RecursionError) as exc:  # RecursionError: the parser gave up
+            why = f"body {exc if isinstance(exc, OverLimit) else json_too_deep()}"
+            return self._reject(config, headers, body, 422, why, config.allow_unsigned)
         except ValueError as exc:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
