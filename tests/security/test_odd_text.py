@@ -97,34 +97,39 @@ def odd_project(tmp_path: Path) -> OfflineProject:
     return OfflineProject(tmp_path / "proj", HOOKS)
 
 
-def test_what_is_stored_from_before_is_shown(odd_project: OfflineProject, scheduler):
-    """Lone surrogates put straight into the store (as an older version wrote them, JSON
-    escapes in its text): every listing answers."""
-    project = odd_project
+def _stored_as_before(
+    project: OfflineProject, scheduler: Any, events: list[tuple[str, str]], value: str, trigger: str
+) -> tuple[Any, Any]:
+    """A scheduler of ``project`` and a finished run of its agent ``odd`` to which the store
+    was then given ``events`` (type, data), ``value`` as its return value and ``trigger``, as
+    JSON texts an older version wrote."""
     project.add_scripted_agent("odd", "", QUICK)
     sched = scheduler(project)
     assert sched.post("/control/run", {"agent": "odd"}).status_code == 202
     run = project.wait_run(lambda runs: next((r for r in runs if r.state == "done"), None))
     db = sqlite3.connect(project.root / ".al" / "work-queue.db", timeout=30)
     with db:
+        for kind, data in events:
+            db.execute(
+                'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
+                (run.id, run.finished_at, kind, data),
+            )
         db.execute(
-            'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
-            (run.id, run.finished_at, "status", '{"text": "a\\ud800b"}'),
-        )
-        db.execute(
-            'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
-            (run.id, run.finished_at, "assistant", '{"text": "x\\udfff", "turn": 1}'),
-        )
-        db.execute(
-            "UPDATE runs SET return_value = ?, trigger = ? WHERE id = ?",
-            (
-                '{"k\\udc80": "v\\ud800"}',
-                '{"kind": "manual", "payload": {"p": "\\udbff"}, "prompt": "", "source": null}',
-                run.id,
-            ),
+            "UPDATE runs SET return_value = ?, trigger = ? WHERE id = ?", (value, trigger, run.id)
         )
     db.close()
-    _listings(project, sched, run.id, "odd")
+    return sched, run
+
+
+def test_what_is_stored_from_before_is_shown(odd_project: OfflineProject, scheduler):
+    """Lone surrogates put straight into the store (as an older version wrote them, JSON
+    escapes in its text): every listing answers."""
+    events = [("status", '{"text": "a\\ud800b"}'), ("assistant", '{"text": "x\\udfff", "turn": 1}')]
+    trigger = '{"kind": "manual", "payload": {"p": "\\udbff"}, "prompt": "", "source": null}'
+    sched, run = _stored_as_before(
+        odd_project, scheduler, events, '{"k\\udc80": "v\\ud800"}', trigger
+    )
+    _listings(odd_project, sched, run.id, "odd")
 
 
 def test_odd_text_is_cleaned_where_it_comes_in(
@@ -238,25 +243,10 @@ def test_numbers_json_cannot_carry_become_null_where_they_come_in(tmp_path: Path
 def test_numbers_stored_from_before_are_read_as_null(odd_project: OfflineProject, scheduler):
     """NaN and Infinity written straight into the store (as Python's encoder wrote them):
     every listing answers, showing null."""
-    project = odd_project
-    project.add_scripted_agent("odd", "", QUICK)
-    sched = scheduler(project)
-    assert sched.post("/control/run", {"agent": "odd"}).status_code == 202
-    run = project.wait_run(lambda runs: next((r for r in runs if r.state == "done"), None))
-    db = sqlite3.connect(project.root / ".al" / "work-queue.db", timeout=30)
-    with db:
-        db.execute(
-            'INSERT INTO run_events (run_id, "at", "type", data) VALUES (?, ?, ?, ?)',
-            (run.id, run.finished_at, "status", '{"text": "s", "n": NaN}'),
-        )
-        db.execute(
-            "UPDATE runs SET return_value = ?, trigger = ? WHERE id = ?",
-            (
-                '{"x": NaN, "y": -Infinity}',
-                '{"kind": "manual", "payload": {"p": Infinity}, "prompt": "", "source": null}',
-                run.id,
-            ),
-        )
-    db.close()
-    _answers(project, sched, run.id, "odd")
+    trigger = '{"kind": "manual", "payload": {"p": Infinity}, "prompt": "", "source": null}'
+    events = [("status", '{"text": "s", "n": NaN}')]
+    sched, run = _stored_as_before(
+        odd_project, scheduler, events, '{"x": NaN, "y": -Infinity}', trigger
+    )
+    _answers(odd_project, sched, run.id, "odd")
     assert sched.get(f"/control/runs/{run.id}").json()["return_value"] == {"x": None, "y": None}

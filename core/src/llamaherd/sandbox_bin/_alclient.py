@@ -25,14 +25,9 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.socket_path = path
 
     def connect(self):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self.socket_path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock  # only once connected (``request`` tells the two failures apart)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
 
 
 def _connection(url, timeout):
@@ -65,12 +60,11 @@ def request(method, path, body=None, timeout=TIMEOUT):
         data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers["Content-Type"] = "application/json"
     try:
+        conn.connect()
         try:
             conn.request(method, prefix + path, body=data, headers=headers)
-        except OSError:
-            if conn.sock is None:  # never connected
-                raise
-            # Refused before the whole body went (413, 429): its answer is there to read.
+        except OSError:  # refused before the whole body went (413, 429): its answer is there
+            pass
         response = conn.getresponse()
         raw = response.read()
     except OSError as exc:
