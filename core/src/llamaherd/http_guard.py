@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
 import functools
 import json
 import logging
@@ -68,7 +67,7 @@ BODY_BUDGET: int = GATEWAY_DEFAULTS["bodyBudget"]  # body bytes in flight in the
 CREDENTIAL_SHARE = 8  # one credential holds at most this fraction of the budget
 BODY_TIMEOUT: float = GATEWAY_DEFAULTS["bodyTimeout"]  # seconds from the headers to the body's end
 STALLED = 1.0  # seconds without a byte after which a body may be cut to make room
-RETRY_AFTER = 1  # seconds, in the 429 and 503 answers: bodies in flight end within that
+RETRY_AFTER = 1  # seconds, in the 429 and 503 answers: by then a held body may be cut (STALLED)
 GRANULE = 64 * KIB  # a chunked body reserves its budget in steps of this many bytes
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 8 * MIB
@@ -123,8 +122,9 @@ class Hold:
 
 
 class BodyBudget:
-    """Request-body bytes the process holds at once (``limit``) and each credential's share:
-    one budget shared by every server (the TCP port and the unix socket) of a process."""
+    """What request bodies may cost the process: the bytes it holds at once (``limit``) and
+    each credential's share, and the time each may take to arrive (``timeout``). One budget
+    is shared by every server (the TCP port and the unix socket) of a process."""
 
     def __init__(self, limit: int = BODY_BUDGET, timeout: float = BODY_TIMEOUT):
         self.limit = limit
@@ -242,9 +242,9 @@ class BodyBudget:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` (None elsewhere: musl returns freed memory by itself)."""
-    name = ctypes.util.find_library("c")
-    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    """glibc's ``malloc_trim``, from the C library the interpreter runs on (None elsewhere:
+    musl returns freed memory by itself)."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)
 
 
 class RefusalLog:
