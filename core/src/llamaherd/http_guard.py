@@ -67,6 +67,7 @@ BODY_BUDGET: int = GATEWAY_DEFAULTS["bodyBudget"]  # body bytes in flight in the
 CREDENTIAL_SHARE = 8  # one credential holds at most this fraction of the budget
 BODY_TIMEOUT: float = GATEWAY_DEFAULTS["bodyTimeout"]  # seconds from the headers to the body's end
 STALLED = 1.0  # seconds without a byte after which a body may be cut to make room
+SWEEP = 0.5  # seconds between looks for bodies past their deadline, while there are any
 RETRY_AFTER = 1  # seconds, in the 429 and 503 answers: by then a held body may be cut (STALLED)
 GRANULE = 64 * KIB  # a chunked body reserves its budget in steps of this many bytes
 LINGER_SECONDS = 2.0
@@ -103,19 +104,21 @@ def too_large(limit: int, path: str) -> Refusal:
     return Refusal(413, "Content Too Large", message)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Hold:
     """One request body's place in a ``BodyBudget``: what it reserved and received, when its
-    last byte came, and the protocol (connection) to cut when it must make room."""
+    last byte came and when it must have come whole, and the protocol (connection) to cut
+    when it must make room."""
 
     protocol: GuardedProtocol
     cycle: Any  # uvicorn's RequestResponseCycle of the request
     key: bytes | None  # its credential (``Authorization``), None without one
     limit: int  # what its route takes
     path: str
+    last_byte: float  # time.monotonic()
+    deadline: float
     reserved: int = 0
     received: int = 0
-    last_byte: float = field(default_factory=time.monotonic)
     complete: bool = False  # received whole
     released: bool = False
     keep_alive: bool = True  # the connection's, once the body is received whole
@@ -286,6 +289,10 @@ class Limits:
     routes: Mapping[str, BodyLimit] = field(default_factory=lambda: dict(BODY_LIMITS))
     idle: dict[GuardedProtocol, None] = field(default_factory=dict)
     closing: set[GuardedProtocol] = field(default_factory=set)  # closed, not yet lost
+    # This server's bodies being received, and the timer looking for those past their deadline
+    # (one per server while there are any, rather than one per request).
+    receiving: set[Hold] = field(default_factory=set)
+    sweeper: Any = None
 
     @classmethod
     def of(cls, gateway: Mapping[str, Any], budget: BodyBudget | None = None) -> Limits:
@@ -312,17 +319,37 @@ class Limits:
 
     def body_limit(self, path: str) -> int:
         """What the route at ``path`` takes: the longest key of ``routes`` naming it (the path
-        itself, or a prefix ending in "/")."""
-        best = ""
-        for key in self.routes:
-            if len(key) > len(best) and (
-                path == key or path.startswith(key if key.endswith("/") else key + "/")
-            ):
-                best = key
-        if not best:
+        itself or a path it is under, or a prefix ending in "/"), looked up from the longest
+        of the path's heads down."""
+        routes = self.routes
+        limit = routes.get(path)
+        end = len(path)
+        while limit is None and end > 0:
+            end = path.rfind("/", 0, end)
+            if end < 0:
+                break
+            limit = routes.get(path[: end + 1])
+            if limit is None and end:
+                limit = routes.get(path[:end])
+        if limit is None:
             return DEFAULT_BODY_LIMIT
-        limit = self.routes[best]
         return limit(path) if callable(limit) else limit
+
+    def receive(self, hold: Hold, loop: Any) -> None:
+        """Watch ``hold``'s deadline until its body is received whole (``received``)."""
+        self.receiving.add(hold)
+        if self.sweeper is None:
+            self.sweeper = loop.call_later(SWEEP, self._sweep, loop)
+
+    def received(self, hold: Hold) -> None:
+        self.receiving.discard(hold)
+
+    def _sweep(self, loop: Any) -> None:
+        now = time.monotonic()
+        for hold in [hold for hold in self.receiving if hold.deadline <= now]:
+            self.receiving.discard(hold)
+            hold.protocol.body_too_slow(hold)
+        self.sweeper = loop.call_later(SWEEP, self._sweep, loop) if self.receiving else None
 
 
 class Refused(Exception):
@@ -341,7 +368,6 @@ class GuardedProtocol(HttpToolsProtocol):
         self.refusal: Refusal | None = None  # set in a parser callback that refused
         self.refused_body = False  # ... while receiving a body (else: a new request)
         self.deadline: Any = None  # the header timer (asyncio.TimerHandle)
-        self.body_deadline: Any = None
         # The bodies of this connection's requests whose answers are still to complete.
         self.holds: collections.deque[Hold] = collections.deque()
         self.lingering: Any = None  # the timer ending a refused connection's linger
@@ -362,11 +388,9 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._become_busy()
         self.limits.closing.discard(self)
-        self._disarm_body_deadline()
         if self.lingering is not None:
             self.lingering.cancel()
-        while self.holds:
-            self.limits.budget.release(self.holds.popleft())
+        self._release_all()
         super().connection_lost(exc)
 
     def _become_idle(self) -> None:
@@ -467,10 +491,7 @@ class GuardedProtocol(HttpToolsProtocol):
         # Until the body is received whole, an answer closes the connection (the rest of the
         # body is never read); then the connection is kept as the client asked.
         hold.keep_alive, self.cycle.keep_alive = self.cycle.keep_alive, False
-        self._disarm_body_deadline()
-        self.body_deadline = self.loop.call_later(
-            self.limits.budget.timeout, self._body_too_slow, hold
-        )
+        self.limits.receive(hold, self.loop)
 
     def _refuse(self, refusal: Refusal, in_body: bool = False) -> None:
         self.refusal, self.refused_body = refusal, in_body
@@ -510,7 +531,8 @@ class GuardedProtocol(HttpToolsProtocol):
         limit = self.limits.body_limit(path)
         if length is not None and length > limit:
             self._refuse(too_large(limit, path))
-        hold = Hold(self, None, key, limit, path)
+        now = time.monotonic()
+        hold = Hold(self, None, key, limit, path, now, now + self.limits.budget.timeout)
         refusal = self.limits.budget.take(hold, length or 0)
         if refusal is not None:
             self._refuse(refusal)
@@ -545,25 +567,26 @@ class GuardedProtocol(HttpToolsProtocol):
         if hold is not None:
             hold.complete = True
             self.cycle.keep_alive = hold.keep_alive
-            self._disarm_body_deadline()
+            self.limits.received(hold)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         while self.holds and self.holds[0].cycle.response_complete:
-            self.limits.budget.release(self.holds.popleft())
-        if not self.holds:
-            self._disarm_body_deadline()
+            self._release(self.holds.popleft())
         super().on_response_complete()
         if self.timeout_keep_alive_task is not None:  # kept alive, no pipelined request next
             self._become_idle()  # uvicorn's keep-alive timeout closes it later
 
-    def _disarm_body_deadline(self) -> None:
-        if self.body_deadline is not None:
-            self.body_deadline.cancel()
-            self.body_deadline = None
+    def _release(self, hold: Hold) -> None:
+        self.limits.received(hold)
+        self.limits.budget.release(hold)
 
-    def _body_too_slow(self, hold: Hold) -> None:
-        self.body_deadline = None
+    def _release_all(self) -> None:
+        while self.holds:
+            self._release(self.holds.popleft())
+
+    def body_too_slow(self, hold: Hold) -> None:
+        """``hold``'s body did not come whole by its deadline (``Limits`` looked)."""
         if not hold.complete and hold.cycle is self.cycle and not hold.cycle.response_complete:
             timeout = self.limits.budget.timeout
             message = f"request body not received within {timeout:g} s"
@@ -590,9 +613,7 @@ class GuardedProtocol(HttpToolsProtocol):
         if busy:
             cycle.disconnected = True
             cycle.message_event.set()
-        self._disarm_body_deadline()
-        while self.holds:
-            self.limits.budget.release(self.holds.popleft())
+        self._release_all()
         self.limits.budget.refusals.note(refusal, self._what())
         self.transport.write(refusal.raw())
         if refusal.status == 408:
