@@ -336,13 +336,11 @@ class Limits:
         return limit(path) if callable(limit) else limit
 
     def receive(self, hold: Hold, loop: Any) -> None:
-        """Watch ``hold``'s deadline until its body is received whole (``received``)."""
+        """Watch ``hold``'s deadline until its body is received whole (then it leaves
+        ``receiving``)."""
         self.receiving.add(hold)
         if self.sweeper is None:
             self.sweeper = loop.call_later(SWEEP, self._sweep, loop)
-
-    def received(self, hold: Hold) -> None:
-        self.receiving.discard(hold)
 
     def _sweep(self, loop: Any) -> None:
         now = time.monotonic()
@@ -368,8 +366,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self.refusal: Refusal | None = None  # set in a parser callback that refused
         self.refused_body = False  # ... while receiving a body (else: a new request)
         self.deadline: Any = None  # the header timer (asyncio.TimerHandle)
-        # The bodies of this connection's requests whose answers are still to complete.
+        # The bodies of this connection's requests whose answers are still to complete, and
+        # the one being received.
         self.holds: collections.deque[Hold] = collections.deque()
+        self.receiving: Hold | None = None
         self.lingering: Any = None  # the timer ending a refused connection's linger
         self.lingered = 0
 
@@ -488,6 +488,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         hold.cycle = self.cycle
         self.holds.append(hold)
+        self.receiving = hold
         # Until the body is received whole, an answer closes the connection (the rest of the
         # body is never read); then the connection is kept as the client asked.
         hold.keep_alive, self.cycle.keep_alive = self.cycle.keep_alive, False
@@ -527,7 +528,8 @@ class GuardedProtocol(HttpToolsProtocol):
                 key = value
         if not length and not chunked:
             return None
-        path = self._path()
+        path = httptools.parse_url(self.url).path.decode("ascii")  # as uvicorn gives the app
+        path = unquote(path) if "%" in path else path
         limit = self.limits.body_limit(path)
         if length is not None and length > limit:
             self._refuse(too_large(limit, path))
@@ -538,18 +540,8 @@ class GuardedProtocol(HttpToolsProtocol):
             self._refuse(refusal)
         return hold
 
-    def _path(self) -> str:
-        """The request's path, decoded as uvicorn decodes it for the app."""
-        path = httptools.parse_url(self.url).path.decode("ascii")
-        return unquote(path) if "%" in path else path
-
-    def _current_hold(self) -> Hold | None:
-        """The hold of the request being received, if it has one still counted."""
-        hold = self.holds[-1] if self.holds else None
-        return hold if hold is not None and hold.cycle is self.cycle else None
-
     def on_body(self, body: bytes) -> None:
-        hold = self._current_hold()
+        hold = self.receiving
         if hold is not None and not hold.released:
             hold.received += len(body)
             hold.last_byte = time.monotonic()
@@ -563,11 +555,12 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        hold = self._current_hold()
+        hold = self.receiving
         if hold is not None:
+            self.receiving = None
             hold.complete = True
             self.cycle.keep_alive = hold.keep_alive
-            self.limits.received(hold)
+            self.limits.receiving.discard(hold)
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
@@ -578,7 +571,9 @@ class GuardedProtocol(HttpToolsProtocol):
             self._become_idle()  # uvicorn's keep-alive timeout closes it later
 
     def _release(self, hold: Hold) -> None:
-        self.limits.received(hold)
+        if hold is self.receiving:
+            self.receiving = None
+            self.limits.receiving.discard(hold)
         self.limits.budget.release(hold)
 
     def _release_all(self) -> None:

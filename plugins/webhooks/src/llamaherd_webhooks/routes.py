@@ -77,6 +77,7 @@ class WebhookEndpoint:
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.engine = app.state.engine
         self._routes: Routes | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -102,7 +103,7 @@ class WebhookEndpoint:
     def body_limit(self, path: str) -> int:
         """What ``/webhooks/<name>`` takes (``app.state.body_limits``): the largest
         ``maxBodyBytes`` of the sources the name may stand for."""
-        candidates = self.routes(self.app.state.engine).candidates(path[len(PREFIX) :])
+        candidates = self.routes(self.engine).candidates(path[len(PREFIX) :])
         if isinstance(candidates, Outcome):
             return NO_SOURCE_BODY
         return max(config.max_body for config in candidates)
@@ -110,7 +111,7 @@ class WebhookEndpoint:
     async def _take(self, scope: dict[str, Any], receive: Any, name: str) -> tuple[Outcome, bool]:
         """The outcome, and whether part of the body was left unread (then the connection is
         closed after the answer)."""
-        engine = self.app.state.engine
+        engine = self.engine
         client = scope.get("client")
         ingest = Ingest(
             engine, self.app.state.webhook_rejects, client[0] if client else "", self.routes(engine)
