@@ -29,6 +29,8 @@ uvicorn's httptools protocol, so every route (every plugin's too) is under them,
   what the client still sends for up to ``LINGER_SECONDS`` (``LINGER_BYTES``) before closing,
   so a client still sending reads the answer rather than a reset; a client too slow (408) is
   closed at once.
+- Once the bodies in flight reached ``TRIM_AFTER`` bytes and all ended, the allocator is asked
+  to return its free memory to the system (``BodyBudget.trim``), so a burst is not kept.
 """
 
 from __future__ import annotations
@@ -220,7 +222,11 @@ class BodyBudget:
         until ``needed`` bytes are free, and have their connections cut (on their loops)."""
         now = time.monotonic()
         stalled = sorted(
-            (h for h in self.holds if not h.complete and now - h.last_byte >= STALLED),
+            (
+                h
+                for h in self.holds
+                if h.reserved and not h.complete and now - h.last_byte >= STALLED
+            ),
             key=lambda h: h.last_byte,
         )
         for hold in stalled:
