@@ -43,6 +43,8 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "bind": "127.0.0.1",
     "maxConnections": 1000,
     "headerTimeout": 10,
+    "bodyTimeout": 30,
+    "bodyBudget": 32 * 1024 * 1024,
 }
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
