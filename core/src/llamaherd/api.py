@@ -145,6 +145,10 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from llamaherd.execoutput import ExecOutput
+    from llamaherd.inbound import OverLimit
+    from llamaherd.inbound import admit as admit_json
+    from llamaherd.inbound import clean as clean_text
+    from llamaherd.inbound import too_deep as json_too_deep
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.markup import escape as escape_markup
@@ -179,10 +183,6 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
-    from llamaherd.surrogates import OverLimit
-    from llamaherd.surrogates import admit as admit_json
-    from llamaherd.surrogates import clean as clean_text
-    from llamaherd.surrogates import too_deep as json_too_deep
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
@@ -288,7 +288,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
-    "llamaherd.surrogates": (
+    "llamaherd.inbound": (
         "OverLimit", "admit_json:admit", "clean_text:clean", "json_too_deep:too_deep",
     ),
     # Listings: one header style, one record per line when piped (``al runs | grep``).

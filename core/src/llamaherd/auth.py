@@ -135,8 +135,8 @@ def require_token(handler: Handler) -> Handler:
 
 async def json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object, made valid and within the shape limits (lone surrogates,
-    NaN: stored, they break listings; ``llamaherd.surrogates``)."""
-    from llamaherd.surrogates import OverLimit, parse
+    NaN: stored, they break listings; ``llamaherd.inbound``)."""
+    from llamaherd.inbound import OverLimit, parse
 
     try:
         data = parse(await request.body())

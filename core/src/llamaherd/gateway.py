@@ -112,9 +112,9 @@ def authenticate(engine: Any, request: Request) -> Any:
 
 async def _body(request: Request) -> dict[str, Any]:
     """The JSON object of the body ({} without one), made valid and within the shape limits
-    (``llamaherd.surrogates``: an agent's "\ud800" or NaN would break every listing showing
+    (``llamaherd.inbound``: an agent's "\ud800" or NaN would break every listing showing
     it); ValueError when it is none."""
-    from llamaherd.surrogates import parse
+    from llamaherd.inbound import parse
 
     raw = await request.body()
     if not raw.strip():

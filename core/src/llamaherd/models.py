@@ -473,7 +473,7 @@ def _cleaned(reply: Reply) -> Reply:
     """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD and
     numbers that are not finite None: a model may emit ``"\\ud800"`` or ``NaN`` in its JSON,
     and stored, either broke every listing that showed it."""
-    from llamaherd.surrogates import clean
+    from llamaherd.inbound import clean
 
     reply.text = clean(reply.text)
     for call in reply.tool_calls:

@@ -69,8 +69,8 @@ def _console() -> Any:
 
 def _load_payload(path: Path | None) -> dict[str, Any]:
     """The JSON object in file ``path`` (``-``: standard input), made valid and within the
-    shape limits of any value from outside (``llamaherd.surrogates``); {} without one."""
-    from llamaherd.surrogates import OverLimit, parse
+    shape limits of any value from outside (``llamaherd.inbound``); {} without one."""
+    from llamaherd.inbound import OverLimit, parse
 
     if path is None:
         return {}

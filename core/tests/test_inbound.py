@@ -1,4 +1,4 @@
-"""What every way in makes of a JSON value from outside (``llamaherd.surrogates``): lone
+"""What every way in makes of a JSON value from outside (``llamaherd.inbound``): lone
 surrogates made U+FFFD, numbers that are not finite made null, and the shape limits."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from llamaherd.surrogates import MAX_DEPTH, MAX_INT_DIGITS, OverLimit, admit, clean, loads, parse
+from llamaherd.inbound import MAX_DEPTH, MAX_INT_DIGITS, OverLimit, admit, clean, loads, parse
 
 
 def nested(levels: int) -> object:
