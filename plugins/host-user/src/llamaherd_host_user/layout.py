@@ -60,6 +60,9 @@ def safe_run_id(run_id: str) -> str:
     return run_id
 
 
+SCOPE_PREFIX = "base-"  # the cgroup directory of one runs base's runs (``base_scope``)
+
+
 def runs_base() -> Path:
     """The directory holding every run's working dir: ``/tmp/al-runs`` (``-<uid>`` without
     root), created if missing, unless another user has that name; then a private one."""
@@ -148,10 +151,24 @@ def owner_record(project: str | None, keep_workdir: bool) -> dict[str, object]:
     }
 
 
+def base_scope(base: Path) -> str:
+    """The name of ``base``'s cgroup scope: its device and inode, so schedulers that see other
+    ``/tmp``s (a systemd ``PrivateTmp``, containers sharing the cgroup tree) never take each
+    other's runs' cgroups for their own."""
+    info = base.stat()
+    return f"{SCOPE_PREFIX}{info.st_dev:x}-{info.st_ino:x}"
+
+
 @dataclass(frozen=True)
 class Layout:
     base: Path
     run_id: str
+
+    @property
+    def cgroup(self) -> Path:
+        """The run's cgroup, relative to the cgroup tree's llamaherd directory: in its base's
+        scope (``base_scope``)."""
+        return Path(base_scope(self.base)) / self.run_id
 
     @property
     def workdir(self) -> Path:

@@ -22,6 +22,7 @@ from llamaherd_host_user.layout import (
     ASIDE_SUFFIX,
     PRIVATE_SUFFIX,
     Layout,
+    base_scope,
     held_by_other_live_process,
     run_bases,
     runs_base,
@@ -77,14 +78,14 @@ class Settings:
         )
 
 
-def _containment(run_id: str, uid: int, cgroup: str | None = None) -> Containment:
+def _containment(layout: Layout, uid: int, cgroup: str | None = None) -> Containment:
     if cgroup is not None:
         path = Path(cgroup)
         if path.is_dir():
             return CgroupContainment(path)
-    elif (created := CgroupContainment.create(run_id)) is not None:
+    elif (created := CgroupContainment.create(layout.cgroup)) is not None:
         return created
-    return ProcContainment(uid, run_id)
+    return ProcContainment(uid, layout.run_id)
 
 
 class HostUserRuntime:
@@ -144,7 +145,7 @@ class HostUserRuntime:
             _remove(layout, ident.uid)  # left over by a start that crashed half-way
         try:
             provision(layout, ident, spec, settings.keep_workdir)
-            containment = _containment(spec.run_id, ident.uid)
+            containment = _containment(layout, ident.uid)
         except OSError as exc:
             _remove(layout, ident.uid)
             raise SandboxError(f"host-user: cannot prepare run {spec.run_id}: {exc}") from None
@@ -167,7 +168,7 @@ class HostUserRuntime:
             layout.write_owner(keep_workdir=keep_workdir)
         else:
             provision_private(layout, ident, spec, keep_workdir)
-        containment = _containment(layout.run_id, ident.uid, handle.get("cgroup"))
+        containment = _containment(layout, ident.uid, handle.get("cgroup"))
         env = build_env(layout, ident, spec)
         return HostUserSandbox(layout, ident, containment, env, keep_workdir)
 
@@ -215,14 +216,19 @@ class HostUserRuntime:
 
     @staticmethod
     def _remove_stray_cgroups(bases: list[Path], live_run_ids: set[str]) -> None:
+        """Remove the cgroups of runs in ``bases`` that are not live and whose private area is
+        gone (a run killed between the two). Only those: a cgroup in another base's scope is
+        another scheduler's, whose runs this one cannot see (another ``/tmp``)."""
         mount = cgroup2_mount()
         parent = mount / CGROUP_PARENT if mount else None
         if parent is None or not parent.is_dir() or os.geteuid() != 0:
             return
-        for entry in os.scandir(parent):
-            stray = entry.is_dir() and entry.name not in live_run_ids
-            if stray and not any(Layout(base, entry.name).private.exists() for base in bases):
-                CgroupContainment(Path(entry.path)).remove()
+        for base in bases:
+            scope = parent / base_scope(base)
+            for entry in os.scandir(scope) if scope.is_dir() else ():
+                stray = entry.is_dir() and entry.name not in live_run_ids
+                if stray and not Layout(base, entry.name).private.exists():
+                    CgroupContainment(Path(entry.path)).remove()
 
 
 def _remove_stale_aside(layout: Layout, live_run_ids: set[str], root: str | None) -> int:
@@ -248,8 +254,10 @@ def _remove(layout: Layout, uid: int, keep_workdir: bool = False) -> None:
     """Kill a run's processes and delete its cgroup, private area and working dir (unless
     kept)."""
     mount = cgroup2_mount()
-    cgroup = mount / CGROUP_PARENT / layout.run_id if mount else None
-    if cgroup is not None and cgroup.is_dir():
+    # In its base's scope, or (made by a version before scopes) right under the parent.
+    found = [mount / CGROUP_PARENT / at for at in (layout.cgroup, layout.run_id)] if mount else []
+    cgroup = next((path for path in found if path.is_dir()), None)
+    if cgroup is not None:
         CgroupContainment(cgroup).remove()
     elif uid >= 0:
         ProcContainment(uid, layout.run_id).remove()
