@@ -28,8 +28,10 @@ What is here, by topic:
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields, and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
-  taken from outside); provider HTTP
+  into normalised fields, ``clean_text`` (lone UTF-16 surrogates made U+FFFD and numbers
+  that are not finite None, in a value taken from outside) and ``admit_json`` (the same, and
+  ``OverLimit`` when it nests deeper or holds longer integers than any value from outside may;
+  ``json_too_deep()`` is that error for a parser that gave up: ``RecursionError``); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
@@ -143,6 +145,10 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from llamaherd.execoutput import ExecOutput
+    from llamaherd.inbound import OverLimit
+    from llamaherd.inbound import admit as admit_json
+    from llamaherd.inbound import clean as clean_text
+    from llamaherd.inbound import too_deep as json_too_deep
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.markup import escape as escape_markup
@@ -177,7 +183,6 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
-    from llamaherd.surrogates import clean as clean_text
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
@@ -283,7 +288,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
-    "llamaherd.surrogates": ("clean_text:clean",),
+    "llamaherd.inbound": (
+        "OverLimit", "admit_json:admit", "clean_text:clean", "json_too_deep:too_deep",
+    ),
     # Listings: one header style, one record per line when piped (``al runs | grep``).
     "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),

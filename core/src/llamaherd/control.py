@@ -59,11 +59,20 @@ def _engine(request: Request) -> Any:
 
 @require_token
 async def health(request: Request) -> Response:
+    """The scheduler's status, and its HTTP server's request bodies in flight (``bodies``:
+    how many, their bytes, the budget, how many received nothing for a second)."""
     engine = _engine(request)
     scheduler = await run_in_threadpool(serving_status, engine)
-    return JSONResponse(
-        {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
-    )
+    answer = {
+        "ok": True,
+        "host": engine.host,
+        "gateway": engine.gateway_url,
+        "scheduler": scheduler,
+    }
+    budget = getattr(request.app.state, "body_budget", None)
+    if budget is not None:
+        answer["bodies"] = budget.snapshot()
+    return JSONResponse(answer)
 
 
 async def peer_health(request: Request) -> Response:

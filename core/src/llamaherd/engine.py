@@ -139,13 +139,15 @@ class Engine:
     # ------------------------------------------------------------------ HTTP
     def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:
         """Start the HTTP server on ``bind:port`` and on a private unix socket."""
-        from llamaherd.http_guard import Limits
+        from llamaherd.http_guard import BodyBudget, Limits
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
         if not self.loading.ready:  # what needs the agents waits for them
             app.add_middleware(LoadingGate, loading=self.loading)
-        limits = Limits.of(self.project.gateway)
+        # One budget of request-body bytes for the process: both servers take from it.
+        budget = app.state.body_budget = BodyBudget.of(self.project.gateway)
+        limits = Limits.of(self.project.gateway, budget)
         tcp = ServerThread(app, host=bind, port=port, limits=limits).start()
         self._servers.append(tcp)
         local = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
@@ -155,7 +157,7 @@ class Engine:
         # connections never evicts them.
         self._servers.append(
             ServerThread(
-                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway)
+                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway, budget)
             ).start()
         )
         self.app = app

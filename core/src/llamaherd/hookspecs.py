@@ -173,9 +173,12 @@ def register_routes(app: Starlette) -> None:
     :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
         ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard routes
         that change or show anything with ``llamaherd.api.require_token``; set
-        ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB. A hot path
-        may put a plain ASGI handler at ``app.state.raw_routes[prefix]``: requests under that
-        prefix reach it ahead of Starlette's routing and body limits (it bounds its own body).
+        ``app.state.body_limits[path]`` to what each of your routes' bodies may hold (bytes,
+        or a function of the request's path giving them; a key ending in "/" is a prefix;
+        1 MiB otherwise): the server answers a larger body 413 before reading it, and bounds
+        every body's time and the bytes in flight (``llamaherd.http_guard``). A hot path may
+        put a plain ASGI handler at ``app.state.raw_routes[prefix]``: requests under that
+        prefix reach it ahead of Starlette's routing, within the same bounds.
     """
 
 

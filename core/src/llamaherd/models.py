@@ -470,9 +470,10 @@ def _all_failed(last: ProviderError, names: list[str]) -> ProviderError:
 
 
 def _cleaned(reply: Reply) -> Reply:
-    """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD: a model
-    may emit ``"\\ud800"`` in its JSON, and stored, it broke every listing that showed it."""
-    from llamaherd.surrogates import clean
+    """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD and
+    numbers that are not finite None: a model may emit ``"\\ud800"`` or ``NaN`` in its JSON,
+    and stored, either broke every listing that showed it."""
+    from llamaherd.inbound import clean
 
     reply.text = clean(reply.text)
     for call in reply.tool_calls:

@@ -408,37 +408,49 @@ class Scheduler(Engine):
     def reload(self) -> None:
         """Apply the config files on disk when they changed since the last look (the
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
-        not is refused (logged, and in ``al stat``) and its last good version keeps running."""
+        not is refused (logged, and in ``al stat``) and its last good version keeps running.
+        A reload that fails outright is a refusal too: said in ``al stat``, not only logged
+        (``al stat`` said "config current" while every look failed)."""
         with self._reloading:
             if self.stopping.is_set() or self.inputs is None:  # still loading: it reads them
                 return
-            changed_inputs = self.inputs.changed()
-            if "plugins" in changed_inputs:
-                self._check_plugins()
-            digest = config_digest(self.project.root)
-            # Files refused (or agents held) are judged again when what they lacked may have
-            # appeared: a credential, a plugin, or a `touch` of a file.
-            waiting = bool(self.config_errors or self.held)
-            if digest == self._seen_digest and not (waiting and changed_inputs):
-                return
-            self._seen_digest = digest
-            found = candidate(self.project, self.registry, self.gateway_overrides)
-            restart = self._restart_hint()
-            refused = [problem + restart for problem in found.refused]
-            if refused != self.config_errors:  # a re-check that found the same says nothing new
-                for problem in refused:
-                    log.error("config change refused: %s", problem)
-            if found.project is None:
-                if refused != self.config_errors:
-                    log.error("the running config stays as it was (fix the above, then save)")
-            else:
-                self._apply(found.project, found.kept)
-                self.kept = set(found.kept)
-            self.config_errors = refused
-            self.refused_all = found.project is None
-            if not found.refused:
-                self.config_digest = digest
-            self._write_info()
+            try:
+                self._reload()
+            except Exception as exc:
+                failure = f"live reload failed: {type(exc).__name__}: {exc}"
+                if [failure] != self.config_errors:
+                    log.exception("%s", failure)
+                self.config_errors, self.refused_all = [failure], True
+                self._write_info()
+
+    def _reload(self) -> None:
+        changed_inputs = self.inputs.changed()
+        if "plugins" in changed_inputs:
+            self._check_plugins()
+        digest = config_digest(self.project.root)
+        # Files refused (or agents held) are judged again when what they lacked may have
+        # appeared: a credential, a plugin, or a `touch` of a file.
+        waiting = bool(self.config_errors or self.held)
+        if digest == self._seen_digest and not (waiting and changed_inputs):
+            return
+        self._seen_digest = digest
+        found = candidate(self.project, self.registry, self.gateway_overrides)
+        restart = self._restart_hint()
+        refused = [problem + restart for problem in found.refused]
+        if refused != self.config_errors:  # a re-check that found the same says nothing new
+            for problem in refused:
+                log.error("config change refused: %s", problem)
+        if found.project is None:
+            if refused != self.config_errors:
+                log.error("the running config stays as it was (fix the above, then save)")
+        else:
+            self._apply(found.project, found.kept)
+            self.kept = set(found.kept)
+        self.config_errors = refused
+        self.refused_all = found.project is None
+        if not found.refused:
+            self.config_digest = digest
+        self._write_info()
 
     def _check_plugins(self) -> None:
         """Plugins installed or removed since the start need a restart: said in the log, in

@@ -241,6 +241,21 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": GATEWAY_DEFAULTS["headerTimeout"],
                 "description": "Seconds a client has to send a request's headers (else 408).",
             },
+            "bodyTimeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": GATEWAY_DEFAULTS["bodyTimeout"],
+                "description": "Seconds a client has to send a request's body once its headers "
+                "are in (else 408).",
+            },
+            "bodyBudget": {
+                "type": "integer",
+                "minimum": 65536,
+                "default": GATEWAY_DEFAULTS["bodyBudget"],
+                "description": "Bytes of request bodies the server holds at once (one credential, "
+                "such as a run's token, an eighth of them); a body beyond is answered 503 (429) "
+                "with Retry-After.",
+            },
             "url": {
                 "type": "string",
                 "pattern": "^https?://",

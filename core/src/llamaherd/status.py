@@ -219,7 +219,9 @@ def config_digest(root: Path) -> str:
             data = read_project_file(path)
         except ConfigError as exc:  # no project config.toml, one removed meanwhile, a FIFO...
             data = f"\0{exc.message}".encode()  # ...still a change when it comes or goes
-        digest.update(f"{path[prefix:]}\0{len(data)}\0".encode())
+        # The name as bytes: a folder name that is not UTF-8 is refused by the loader, and
+        # must not end the look that notices it.
+        digest.update(os.fsencode(path[prefix:]) + b"\0%d\0" % len(data))
         digest.update(data)
     _DIGESTS[root] = (signature, digest.hexdigest()[:16])
     return _DIGESTS[root][1]

@@ -557,7 +557,11 @@ class SchedulerProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **getattr(project, "env", {}), **(env or {})},
             )
-        info = self._wait_for_info(project.root / ".al" / "scheduler.json", ready)
+        try:
+            info = self._wait_for_info(project.root / ".al" / "scheduler.json", ready)
+        except BaseException:  # not up in time (a loaded machine): it must not outlive the test
+            self.kill9()
+            raise
         self.url = info["url"]
         self.token = (project.root / ".al" / "control-token").read_text().strip()
         self.http = requests.Session()

@@ -68,13 +68,18 @@ def _console() -> Any:
 
 
 def _load_payload(path: Path | None) -> dict[str, Any]:
-    """The JSON object in file ``path`` (``-``: standard input); {} without one."""
+    """The JSON object in file ``path`` (``-``: standard input), made valid and within the
+    shape limits of any value from outside (``llamaherd.inbound``); {} without one."""
+    from llamaherd.inbound import OverLimit, parse
+
     if path is None:
         return {}
     try:
-        data = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
+        data = parse(sys.stdin.read() if str(path) == "-" else path.read_text())
     except OSError as exc:
         raise LlamaherdError(f"{path}: cannot read: {exc.strerror}") from None
+    except OverLimit as exc:
+        raise LlamaherdError(f"{path}: the payload {exc}") from None
     except ValueError as exc:
         raise LlamaherdError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from llamaherd.inbound import loads
 from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
-from llamaherd.surrogates import loads
 
 log = logging.getLogger(__name__)
 

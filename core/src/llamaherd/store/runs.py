@@ -17,6 +17,7 @@ from typing import Any
 
 import peewee as pw
 
+from llamaherd.inbound import loads
 from llamaherd.store.connection import (
     Connection,
     StoreError,
@@ -27,7 +28,6 @@ from llamaherd.store.connection import (
     marks,
 )
 from llamaherd.store.schema import JSONText, dumps
-from llamaherd.surrogates import loads
 from llamaherd.write_budget import CALL_BYTES, TRANSCRIPT_COPIES
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")

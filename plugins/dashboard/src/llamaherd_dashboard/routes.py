@@ -52,6 +52,7 @@ STREAM_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxie
 LIVE_POLL = 0.5  # seconds between looks at the store's change marker
 LIVE_GAP = 1.0  # at most one page update per this many seconds
 LIVE_REFRESH = 15.0  # send the page anyway after this long ("5m ago" moves on)
+SIGN_IN_BODY = 16 * 1024  # bytes of the sign-in form
 
 # No framing (the Run and Kill buttons must not be clickjacked), no inline or foreign scripts.
 PAGE_HEADERS = {
@@ -305,9 +306,10 @@ def _safe_next(target: str) -> str:
 async def login_page(request: Request) -> Response:
     """GET: the form. POST: check the token or password, start a signed-in session, go on.
 
-    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds is answered 429
-    with ``Retry-After`` (before anything is checked); each wrong one is logged with the
-    client's address, never with what was typed."""
+    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds (those being
+    checked count), or anyone while all clients together made ``MAX_FAILURES_ALL``, is
+    answered 429 with ``Retry-After`` before anything is checked; each wrong one is logged
+    with the client's address, never with what was typed."""
     if not auth.allowed_host(request):
         return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
@@ -316,23 +318,24 @@ async def login_page(request: Request) -> Response:
     reason = await auth.csrf_refusal(request)
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
-    client, throttle = auth.client_of(request), auth.throttle(request)
-    wait = throttle.retry_after(client)
-    if wait:
-        error = f"too many wrong sign-ins: try again in {wait} s"
-        refused = render(request, "login.html", status_code=429, next=target, error=error)
-        refused.headers["Retry-After"] = str(wait)
-        return refused
-    form = await auth.form_fields(request)
-    if not await run_in_threadpool(auth.password_matches, request, form.get("token", "").strip()):
-        count = throttle.failed(client)
-        log.warning(
-            "dashboard: wrong sign-in from %s (%d within %g s%s)",
-            client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
-        )  # fmt: skip
-        error = "wrong token or password"
-        return render(request, "login.html", status_code=401, next=target, error=error)
-    throttle.succeeded(client)
+    client = auth.client_of(request)
+    with auth.throttle(request).attempt(client) as attempt:
+        if attempt.wait:
+            error = f"too many wrong sign-ins: try again in {attempt.wait} s"
+            refused = render(request, "login.html", status_code=429, next=target, error=error)
+            refused.headers["Retry-After"] = str(attempt.wait)
+            return refused
+        form = await auth.form_fields(request)
+        given = form.get("token", "").strip()
+        if not await run_in_threadpool(auth.password_matches, request, given):
+            count = attempt.failed()
+            log.warning(
+                "dashboard: wrong sign-in from %s (%d within %g s%s)",
+                client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
+            )  # fmt: skip
+            error = "wrong token or password"
+            return render(request, "login.html", status_code=401, next=target, error=error)
+        attempt.succeeded()
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
     await run_in_threadpool(auth.sign_in, request, response)
     log.info("dashboard: signed in from %s", client)
@@ -810,6 +813,9 @@ def add_routes(app: Any) -> None:
         app.state.refusals.append(refusal)
         return
     static = StaticFiles(packages=[("llamaherd_dashboard", "static")])
+    # The sign-in form is read before anyone is known: it takes what a token or password,
+    # the CSRF value and the page to go on to need, and no more.
+    app.state.body_limits["/login"] = SIGN_IN_BODY
     app.router.routes.extend(
         [*ROUTES, Mount("/static/dashboard", app=static, name="dashboard-static")]
     )

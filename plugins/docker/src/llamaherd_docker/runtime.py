@@ -360,11 +360,14 @@ class ContainerRuntime:
             weakref.finalize(project, self._validated.pop, id(project), None)
         key = (engine.name, base)
         if key not in checked:
-            checked[key] = self._check_engine(agent, engine, base)
-        return list(checked[key])
+            checked[key] = self._engine_warnings(agent, engine, base)
+        return engine.option_warnings() + checked[key]
 
-    def _check_engine(self, agent: Any, engine: Engine, base: str | None) -> list[str]:
+    def _engine_warnings(self, agent: Any, engine: Engine, base: str | None) -> list[str]:
         """The daemon of ``agent``'s engine answers, and has image ``base`` (None: any)."""
+        unchecked = engine.unchecked()
+        if unchecked is not None:
+            return [f"warning: Docker engine {engine.where}: {unchecked}"]
         try:
             self.client(agent)
         except SandboxError as exc:
