@@ -148,6 +148,16 @@ def health(port: int) -> bool:
         return False
 
 
+def ready(port: int) -> bool:
+    """``/health`` answers and no longer says the agents are loading (ours listens before it
+    loads them; the peer answers once it has)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
+            return reply.status == 200 and "loading" not in json.loads(reply.read())
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass
 class Running:
     tool: str

@@ -7,6 +7,7 @@ Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -188,10 +189,10 @@ class SecretCache:
     replaces the file, so the next delivery sees the new one)."""
 
     def __init__(self) -> None:
-        self.entries: dict[Path, tuple[tuple[int, ...], str]] = {}
+        self.entries: dict[str, tuple[tuple[int, ...], str]] = {}
         self.lock = threading.Lock()
 
-    def read(self, path: Path) -> str | None:
+    def read(self, path: str) -> str | None:
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -202,7 +203,8 @@ class SecretCache:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         try:
-            value = path.read_text(encoding="utf-8").strip()
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
             log.warning("cannot read the webhook secret %s: %s", path, exc)
             return None
@@ -217,11 +219,21 @@ SECRETS = SecretCache()
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
     """The source's signing secret (or public key) from its credential (``CredentialStore``),
     if stored: the field ``secret_field`` names, ``secret`` by default."""
-    if not config.source.credential_type:
+    ctype = config.source.credential_type
+    if not ctype:
         return []
-    directory = credentials.path(config.source.credential_type, config.instance)
-    secret = SECRETS.read(directory / getattr(config.source, "secret_field", "secret"))
+    field = getattr(config.source, "secret_field", "secret")
+    secret = SECRETS.read(secret_file(str(credentials.root), ctype, config.instance, field))
     return [secret] if secret else []
+
+
+@functools.lru_cache(maxsize=256)
+def secret_file(root: str, ctype: str, instance: str, field: str) -> str:
+    """The file of a source's secret, its names checked (``CredentialStore.path``) once, not
+    for every delivery."""
+    from llamaherd.api import CredentialStore
+
+    return str(CredentialStore(Path(root)).path(ctype, instance) / field)
 
 
 def answer(config: SourceConfig, fields: dict[str, Any], outcome: Outcome) -> Outcome:
@@ -552,18 +564,19 @@ class Ingest:
         """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
         (in the caller's write transaction); ``receipt_id``: the receipt it was kept under
         while the agents loaded, which now says what became of it."""
-        queued, refused, resumed, flow = [], {}, [], {}
-        for agent in agents:
-            emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
+        queued, refused, flow = [], {}, {}
+        # To each matched agent, then to every waiting run, whatever agent it belongs to (wait
+        # filters are their own): the waiting runs are read once for all of them.
+        events = [make_event(agent, config.name, config.kind, fields) for agent in [*agents, ""]]
+        emitted_all = self.engine.emit_all(events)
+        for agent, emitted in zip(agents, emitted_all, strict=False):
             if emitted.refused:
                 refused[agent] = emitted.refused
             elif emitted.queued is not None:
                 queued.append(agent)
             if emitted.flow:  # what the agent's [flow] did: dropped, skipped, debounced...
                 flow[agent] = emitted.flow
-            resumed += emitted.resumed
-        # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
-        resumed += self.engine.emit(make_event("", config.name, config.kind, fields)).resumed
+        resumed = [run for emitted in emitted_all for run in emitted.resumed]
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())

@@ -128,9 +128,8 @@ class Receipts:
     def _model(self) -> Any:
         return self.store.tables(NAME).Delivery
 
-    def _run(self, Delivery: Any, sql: str, params: tuple[Any, ...]) -> Any:
-        db = Delivery._meta.database
-        return db.execute_sql(sql.replace("?", db.param), params)
+    def _run(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self.store.execute(sql, params)  # the store's prepared path
 
     def record(
         self,
@@ -152,51 +151,47 @@ class Receipts:
             Delivery.body.db_value(bytes(body)), status, result,
             Delivery.matched.db_value(list(matched)), body_digest, 1 if pending else None,
         )  # fmt: skip
-        recorded = self.store.write(self._inserted, Delivery, params)
+        recorded = self.store.write(self._inserted, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
             self.trim(source)
         return recorded
 
-    def _inserted(self, Delivery: Any, params: tuple[Any, ...]) -> bool:
-        return self._run(Delivery, _RECORD, params).rowcount == 1
+    def _inserted(self, params: tuple[Any, ...]) -> bool:
+        return self._run(_RECORD, params).rowcount == 1
 
     def trim(self, source: str) -> int:
         """Drop ``source``'s dead letters beyond the newest ``MAX_DEAD_LETTERS`` and those
         older than ``DEAD_LETTER_DAYS``; how many went."""
-        Delivery = self._model()
         cutoff = self.store.clock() - DEAD_LETTER_DAYS * 86400
         with self.store.atomic():
             params = (source, cutoff, source, MAX_DEAD_LETTERS)
-            return self._run(Delivery, _TRIM, params).rowcount
+            return self._run(_TRIM, params).rowcount
 
     def seen(self, source: str, delivery_id: str) -> bool:
         """Whether ``source`` already delivered ``delivery_id``."""
-        Delivery = self._model()
         with self.store.guard():
-            return self._run(Delivery, _SEEN, (source, delivery_id)).fetchone() is not None
+            return self._run(_SEEN, (source, delivery_id)).fetchone() is not None
 
     def seen_body(self, source: str, digest: str) -> bool:
         """Whether ``source`` already delivered a verified body of this digest."""
-        Delivery = self._model()
         with self.store.guard():
-            return self._run(Delivery, _SEEN_BODY, (source, digest)).fetchone() is not None
+            return self._run(_SEEN_BODY, (source, digest)).fetchone() is not None
 
     def pending(self) -> list[int]:
         """The ids of the receipts of deliveries waiting to be routed, oldest first."""
-        Delivery = self._model()
         with self.store.guard():
-            return [row[0] for row in self._run(Delivery, _PENDING, ())]
+            return [row[0] for row in self._run(_PENDING, ())]
 
     def take(self, receipt_id: int) -> bool:
         """Mark a waiting delivery as routed, in the caller's write transaction; False when
         it was not waiting (routed meanwhile, by another scheduler too)."""
-        return self._run(self._model(), _TAKE, (receipt_id,)).rowcount == 1
+        return self._run(_TAKE, (receipt_id,)).rowcount == 1
 
     def settle(self, receipt_id: int, result: str, matched: list[str]) -> None:
         """What became of a delivery routed after it was taken (``take``)."""
         Delivery = self._model()
         params = (result, Delivery.matched.db_value(list(matched)), receipt_id)
-        self._run(Delivery, _SETTLE, params)
+        self._run(_SETTLE, params)
 
     def recent(
         self, limit: int = 50, dead_letters: bool = False, offset: int = 0
