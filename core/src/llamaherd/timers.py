@@ -59,8 +59,3 @@ class Timers:
                     del self._due[name]
                     passed.append(name)
         return passed
-
-    def due(self) -> dict[str, float]:
-        """Every armed name and its time (what ``al stat`` and the tests may show)."""
-        with self._lock:
-            return dict(self._due)
