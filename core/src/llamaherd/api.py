@@ -18,7 +18,8 @@ What is here, by topic:
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
   on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
   reason to hold an agent's queued runs);
-- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError`` (and
+  ``ConfigWarning``, a finding of a plugin's ``validate`` that fails nothing), ``SandboxError``
   (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
   sandbox went away with its host),
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
@@ -126,6 +127,7 @@ if TYPE_CHECKING:
         AuthError,
         CommandFailed,
         ConfigError,
+        ConfigWarning,
         CredentialInvalid,
         Fatal,
         LlamaherdError,
@@ -244,7 +246,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "resolve_environment:resolve",
     ),
     "llamaherd.errors": (
-        "AuthError", "CommandFailed", "ConfigError", "CredentialInvalid", "Fatal",
+        "AuthError", "CommandFailed", "ConfigError", "ConfigWarning", "CredentialInvalid", "Fatal",
         "LlamaherdError", "ProviderError", "RateLimited", "SandboxBusy", "SandboxError",
         "SandboxLost", "Transient", "Unavailable",
     ),

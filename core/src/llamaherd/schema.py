@@ -15,8 +15,9 @@ A fragment is a JSON Schema object (``{"type": "object", "properties": {...}}``)
 
 Checks a schema cannot express belong to the plugin: a runtime may define
 ``validate(agent, project)`` (docker: is the daemon up?) and a trigger type ``validate(agent)``
-(cron: does the expression parse?). Each returns a list of ConfigErrors or messages (a message
-starting ``warning:`` is a warning); ``al validate`` prints them with everything else.
+(cron: does the expression parse?). Each returns a list of ConfigErrors, ConfigWarnings or
+messages (a message starting ``warning:`` is a warning); ``al validate`` prints them with
+everything else.
 
 ``al schema`` prints the documents built here (draft 2020-12, tagged tables expressed with
 ``if``/``then`` and ``unevaluatedProperties``). Validation does the tag dispatch itself with one
@@ -45,7 +46,7 @@ from jsonschema.exceptions import ValidationError
 
 from llamaherd import compat, schedlog
 from llamaherd.budgets import budget_schema
-from llamaherd.errors import ConfigError, LlamaherdError
+from llamaherd.errors import ConfigError, ConfigWarning, LlamaherdError
 from llamaherd.flow import FLOW_SCHEMA
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
@@ -1031,8 +1032,9 @@ class _Checker:
     def plugin_check(
         self, agent: Agent, file: str, label: str, key: str, check: Any, *args: Any
     ) -> None:
-        """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors, or messages
-        (``"warning: ..."`` for warnings). A plugin that raises is reported, never propagated."""
+        """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors (a
+        ConfigWarning is a warning), or messages (``"warning: ..."`` for warnings). A plugin
+        that raises is reported, never propagated."""
         try:
             results = list(check(agent, *args) or [])
         except Exception as exc:
@@ -1046,7 +1048,8 @@ class _Checker:
         for item in results:
             if isinstance(item, ConfigError):
                 where = self.project.relative(Path(item.file))
-                self.add(where, item.key, item.message, agent=agent.name)
+                warning = isinstance(item, ConfigWarning)
+                self.add(where, item.key, item.message, agent=agent.name, warning=warning)
                 continue
             text = str(item)
             warning = text.startswith("warning:")

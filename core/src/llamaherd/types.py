@@ -21,6 +21,7 @@ from llamaherd.errors import (  # noqa: F401 (re-exported: part of this public m
     AuthError,
     CommandFailed,
     ConfigError,
+    ConfigWarning,
     Conflict,
     CredentialInvalid,
     Fatal,
@@ -689,7 +690,7 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "while_hibernating": bool,  # its events run a hibernating agent (default False)
         "prompt_block": METHOD,  # (trigger: dict) -> str: the run's trigger block
         "preview": METHOD,  # (agent, payload) -> TriggerEvent: what `al prompt` shows
-        "validate": METHOD,  # (agent) -> list[ConfigError]
+        "validate": METHOD,  # (agent) -> list[ConfigError | ConfigWarning]
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
         # (registry) -> None: called once the registry holding it is complete, for a type built
