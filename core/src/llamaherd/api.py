@@ -28,7 +28,8 @@ What is here, by topic:
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields, and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
+  into normalised fields, ``absent``/``first_absent`` for what a payload lacks and
+  ``unrouted`` (why a parsed delivery goes to no agent: ignored, or incomplete), and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
   taken from outside); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
@@ -159,7 +160,16 @@ if TYPE_CHECKING:
     from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
-    from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
+    from llamaherd.sources import (
+        HmacSource,
+        absent,
+        body_digest,
+        clip,
+        first_absent,
+        json_object,
+        pick,
+        unrouted,
+    )
     from llamaherd.status import (
         FINAL,
         SETTABLE_STATES,
@@ -246,8 +256,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "resolve_environment:resolve",
     ),
     "llamaherd.errors": (
-        "AuthError", "CommandFailed", "ConfigError", "ConfigWarning", "CredentialInvalid", "Fatal",
-        "LlamaherdError", "ProviderError", "RateLimited", "SandboxBusy", "SandboxError",
+        "AuthError", "CommandFailed", "ConfigError", "ConfigWarning", "CredentialInvalid",
+        "Fatal", "LlamaherdError", "ProviderError", "RateLimited", "SandboxBusy", "SandboxError",
         "SandboxLost", "Transient", "Unavailable",
     ),
     "llamaherd.execoutput": ("ExecOutput",),
@@ -267,7 +277,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
-    "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
+    "llamaherd.sources": (
+        "HmacSource", "absent", "body_digest", "clip", "first_absent", "json_object", "pick",
+        "unrouted",
+    ),
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "budget_line",
         "key_line", "next_fire", "run_dict", "serving_status", "until",

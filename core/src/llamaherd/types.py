@@ -539,7 +539,11 @@ class WebhookSource(Protocol):
     def verify(self, headers: dict[str, str], body: bytes, secrets: list[str]) -> bool: ...
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        """Return {"event", "action", "delivery", "payload", ...} normalised fields."""
+        """Return {"event", "action", "delivery", "payload", ...} normalised fields; ValueError
+        for a body that is no delivery at all (400). A delivery acknowledged and routed to no
+        agent carries ``ignore`` (a ping, a challenge: recorded as ``ignored: <event>``) or
+        ``lacks``: what its payload lacks that its event needs (``"repository"``: recorded as
+        ``incomplete payload: no repository``, answered 200, as Action Llama drops it)."""
         ...
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app, unrouted
 
 
 @click.group("webhooks")
@@ -96,8 +96,8 @@ def replay(
         fields = config.source.parse(headers, body)
     except ValueError as exc:
         raise LlamaherdError(f"{fixture}: {exc}") from None
-    if fields.get("ignore"):
-        click.echo(f"{name}: {fields.get('event')} is acknowledged and ignored (no run)")
+    if unrouted(fields):
+        click.echo(f"{name}: acknowledged, runs nothing ({unrouted(fields)})")
         return
     fields["delivery"] = delivery  # a replay is a new delivery, never a duplicate
     agents = matching_agents(app.project.agents, name, fields, filters_of(config.source))

@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from llamaherd.api import Agent, LlamaherdError, Registry, TriggerEvent
+from llamaherd.api import Agent, LlamaherdError, Registry, TriggerEvent, unrouted
 from llamaherd_webhooks.ingest import SourceConfig, resolve_source
 from llamaherd_webhooks.matching import as_list, entry_matches, filters_of
 from llamaherd_webhooks.trigger import make_event
@@ -68,9 +68,9 @@ def preview_event(agent: Agent, registry: Registry, payload: dict[str, Any]) -> 
         if not isinstance(config, SourceConfig):
             raise LlamaherdError(f"webhooks[{entries.index(entry)}].source: {config.body['error']}")
         fields = _parse(config, entry, headers, body)
-        if fields.get("ignore"):
+        if unrouted(fields):
             raise LlamaherdError(
-                f"source {config.name!r} acknowledges this delivery ({fields.get('event')}) "
+                f"source {config.name!r} acknowledges this delivery ({unrouted(fields)}) "
                 "without running anything"
             )
         if entry_matches(entry, config.name, fields, filters_of(config.source)):
