@@ -554,3 +554,38 @@ def test_foreground_run_is_answered_without_a_scheduler(tmp_path):
             foreground.kill()
     assert foreground.returncode == 137, output
     assert store.get_run(run.id).state == "killed" and store.agent_state("looper") == "off"
+
+
+WAIT_FOR_DEPLOY = """
+[[turns]]
+tool_calls = [{name = "wait_for_trigger", arguments = {filter = {type = "webhooks", event = "deploy"}, timeout = "60s"}}]
+[[turns]]
+text = "deployed"
+"""
+
+
+def test_an_agent_whose_only_run_waits_is_shown_waiting(tmp_path, scheduler):
+    """Issue 42 item 5: ``al stat`` (JSON and table; the terminal view draws the same table, in
+    cyan) says ``waiting``, not ``idle`` with a waiting run beside it; once the run resumes
+    and ends, ``idle`` again."""
+    from llamaherd.termview import STATE_STYLES
+
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(project, "deployer", script=WAIT_FOR_DEPLOY)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "deployer"}).status_code == 202
+    (run,) = wait_until(lambda: [r for r in runs_of(store, "deployer") if r.state == "waiting"])
+    row = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert (row["state"], row["active"], row["waiting"]) == ("waiting", 0, 1)
+    table = project.al("stat", check=True).stdout
+    assert [line.split()[:2] for line in table.splitlines() if line.startswith("deployer")] == [
+        ["deployer", "waiting"]
+    ]
+    assert STATE_STYLES["waiting"] == "cyan"
+    assert post_webhook(sched.url, {"event": "deploy"}).json()["resumed"] == [run.id]
+    wait_until(lambda: [r for r in runs_of(store, "deployer") if r.state == "done"])
+    row = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert row["state"] == "idle"

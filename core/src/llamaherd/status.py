@@ -68,6 +68,8 @@ def agent_rows(
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
+        elif state == "idle" and mine:
+            state = "waiting"  # its live runs all wait (wait_for_trigger, an answer)
         if agent.disabled and not running:
             state = "disabled"  # scale = 0: nothing fires, queues or runs
         fire = None if agent.disabled else next_fire(registry, agent, now)
