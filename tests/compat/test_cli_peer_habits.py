@@ -180,8 +180,13 @@ def test_logs_all_date_and_instance(tmp_path):
     today = project.al("logs", "dev", "-d", date.today().isoformat())
     assert today.returncode == 0, today.stderr
     assert today.stdout.index(f"--- run {first.id}") < today.stdout.index(f"--- run {second.id}")
+    # A day without runs is an answer (issue 42 item 11): exit 0, said on stdout (on stderr
+    # with --json, which then prints nothing).
     empty = project.al("logs", "dev", "--date", "2000-01-01")
-    assert empty.returncode != 0 and "no runs on that day" in empty.stderr
+    assert (empty.returncode, empty.stdout) == (0, "agent dev has no runs on 2000-01-01\n")
+    quiet = project.al("logs", "dev", "--date", "2000-01-01", "--json")
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert quiet.stderr == "agent dev has no runs on 2000-01-01\n"
 
     shown = project.al("logs", first.id).stdout
     everything = project.al("logs", first.id, "-a").stdout

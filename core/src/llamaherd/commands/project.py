@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.errors import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
@@ -64,11 +64,13 @@ def _registers(row: dict[str, Any]) -> str:
     is_flag=True,
     help="Print the findings as JSON (file, key, message, severity).",
 )
+@environment_option
 @pass_app
 def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) -> None:
     """Check the project and agent configs; exit 2 on any error.
 
-    With AGENT names, check only those agents (and the project config).
+    With AGENT names, check only those agents (and the project config). With -E NAME, the
+    project as environment NAME's settings make it.
     """
     from llamaherd.schema import Problem, validate_project
 
