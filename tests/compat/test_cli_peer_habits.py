@@ -56,6 +56,21 @@ class Terminal:
         return code
 
 
+def test_new_refuses_a_provider_it_cannot_write(al, tmp_path):
+    """Issue 42 item 12: ``--provider bogus`` is a usage error naming the choices (nothing is
+    written), not a project that fails ``al validate``."""
+    from llamaherd.plugins import registry
+
+    result = al("new", "proj", "--no-interactive", "--provider", "antropic", cwd=tmp_path)
+    assert result.returncode == 2
+    choices = ", ".join(f'"{name}"' for name in sorted(registry().providers))
+    assert result.stderr == (
+        f"error: --provider: expected one of {choices}, got 'antropic' "
+        '(did you mean "anthropic"?)\n'
+    )
+    assert not (tmp_path / "proj").exists()
+
+
 def test_new_without_prompts_takes_provider_and_model(al, tmp_path):
     result = al("new", "proj", "--no-interactive", "--provider", "anthropic", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
