@@ -44,7 +44,8 @@ What is here, by topic:
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
-  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs),
+  ``shared_entries`` (the ``shared/`` files runs see), and
   environments (``environments_dir``, ``environment_names``, ``environment_file``,
   ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
   ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
@@ -159,6 +160,7 @@ if TYPE_CHECKING:
     )
     from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
+    from llamaherd.shared_dir import shared_entries
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
     from llamaherd.sources import (
         HmacSource,
@@ -276,6 +278,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.processes": ("pid_alive",),
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
+    "llamaherd.shared_dir": ("shared_entries",),
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
     "llamaherd.sources": (
         "HmacSource", "absent", "body_digest", "clip", "first_absent", "json_object", "pick",
