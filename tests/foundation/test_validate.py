@@ -353,3 +353,56 @@ def test_trigger_types_validate_their_own_keys(project, make_registry):
         "agents/hello/config.toml: schedule: bad cron field 'x'",
         "agents/typed/config.toml: schedule: expected a string, got 5",
     ]
+
+
+def test_schema_and_a_trigger_types_findings_come_in_one_pass(project, make_registry):
+    """Issue 42 item 16: a schema error under one of a trigger type's keys no longer hides
+    what the type finds under another (``timezone = 5`` and a bad ``schedule``); what it finds
+    under the key the schema reported is left out (said once); a ConfigWarning is a warning."""
+    from llamaherd.types import ConfigError, ConfigWarning
+
+    def check(agent):
+        file = str(agent.config_file)
+        return [
+            ConfigError(file, "schedule", "hour 25 is out of range 0-23"),
+            ConfigError(file, "timezone", "not a zone"),  # the schema said it already
+            ConfigWarning(file, "schedule", "never fires"),
+        ]
+
+    kinds = standard_kinds()
+    schema = {"schedule": {"type": "string"}, "timezone": {"type": "string"}}
+    kinds["trigger_types"] = [thing("cron", schema, validate=check)]
+    project.add_agent("both", AGENT.replace("[runtime]", "timezone = 5\n[runtime]"))
+    assert lines(project, make_registry(**kinds)) == [
+        "agents/both/config.toml: timezone: expected a string, got 5",
+        "agents/both/config.toml: schedule: hour 25 is out of range 0-23",
+        "warning: agents/both/config.toml: schedule: never fires",
+    ]
+
+
+def test_one_webhooks_entrys_schema_error_does_not_hide_anothers_misplaced_filter(
+    tmp_path, offline_project
+):
+    """Issue 42 item 16 through ``al validate``, with the installed plugins: entry 0's schema
+    error and entry 1's filter of another source type, and a bad schedule beside a timezone of
+    the wrong type, all in one run."""
+    from llamaherd.plugins import registry
+
+    if not {"cron", "webhooks"} <= set(registry().trigger_types):
+        pytest.skip("needs the llamaherd-cron and llamaherd-webhooks plugins")
+    with (offline_project.root / "config.toml").open("a") as fh:
+        fh.write('\n[webhooks.gh]\ntype = "github"\nallowUnsigned = true\n')
+    offline_project.add_scripted_agent(
+        "hooked",
+        'schedule = "0 25 * * *"\ntimezone = 5\n'
+        '[[webhooks]]\nsource = "gh"\nevents = 5\n[[webhooks]]\nsource = "gh"\nchannels = ["C1"]\n',
+    )
+    said = offline_project.al("validate")
+    assert said.returncode == 2
+    errors = [line for line in said.stdout.splitlines() if not line.startswith("warning")]
+    assert sorted(line.split(": ")[1] for line in errors) == [
+        "schedule",
+        "timezone",
+        "webhooks[0].events",
+        "webhooks[1].channels",
+    ]

@@ -1020,32 +1020,47 @@ class _Checker:
             )
 
     def trigger_checks(self, agent: Agent, file: str) -> None:
-        """Let each trigger type check its own keys, unless the schema already reported them."""
-        reported = {re.split(r"[.\[]", p.key)[0] for p in self.problems if p.agent == agent.name}
+        """Let each trigger type check its own keys, in the same pass as the schema: what it
+        finds under a key the schema already reported (or inside it) is left out, the rest
+        reported (``schedule`` is checked while ``timezone = 5`` is an error too)."""
+        reported = [p.key for p in self.problems if p.agent == agent.name]
         for trigger in self.registry.trigger_types.values():
             check = getattr(trigger, "validate", None)
             keys = set(fragment(trigger)[0])
             used = sorted(keys & set(agent.config))
-            if check is not None and used and not keys & reported:
-                self.plugin_check(agent, file, f'trigger type "{trigger.name}"', used[0], check)
+            if check is not None and used:
+                label = f'trigger type "{trigger.name}"'
+                self.plugin_check(agent, file, label, used[0], check, reported=reported)
 
     def plugin_check(
-        self, agent: Agent, file: str, label: str, key: str, check: Any, *args: Any
+        self,
+        agent: Agent,
+        file: str,
+        label: str,
+        key: str,
+        check: Any,
+        *args: Any,
+        reported: Collection[str] = (),
     ) -> None:
         """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors (a
-        ConfigWarning is a warning), or messages (``"warning: ..."`` for warnings). A plugin
-        that raises is reported, never propagated."""
+        ConfigWarning is a warning), or messages (``"warning: ..."`` for warnings); but not
+        what touches a key of ``reported`` (the schema said it already). A plugin that raises
+        is reported, never propagated, unless the schema reported a key of this agent (the
+        plugin likely tripped on that value)."""
         try:
             results = list(check(agent, *args) or [])
         except Exception as exc:
-            self.add(
-                file,
-                key,
-                f"{label} could not check this agent: {type(exc).__name__}: {exc}",
-                agent=agent.name,
-            )
+            if not reported:
+                self.add(
+                    file,
+                    key,
+                    f"{label} could not check this agent: {type(exc).__name__}: {exc}",
+                    agent=agent.name,
+                )
             return
         for item in results:
+            if isinstance(item, ConfigError) and _touches(item.key, reported):
+                continue
             if isinstance(item, ConfigError):
                 where = self.project.relative(Path(item.file))
                 warning = isinstance(item, ConfigWarning)
@@ -1184,6 +1199,17 @@ class _Checker:
                 agent=agent.name,
                 warning=True,
             )
+
+
+def _touches(key: str, reported: Collection[str]) -> bool:
+    """Whether ``key`` is one of ``reported``, inside one (``webhooks[1].x`` inside
+    ``webhooks[1]``) or holds one."""
+    return any(
+        key == other
+        or key.startswith((other + ".", other + "["))
+        or other.startswith((key + ".", key + "["))
+        for other in reported
+    )
 
 
 def _tables(value: Any) -> list[tuple[str, Any]]:

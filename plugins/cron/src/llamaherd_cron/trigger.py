@@ -139,7 +139,7 @@ def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         try:
             check(config[key])
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # TypeError: a value of the wrong type
             problems.append((key, str(exc)))
     return problems
 
