@@ -227,3 +227,31 @@ def test_doctor_strict_makes_config_warnings_errors(tmp_path):
     strict_cloud = [f for f in findings["strict"] if f["subject"].startswith("config.toml: cloud")]
     assert strict_cloud[0]["status"] == "error"
     assert strict.returncode == 1 and json.loads(strict.stdout)["ok"] is False
+
+
+def test_creds_ls_says_which_webhook_sources_and_models_use_a_credential(tmp_path):
+    """Issue 42 item 18: USED BY names the webhook sources a secret signs (under either
+    spelling of its instance) and the models a key is for, beside the agents."""
+    from llamaherd.testing import OfflineProject
+
+    project = OfflineProject(tmp_path / "proj", creds=tmp_path / "creds", timeout=60)
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(
+            '\n[webhooks.gh]\ntype = "github"\ncredential = "ci"\n'
+            '[webhooks.x]\ntype = "twitter"\nx_twitter_api = "bot"\n'
+            '[webhooks.open]\ntype = "github"\nallowUnsigned = true\n'
+            '[models.sonnet]\nprovider = "anthropic"\nmodel = "claude-sonnet-4-5"\n'
+        )
+    project.add_scripted_agent("dev", 'models = ["sonnet"]\ncredentials = ["github_token"]\n')
+    CredentialStore(tmp_path / "creds").write("github_webhook_secret", "ci", {"secret": "s"})
+    rows = json.loads(project.al("creds", "ls", "--json", check=True).stdout)
+    assert {(r["type"], r["instance"]): (r["used_by"], r["stored"]) for r in rows} == {
+        ("anthropic_key", "default"): (["models.sonnet"], False),
+        ("github_token", "default"): (["dev"], False),
+        ("github_webhook_secret", "ci"): (["webhooks.gh"], True),
+        ("x_twitter_api", "bot"): (["webhooks.x"], False),
+    }
+    table = project.al("creds", "ls", check=True).stdout
+    assert [line.split()[-1] for line in table.splitlines() if "github_webhook_secret" in line] == [
+        "webhooks.gh"
+    ]

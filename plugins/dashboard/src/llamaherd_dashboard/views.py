@@ -300,11 +300,12 @@ def run(engine: Any, run_id: str, with_events: bool = False) -> dict[str, Any] |
 
 
 def delivery_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Receipts from ``/control/deliveries`` with their event name (from the header that
-    carries it, ``X-GitHub-Event``, ``X-Event``...)."""
+    """Receipts from ``/control/deliveries`` with their event name: as the source parsed it
+    (a generic sender's may be in its body), else (a dead letter, a receipt from before it was
+    kept) from the header that carries it (``X-GitHub-Event``, ``X-Event``...)."""
     shown = []
     for row in rows:
         headers = row.get("headers") or {}
-        event = next((v for k, v in headers.items() if k.lower().endswith("-event")), None)
-        shown.append({**row, "event": event, "dead": row["status"] >= 400})
+        header = next((v for k, v in headers.items() if k.lower().endswith("-event")), None)
+        shown.append({**row, "event": row.get("event") or header, "dead": row["status"] >= 400})
     return shown

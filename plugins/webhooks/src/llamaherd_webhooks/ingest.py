@@ -370,7 +370,9 @@ class Ingest:
         queued for no agent and offered to no waiting run."""
         status = int(fields.get("status", 200))
         why = unrouted(fields)
-        self._record(config, delivery, headers, body, status, str(why), [])
+        self._record(
+            config, delivery, headers, body, status, str(why), [], event=fields.get("event")
+        )
         log.info("webhook %s: delivery %s %s", config.name, delivery, why)
         outcome = Outcome(status, {"delivery": delivery, **unrouted_body(fields)})
         return answer(config, fields, outcome)
@@ -500,7 +502,8 @@ class Ingest:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
-        self._record(config, delivery, headers, body, 202, result, agents, digest)
+        event = fields.get("event")
+        self._record(config, delivery, headers, body, 202, result, agents, digest, event)
         line = (
             f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) {result}; "
             f"queued for {', '.join(queued) or 'none'}; "
@@ -564,7 +567,16 @@ class Ingest:
         result: str,
         matched: list[str],
         digest: str | None = None,
+        event: Any = None,
     ) -> None:
         self.receipts.record(
-            config.name, delivery, safe_headers(headers), body, status, result, matched, digest
+            config.name,
+            delivery,
+            safe_headers(headers),
+            body,
+            status,
+            result,
+            matched,
+            digest,
+            event if isinstance(event, str) else None,
         )
