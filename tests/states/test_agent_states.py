@@ -535,6 +535,56 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
     assert user.index("<recovery-notice>") < user.index("triggered manually")
 
 
+def test_an_adopted_runs_cut_off_call_says_the_outage_as_a_recovery_notice_would(
+    tmp_path, scheduler
+):
+    """Issue 42 item 4: after ``kill -9`` of its scheduler, a run whose sandbox lives is
+    adopted by the next one; the tool call the crash cut off is answered with the times a
+    ``<recovery-notice>`` gives (when the run started, its last progress, since when the system
+    was down, now, the downtime), recorded at the adoption as the run's ``adopted`` event."""
+    script = f"""
+    [[turns]]
+    tool_calls = [{{name = "bash", arguments = {{command = "touch {tmp_path}/begun && sleep 60"}}}}]
+    [[turns]]
+    text = "done"
+    """
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "worker", script=script)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "worker"}).status_code == 202
+    first = wait_until(lambda: [r for r in runs_of(store, "worker") if r.sandbox])[0]
+    wait_until(lambda: (tmp_path / "begun").exists())
+    sched.kill9()
+    killed_at = time.time()
+    last_progress = store.events(first.id)[-1]["at"]
+    time.sleep(2.0)  # the scenario: the system stays down a while (not a wait for anything)
+
+    restarted = time.time()
+    scheduler(project)
+    wait_until(lambda: store.get_run(first.id).state == "done", timeout=30)
+    assert len(runs_of(store, "worker")) == 1, "adopted, not requeued"
+    (adopted,) = [e["data"] for e in store.events(first.id) if e["type"] == "adopted"]
+    assert adopted["interrupted_run"] == first.id and adopted["down_seconds"] >= 2
+    result = next(m for m in store.get_run(first.id).transcript if m.get("role") == "tool")
+    assert result["is_error"] and result["content"].startswith(
+        "interrupted before a result was recorded: the scheduler running this run stopped"
+    )
+    text = result["content"]
+    assert _notice_line(text, "Interrupted run started") == iso(first.started_at)
+    assert _notice_line(text, "Its last recorded progress") == iso(last_progress)
+
+    def stamp(label: str) -> float:
+        found = _notice_line(text, label)
+        return datetime.strptime(found, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+    now, since = stamp("Now"), stamp("System down since")
+    assert restarted - 1 <= now <= time.time()
+    assert last_progress - 1 <= since <= killed_at  # its scheduler's last heartbeat
+    down = float(_notice_line(text, "System down for").removeprefix("about ").removesuffix(" s"))
+    assert restarted - killed_at - 1 <= down <= now - last_progress + 2
+
+
 def test_foreground_run_is_answered_without_a_scheduler(tmp_path):
     project = OfflineProject(tmp_path / "proj")
     add_agent(project, "looper", "maxTurns = 1\n", script=LOOP)
