@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from llamaherd.install import needs
 from llamaherd.project import Agent, Project
 from llamaherd.schema import schemas, validate_project
 
@@ -62,8 +63,7 @@ def test_first_party_provider_not_installed_names_the_distribution(project, make
     kinds["providers"] = [thing("openai")]
     problems = lines(project, make_registry(**kinds))
     assert problems == [
-        'config.toml: models.main.provider: provider "anthropic" needs the llamaherd-anthropic '
-        "plugin (pip install llamaherd-anthropic)"
+        f'config.toml: models.main.provider: provider "anthropic" {needs("llamaherd-anthropic")}'
     ]
 
 
@@ -72,8 +72,8 @@ def test_default_runtime_without_docker_names_llamaherd_docker(project, make_reg
     kinds["runtimes"] = [thing("host-user")]
     project.add_agent("hello", 'models = ["main"]\n')
     assert lines(project, make_registry(**kinds)) == [
-        'agents/hello/config.toml: runtime.type: runtime "container" (the default) needs the '
-        "llamaherd-docker plugin (pip install llamaherd-docker)"
+        'agents/hello/config.toml: runtime.type: runtime "container" (the default) '
+        + needs("llamaherd-docker")
     ]
 
 
@@ -128,8 +128,8 @@ def test_trigger_keys_without_their_plugin_name_the_distribution(project, make_r
     kinds["trigger_types"] = []
     project.add_agent("hello", AGENT + '[[webhooks]]\nsource = "gh"\n')
     assert lines(project, make_registry(**kinds)) == [
-        "agents/hello/config.toml: schedule: needs the llamaherd-cron plugin (pip install llamaherd-cron)",
-        "agents/hello/config.toml: webhooks: needs the llamaherd-webhooks plugin (pip install llamaherd-webhooks)",
+        f"agents/hello/config.toml: schedule: {needs('llamaherd-cron')}",
+        f"agents/hello/config.toml: webhooks: {needs('llamaherd-webhooks')}",
     ]
 
 
@@ -161,7 +161,7 @@ def test_credential_refs(project, make_registry):
     assert lines(project, make_registry()) == [
         f"{prefix}[3]: expected a string, got 5",
         f'{prefix}[0]: unknown credential type "github_tokn" (installed: git_ssh, github_token) (did you mean "github_token"?)',
-        f'{prefix}[1]: credential type "anthropic_key" needs the llamaherd-anthropic plugin (pip install llamaherd-anthropic)',
+        f'{prefix}[1]: credential type "anthropic_key" {needs("llamaherd-anthropic")}',
         f"{prefix}[2]: invalid credential instance name 'b:c': expected letters, digits, '_', '-' or '.', not starting with '.' or '-'",
     ]
 

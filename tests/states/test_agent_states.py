@@ -519,20 +519,28 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
     user = next(m for m in store.get_run(again.id).transcript if m.get("role") == "user")["content"]
     notice = user.split("<recovery-notice>")[1].split("</recovery-notice>")[0]
     assert _notice_line(notice, "Interrupted run") == first.id
-    assert _notice_line(notice, "Interrupted run started") == iso(first.started_at)
-    assert _notice_line(notice, "Its last recorded progress") == iso(last_progress)
+    _check_outage_times(notice, first, last_progress, killed_at, restarted)
+    assert user.index("<recovery-notice>") < user.index("triggered manually")
+
+
+def _check_outage_times(
+    text: str, run, last_progress: float, killed_at: float, restarted: float
+) -> None:
+    """The times of an outage as a recovery notice says them, checked against what happened:
+    ``run`` started, made its last progress, its scheduler was killed, another started."""
+    assert _notice_line(text, "Interrupted run started") == iso(run.started_at)
+    assert _notice_line(text, "Its last recorded progress") == iso(last_progress)
 
     def stamp(label: str) -> float:
-        text = _notice_line(notice, label)
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        found = _notice_line(text, label)
+        return datetime.strptime(found, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
     now, since = stamp("Now"), stamp("System down since")
     assert restarted - 1 <= now <= time.time()
     assert last_progress - 1 <= since <= killed_at  # its scheduler's last heartbeat
-    down = float(_notice_line(notice, "System down for").removeprefix("about ").removesuffix(" s"))
+    down = float(_notice_line(text, "System down for").removeprefix("about ").removesuffix(" s"))
     # From its last heartbeat to the recovery (a loaded machine may take seconds to restart).
     assert restarted - killed_at - 1 <= down <= now - last_progress + 2
-    assert user.index("<recovery-notice>") < user.index("triggered manually")
 
 
 def test_an_adopted_runs_cut_off_call_says_the_outage_as_a_recovery_notice_would(
@@ -570,19 +578,7 @@ def test_an_adopted_runs_cut_off_call_says_the_outage_as_a_recovery_notice_would
     assert result["is_error"] and result["content"].startswith(
         "interrupted before a result was recorded: the scheduler running this run stopped"
     )
-    text = result["content"]
-    assert _notice_line(text, "Interrupted run started") == iso(first.started_at)
-    assert _notice_line(text, "Its last recorded progress") == iso(last_progress)
-
-    def stamp(label: str) -> float:
-        found = _notice_line(text, label)
-        return datetime.strptime(found, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-
-    now, since = stamp("Now"), stamp("System down since")
-    assert restarted - 1 <= now <= time.time()
-    assert last_progress - 1 <= since <= killed_at  # its scheduler's last heartbeat
-    down = float(_notice_line(text, "System down for").removeprefix("about ").removesuffix(" s"))
-    assert restarted - killed_at - 1 <= down <= now - last_progress + 2
+    _check_outage_times(result["content"], first, last_progress, killed_at, restarted)
 
 
 def test_foreground_run_is_answered_without_a_scheduler(tmp_path):

@@ -359,12 +359,14 @@ def _owned_ref(ref: Any, default_type: str | None, typed: bool) -> tuple[str, st
 
 def unknown_type_message(type_name: str) -> str:
     """Say which distribution provides a credential type that no installed plugin registers."""
+    from llamaherd.install import install_command
     from llamaherd.plugins import PROVIDED_BY
 
     dist = PROVIDED_BY.get(("credential_types", type_name))
     if dist:
         return (
-            f"unknown credential type {type_name!r}: it is provided by {dist} (pip install {dist})"
+            f"unknown credential type {type_name!r}: it is provided by {dist} "
+            f"({install_command(dist)})"
         )
     return f"unknown credential type {type_name!r}: no installed plugin provides it (see `al creds types`)"
 

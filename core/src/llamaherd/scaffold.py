@@ -99,6 +99,7 @@ def check_provider(provider: str) -> None:
     """LlamaherdError (exit 2) unless ``provider`` is an installed model provider: an unknown
     name lists the installed ones, a first-party one not installed names its plugin. So
     ``al new`` never writes a project that fails ``al validate``."""
+    from llamaherd.install import needs
     from llamaherd.plugins import PROVIDED_BY, registry
     from llamaherd.schema import did_you_mean, one_of
 
@@ -107,9 +108,7 @@ def check_provider(provider: str) -> None:
         return
     dist = PROVIDED_BY.get(("providers", provider))
     if dist:
-        raise LlamaherdError(
-            f"--provider: {provider!r} needs the {dist} plugin (pip install {dist})"
-        )
+        raise LlamaherdError(f"--provider: {provider!r} {needs(dist)}")
     raise LlamaherdError(
         f"--provider: expected {one_of(installed)}, got {provider!r}"
         + did_you_mean(provider, installed)

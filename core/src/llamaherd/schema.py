@@ -689,8 +689,10 @@ _BOUNDS = {
 
 def missing_plugin(kind: str, name: str, label: str) -> str | None:
     """``<label> needs the <dist> plugin`` when a first-party distribution provides ``name``."""
+    from llamaherd.install import needs
+
     dist = PROVIDED_BY.get((kind, name))
-    return None if dist is None else f"{label} needs the {dist} plugin (pip install {dist})"
+    return None if dist is None else f"{label} {needs(dist)}"
 
 
 class _Checker:
@@ -998,9 +1000,9 @@ class _Checker:
             dist = PROVIDED_BY.get(("agent_keys", key))
             if dist:
                 found.add(key)
-                self.add(
-                    file, key, f"needs the {dist} plugin (pip install {dist})", agent=agent.name
-                )
+                from llamaherd.install import needs
+
+                self.add(file, key, needs(dist), agent=agent.name)
         return found
 
     def runtime_checks(self, agent: Agent, file: str, runtime: Any) -> None:

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from llamaherd import testing_wheels as wheelhouse
 from llamaherd.testing_ssh import Sshd, SshUser
-
-sys.path.insert(0, str(Path(__file__).parent))
-import wheelhouse  # noqa: E402
 
 
 @pytest.fixture

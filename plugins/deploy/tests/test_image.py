@@ -11,14 +11,14 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import wheelhouse
 
+from llamaherd import testing_wheels as wheelhouse
 from llamaherd.testing import wait_until
 
 pytestmark = pytest.mark.docker
 
 BASE = "local/debian-python:bookworm"
-ROOT = wheelhouse.ROOT
+ROOT = Path(__file__).resolve().parents[3]
 PLUGINS = ["cron", "webhooks", "github", "docker", "host-user", "anthropic", "openai",
            "scripted", "dashboard", "deploy"]  # fmt: skip
 

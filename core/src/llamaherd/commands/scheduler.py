@@ -163,7 +163,10 @@ def start_command(
     project = app.project
     overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
     if web_ui and "dashboard" not in get_manager().info:
-        click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
+        from llamaherd.install import install_command
+
+        dashboard = install_command("llamaherd-dashboard")
+        click.echo(f"warning: --web-ui: no dashboard: {dashboard}", err=True)
     if detach:
         _detach(project, overrides, grace)
         return
