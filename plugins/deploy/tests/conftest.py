@@ -16,6 +16,8 @@ import pytest
 from llamaherd import testing_wheels as wheelhouse
 from llamaherd.testing_ssh import Sshd, SshUser
 
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' own helpers: fake_cloud
+
 
 @pytest.fixture
 def remote_user(sshd: Sshd, ssh_user: Callable[..., SshUser]) -> Iterator[SshUser]:
