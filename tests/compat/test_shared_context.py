@@ -9,7 +9,6 @@ command's output (trailing whitespace trimmed), a failure by ``[Error: …]``, s
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
 import subprocess
@@ -120,9 +119,8 @@ def test_host_user_as_the_current_user(tmp_path):
     check_run(project)
 
 
+@pytest.mark.root
 def test_host_user_as_a_separate_os_user(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create and switch to the agent user")
     from llamaherd_host_user.identity import useradd_command
 
     try:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from llamaherd.testing import postgres_schema, wait_until
+from llamaherd.testing import postgres_schema, require_service, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -39,10 +39,8 @@ text = "done"
 
 @pytest.fixture
 def pg_url():
-    server = os.environ.get("AL_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
-    with postgres_schema(server, prefix="flow_") as (_, url):
+    require_service("postgres")
+    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"], prefix="flow_") as (_, url):
         yield url
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from llamaherd import testing_wheels as wheelhouse
-from llamaherd.testing import wait_until
+from llamaherd.testing import require_service, service_unavailable, wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -46,8 +46,9 @@ def image(tmp_path: Path):
     missing = [d for d in ("llamaherd", *(f"llamaherd-{p}" for p in PLUGINS)) if not installed(d)]
     if missing:
         pytest.skip(f"the image packs {', '.join(missing)}, not installed here")
+    require_service("docker")
     if shutil.which("docker") is None or docker("image", "inspect", BASE, check=False).returncode:
-        pytest.skip(f"needs a Docker daemon with the image {BASE}")
+        service_unavailable("docker", f"the docker command or the image {BASE} is missing")
     context = tmp_path / "context"
     context.mkdir()
     for name in ("Dockerfile", ".dockerignore"):
