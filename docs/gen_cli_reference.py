@@ -49,8 +49,11 @@ retry from a mistake to fix:
 | 1 | the operation failed: the command line and the config are fine, doing it did not work | a run failed; a server or the scheduler is unreachable; a port is in use; the current state refuses it (the agent is off, another scheduler runs, the run is not waiting); `al doctor` or `al creds test` found a problem |
 | 2 | a usage or configuration error: what was typed or written is wrong | an unknown option, agent, run or credential; a bad value (`--since "last tuesday"`); an error in `config.toml` or an agent's files |
 
-`al run` and `al chat` exit with their run's own code: 0 done, 1 error, 124 timeout (a run
-that failed is never 0). Ctrl-C exits 130. Errors are one line on stderr (`error: ...`), never a
+`al run` and `al chat` exit with their run's own code: 0 done, 1 error, 3 stopped by its
+budget, 124 timeout (a run that failed is never 0). Ctrl-C exits 130. `al run` exits 4 when the
+agent's flow control skipped, dropped or superseded the trigger (nothing runs for it), and 5
+when a budget holds the agent (the trigger stays queued; see
+[flow control](flow-control.md#al-run-and-flow-control)). Errors are one line on stderr (`error: ...`), never a
 traceback. A plugin's command raises `llamaherd.api.CommandFailed` for 1 and `LlamaherdError`
 (or `ConfigError`) for 2.
 """

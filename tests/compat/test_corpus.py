@@ -14,6 +14,11 @@ from .conftest import PROJECTS
 # The warnings each project must give (and no others): every key Action Llama accepts that
 # llamaherd reads differently or not at all says so in one line.
 EXPECTED_WARNINGS = {
+    "agent-keys": [
+        "warning: agents/dev/config.toml: runtime: groups: docker: controls the Docker daemon, "
+        "which runs as root, so the agent's processes can take this host or read its secrets; "
+        "remove it unless the agent needs that",
+    ],
     "aliases": [
         "warning: config.toml: maxTriggerDepth: deprecated, use maxCallDepth (read as maxCallDepth)",
         "warning: config.toml: webhookQueueSize: deprecated, use workQueueSize "

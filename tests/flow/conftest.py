@@ -1,12 +1,16 @@
 """Flow control and budgets through real `al start` processes: signed GitHub deliveries over HTTP
-on 127.0.0.1, the scripted provider reporting token counts, a fake clock
-(``AL_FAKE_CLOCK_FILE``) for every time-based control, so nothing waits on wall time."""
+on 127.0.0.1, the scripted provider reporting token counts. Each time-based control is tested
+on the real clock with an otherwise idle scheduler (``test_real_clock.py``); the other modules
+set a fake clock (``AL_FAKE_CLOCK_FILE``) where a test would otherwise wait long: it moves time,
+never how often the scheduler wakes."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +19,13 @@ from typing import Any
 import pytest
 import requests
 
-from llamaherd.testing import OfflineProject, SchedulerProcess, wait_until
+from llamaherd.testing import (
+    OfflineProject,
+    SchedulerProcess,
+    postgres_schema,
+    require_service,
+    wait_until,
+)
 
 SECRET = "flow-test-secret"
 START = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
@@ -23,20 +33,29 @@ GITHUB = '[webhooks.github]\ntype = "github"\n'
 
 
 class Clock:
-    """The fake clock every process of the test reads (``AL_FAKE_CLOCK_FILE``)."""
+    """The fake clock every process of the test reads (``AL_FAKE_CLOCK_FILE``): standing at a
+    moment (``set``, ``advance``), or running on from one in real time (``run_from``)."""
 
     def __init__(self, path: Path, now: float = START):
         self.path = path
         self.set(now)
 
-    def set(self, now: float) -> None:
+    def _write(self, text: str) -> None:
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(repr(now))
+        tmp.write_text(text)
         tmp.replace(self.path)  # never seen half-written
+
+    def set(self, now: float) -> None:
+        self._write(repr(now))
         self.now = now
 
     def advance(self, seconds: float) -> None:
         self.set(self.now + seconds)
+
+    def run_from(self, now: float) -> None:
+        """The clock reads ``now`` at once and runs on in real time from there."""
+        self._write(f"{now!r} {time.time()!r}")
+        self.now = now
 
 
 @pytest.fixture
@@ -53,18 +72,50 @@ def credentials(tmp_path: Path) -> Path:
     return root
 
 
-def flow_project(root: Path, clock: Clock, credentials: Path, settings: str = "") -> OfflineProject:
+def flow_project(
+    root: Path, clock: Clock | None, credentials: Path, settings: str = ""
+) -> OfflineProject:
+    """A project with a signed GitHub webhook source; on ``clock`` (None: the real clock)."""
     from llamaherd.plugins import registry
 
     if "scripted" not in registry().providers or "github" not in registry().webhook_sources:
         pytest.skip("flow process tests need the scripted and github plugins")
-    return OfflineProject(
-        root,
-        settings + GITHUB,
-        env={"AL_FAKE_CLOCK_FILE": str(clock.path), "AL_RETRY_BASE_DELAY": "0.01"},
-        creds=credentials,
-        timeout=60,
-    )
+    env = {"AL_RETRY_BASE_DELAY": "0.01"}
+    if clock is not None:
+        env["AL_FAKE_CLOCK_FILE"] = str(clock.path)
+    return OfflineProject(root, settings + GITHUB, env=env, creds=credentials, timeout=60)
+
+
+def checkouts(
+    tmp_path: Path,
+    clock: Clock | None,
+    credentials: Path,
+    url: str,
+    settings: str = "",
+    agents: tuple[tuple[str, str, str | None], ...] | list[tuple[str, str, str | None]] = (),
+    hosts: int = 2,
+) -> list[OfflineProject]:
+    """One checkout of a project per scheduler host, each with the database ``url`` and the
+    ``agents`` ((name, config, script), ...), as several hosts sharing PostgreSQL are set up."""
+    checkouts = []
+    for index in range(hosts):
+        name = f"host-{'abcdefgh'[index]}"
+        project = flow_project(
+            tmp_path / name, clock, credentials, f'database = "{url}"\n{settings}'
+        )
+        project.env["AL_HOST_NAME"] = name
+        for agent, config, script in agents:
+            project.add_scripted_agent(agent, config, script=script)
+        checkouts.append(project)
+    return checkouts
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh schema on the test PostgreSQL server (skipped without one: require_service)."""
+    require_service("postgres")
+    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"], prefix="flow_") as (_, url):
+        yield url
 
 
 @pytest.fixture
@@ -140,11 +191,12 @@ def agent_events(project: OfflineProject, agent: str, kind: str) -> list[dict[st
 @pytest.fixture
 def kit() -> Any:
     """The helpers above, for test modules (which import nothing local): ``kit.deliver``,
-    ``kit.push``, ``kit.pull_request``, ``kit.agent_events``, ``kit.flow_project``."""
+    ``kit.push``, ``kit.pull_request``, ``kit.agent_events``, ``kit.flow_project``,
+    ``kit.checkouts``."""
 
     class Kit:
         pass
 
-    for helper in (deliver, push, pull_request, agent_events, flow_project):
+    for helper in (deliver, push, pull_request, agent_events, flow_project, checkouts):
         setattr(Kit, helper.__name__, staticmethod(helper))
     return Kit

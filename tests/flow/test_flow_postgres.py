@@ -4,14 +4,13 @@ concurrent deliveries, never two active runs for the key), and so is one budget.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from llamaherd.testing import postgres_schema, require_service, wait_until
+from llamaherd.testing import wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -37,26 +36,6 @@ text = "done"
 """
 
 
-@pytest.fixture
-def pg_url():
-    require_service("postgres")
-    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"], prefix="flow_") as (_, url):
-        yield url
-
-
-def checkouts(tmp_path, kit, clock, credentials, url, settings="", agents=()):
-    hosts = []
-    for name in ("host-a", "host-b"):
-        project = kit.flow_project(
-            tmp_path / name, clock, credentials, f'database = "{url}"\n{settings}'
-        )
-        project.env["AL_HOST_NAME"] = name
-        for agent, config, script in agents:
-            project.add_scripted_agent(agent, config, script=script)
-        hosts.append(project)
-    return hosts
-
-
 class KeySampler(threading.Thread):
     """Samples how many runs of the key are active (running or waiting), across both hosts."""
 
@@ -79,8 +58,8 @@ class KeySampler(threading.Thread):
 def test_one_singleton_key_across_two_schedulers(
     tmp_path, pg_url, start, kit, clock, credentials, runs_of
 ):
-    a, b = checkouts(
-        tmp_path, kit, clock, credentials, pg_url, agents=[("reviewer", SINGLETON, SLOW)]
+    a, b = kit.checkouts(
+        tmp_path, clock, credentials, pg_url, agents=[("reviewer", SINGLETON, SLOW)]
     )
     hosts = [start(a), start(b)]
     sampler = KeySampler(pg_url)
@@ -110,8 +89,8 @@ def test_one_budget_across_two_schedulers(
         "\n[models.scripted.pricing]\ninput = 10.0\noutput = 10.0\n"
         "[budget]\ndaily = { usd = 0.03 }\n"
     )
-    a, b = checkouts(
-        tmp_path, kit, clock, credentials, pg_url, agents=[("spender", "scale = 2\n", ONE_CALL)]
+    a, b = kit.checkouts(
+        tmp_path, clock, credentials, pg_url, agents=[("spender", "scale = 2\n", ONE_CALL)]
     )
     for project in (a, b):
         path = project.root / "config.toml"
@@ -154,8 +133,8 @@ text = "done"
 def test_an_interrupt_received_by_one_scheduler_reaches_the_run_on_the_other(
     tmp_path, pg_url, start, kit, clock, credentials, runs_of
 ):
-    a, b = checkouts(
-        tmp_path, kit, clock, credentials, pg_url, agents=[("reviewer", INTERRUPTED, GATED)]
+    a, b = kit.checkouts(
+        tmp_path, clock, credentials, pg_url, agents=[("reviewer", INTERRUPTED, GATED)]
     )
     first = start(a)
     gate = tmp_path / "gate"

@@ -15,7 +15,14 @@ PYPROJECT = Path(__file__).parents[2] / "core" / "pyproject.toml"
 # What GuardedProtocol overrides or calls on HttpToolsProtocol, and QuietServer on Server.
 PROTOCOL = (
     "connection_made", "connection_lost", "data_received", "on_message_begin", "on_url",
-    "on_header", "on_headers_complete", "send_400_response", "on_response_complete",
+    "on_header", "on_headers_complete", "on_body", "on_message_complete", "send_400_response",
+    "on_response_complete", "_unset_keepalive_if_required", "_should_upgrade",
+    "handle_websocket_upgrade", "_unsupported_upgrade_warning",
+)  # fmt: skip
+# What GuardedProtocol reads or sets on a request's RequestResponseCycle.
+CYCLE = (
+    "keep_alive", "disconnected", "message_event", "response_started", "response_complete",
+    "more_body", "body",
 )  # fmt: skip
 SERVER = ("main_loop", "on_tick", "shutdown", "startup", "serve")
 MOVED = (
@@ -57,6 +64,10 @@ def test_the_private_pieces_we_build_on_are_where_we_expect():
     missing = [name for name in SERVER if not inspect.iscoroutinefunction(
         getattr(uvicorn.Server, name, None))]  # fmt: skip
     assert not missing, MOVED.format(found=found, what="Server." + ", Server.".join(missing))
+
+    cycle = inspect.getsource(httptools_impl.RequestResponseCycle.__init__)
+    missing = [name for name in CYCLE if f"self.{name} =" not in cycle]
+    assert not missing, MOVED.format(found=found, what="RequestResponseCycle." + ", ".join(missing))
 
     from llamaherd.http_guard import GuardedProtocol
 

@@ -219,3 +219,37 @@ def test_the_watcher_calls_back_after_an_edit_and_closes(tmp_path):
     finally:
         watcher.close()
     assert not watcher._thread.is_alive()
+
+
+def test_a_reload_that_fails_outright_is_shown_as_refused_until_one_succeeds(
+    offline_project, monkeypatch
+):
+    """What no config file can cause any more (a folder name that is not UTF-8 made every
+    look raise while `al stat` said "config current"), injected where a reload judges the
+    files: the failure is a refusal in `al stat` (scheduler.json), and the next good look
+    clears it."""
+    from llamaherd import scheduler as module
+
+    offline_project.add_scripted_agent("first", "", '[[turns]]\ntext = "done"\n')
+    running = module.Scheduler(offline_project.load())
+    try:
+        judged = module.candidate
+
+        def fails(*args, **kwargs):
+            raise RuntimeError("the look failed")
+
+        monkeypatch.setattr(module, "candidate", fails)
+        offline_project.add_scripted_agent("second", "", '[[turns]]\ntext = "done"\n')
+        running.reload()
+        failure = ["live reload failed: RuntimeError: the look failed"]
+        assert running.identity()["config_errors"] == failure
+        info = json.loads((offline_project.root / ".al/scheduler.json").read_text())
+        assert info["config_errors"] == failure and info["refused_all"] is True
+        monkeypatch.setattr(module, "candidate", judged)
+        offline_project.write("agents/second/SKILL.md", "---\nname: second\n---\nHello.\n")
+        running.reload()
+        assert running.identity()["config_errors"] == []
+        assert sorted(running.project.agents) == ["first", "second"]
+    finally:
+        running.lock.release()
+        running.close()

@@ -25,7 +25,7 @@ from llamaherd.testing import OfflineProject, wait_until
 
 from .test_crash_consistency import CALLEE, CALLER
 
-EPOCH = 1_900_000_020.0  # fake clock start (20 s into a minute, so ticks are at :00)
+EPOCH = 1_900_000_020.0  # fake clock start: a minute's tick (it fires at start)
 KILLER = """
     import json, os, signal
     from pathlib import Path
@@ -89,14 +89,14 @@ def test_kill9_between_claim_tick_and_enqueue_loses_no_tick(tmp_path, scheduler,
     kill_env, killed = killing_env(tmp_path, "claim_tick", 2)
     db = project.root / ".al" / "work-queue.db"
 
-    doomed = scheduler(project, {**env, **kill_env})
-    advance(clock, 60)  # the first tick: claimed and run
+    doomed = scheduler(project, {**env, **kill_env})  # the tick due at start: claimed and run
     wait_until(lambda: [r for r in runs_of(helpers, db, "ticker") if r["state"] == "done"], 30)
-    advance(clock, 60)  # the second: killed right after its claim_tick
+    advance(clock, 60)  # the next: killed right after its claim_tick
     assert doomed.proc.wait(30) == -9, doomed.read_log()[-2000:]
     _key, tick = json.loads(killed.read_text())
+    assert tick == EPOCH + 60
 
-    scheduler(project, env)  # catch-up from the last claimed tick
+    scheduler(project, env)  # catch-up from the last claimed tick: the one killed
     done = wait_until(
         lambda: [r for r in runs_of(helpers, db, "ticker") if r["state"] == "done"][1:], 30
     )

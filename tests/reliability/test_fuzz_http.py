@@ -144,7 +144,9 @@ def test_open_and_signed_deliveries_never_5xx(target, headers, body, signed):
         )
     before = sum(target.depth().values())
     response = target.request("POST", f"/webhooks/{source}", data=body, headers=headers)
-    assert response.status_code in (200, 202, 400), response.text
+    # 429: more than REJECTS_PER_MINUTE bad bodies from this client (on a quick machine the
+    # examples' rejections come within a minute).
+    assert response.status_code in (200, 202, 400, 429), response.text
     queued = sum(target.depth().values()) - before
     if response.status_code == 202:
         assert queued in (0, 1) and isinstance(json.loads(body), dict)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamaherd.engine import Engine
-from llamaherd.testing import OfflineProject
+from llamaherd.testing import OfflineProject, settled, thread_switches
 from llamaherd.types import TriggerEvent
 
 
@@ -50,48 +50,22 @@ def test_an_item_queued_inside_a_write_wakes_the_dispatcher_after_its_commit(tmp
         engine.close()
 
 
-def _switches(pid: int) -> int:
-    """Voluntary context switches of every thread of ``pid`` so far: each time one of them
-    blocked again after waking (Linux /proc)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            status = (task / "status").read_text()
-        except OSError:  # the thread ended meanwhile
-            continue
-        total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
-    return total
-
-
 def _wake_ups(pid: int, seconds: float, step: float = 0.1) -> int:
     """How many times ``pid`` woke up on its own within ``seconds``, judged by ``step``-long
     slices in which any of its threads ran: a run of such slices is one wake-up (a housekeeping
     pass that wakes several threads), and one more for each further second it lasts (a thread
     ticking every few milliseconds is never quiet for a whole slice)."""
-    wakes, run, last = 0, 0, _switches(pid)
+    wakes, run, last = 0, 0, thread_switches(pid)
     per_second = round(1 / step)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(step)
-        now = _switches(pid)
+        now = thread_switches(pid)
         run = run + 1 if now != last else 0
         if run % per_second == 1:
             wakes += 1
         last = now
     return wakes
-
-
-def _settle(pid: int, within: float = 15.0) -> None:
-    """Until start-up is over (no thread ran for a whole second), ``within`` seconds at most: a
-    scheduler that never settles is then measured as it is."""
-    deadline = time.monotonic() + within
-    before = _switches(pid)
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = _switches(pid)
-        if now == before:
-            return
-        before = now
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
@@ -105,6 +79,6 @@ def test_an_idle_scheduler_wakes_at_most_once_per_10_seconds(tmp_path, scheduler
     project.add_scripted_agent("yearly", 'schedule = "0 0 1 1 *"\n')
     project.add_scripted_agent("hooked", '[[webhooks]]\nsource = "hooks"\nevents = ["push"]\n')
     pid = scheduler(project).proc.pid
-    _settle(pid)
+    settled(pid)  # start-up over; one that never settles is measured as it is
     wakes = _wake_ups(pid, 10.0)
     assert wakes <= 1, f"the idle scheduler woke {wakes} times in 10 s"

@@ -1,6 +1,7 @@
 """``al add`` from a git URL treats the repository as untrusted: no symlink may lead out of it,
-and what its config.toml lets the agent do (run_as, hooks, credentials) is said before it is
-installed."""
+and every key of its config that is not known to be harmless (run_as, groups, hooks,
+credentials, ssh hosts and options, a key new to llamaherd) is said, and installed only when the
+user agrees."""
 
 from __future__ import annotations
 
@@ -166,3 +167,87 @@ def test_a_plain_fetched_config_gets_no_warning(tmp_path, tmp_project, al):
     result = al("add", url, cwd=tmp_project.root)
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stderr
+
+
+MARKER = "/tmp/al-add-proxycommand-ran"
+GRANTING = {
+    "ProxyCommand": (
+        f'[runtime]\ntype = "ssh"\nhost = "build-1"\n'
+        f"ssh_options = {{ ProxyCommand = \"sh -c 'touch {MARKER}'\" }}\n",
+        "runtime.ssh_options.ProxyCommand",
+    ),
+    "LocalCommand": (
+        '[runtime]\ntype = "ssh"\nhost = "build-1"\n'
+        'ssh_options = { PermitLocalCommand = "yes", LocalCommand = "id" }\n',
+        "runtime.ssh_options.LocalCommand",
+    ),
+    "KnownHostsCommand": (
+        '[runtime]\ntype = "ssh"\n[[runtime.hosts]]\nhost = "b"\n'
+        'ssh_options = { KnownHostsCommand = "/bin/true %H" }\n',
+        "runtime.hosts[0].ssh_options.KnownHostsCommand",
+    ),
+    "groups docker": ('runtime = { type = "host-user", groups = ["docker"] }\n', "runtime.groups"),
+    "groups 0, disk, shadow": (
+        'runtime = { type = "host-user", groups = ["0", "disk", "shadow"] }\n',
+        "runtime.groups",
+    ),
+    "a remote Docker engine": (
+        'runtime = { type = "container", host = "ssh://build-1" }\n',
+        "runtime.host",
+    ),
+    "a key new to llamaherd": ("sandboxEscape = true\n", "sandboxEscape"),
+}
+
+
+@pytest.mark.parametrize("what", list(GRANTING))
+def test_every_key_not_known_to_be_harmless_needs_yes(tmp_path, tmp_project, al, what):
+    config, key = GRANTING[what]
+    url = _repo(tmp_path, lambda work: (work / "skills/helper/config.toml").write_text(config))
+    refused = al("add", url, cwd=tmp_project.root)
+    assert refused.returncode == 2, refused.stderr
+    error = refused.stderr.splitlines()[-1]
+    assert error.startswith("error: agents/helper was not installed: it sets ")
+    assert key in error.split(" (listed above)")[0]  # the error names the key
+    assert f"  {key} = " in refused.stderr  # and it was shown with its value
+    assert not (tmp_project.root / "agents/helper").exists()
+    assert not os.path.exists(MARKER)  # nothing of it ran
+    taken = al("add", url, "--yes", cwd=tmp_project.root)
+    assert taken.returncode == 0, taken.stderr
+    assert f"  {key} = " in taken.stderr
+    assert (tmp_project.root / "agents/helper/config.toml").is_file()
+
+
+def test_harmless_keys_are_installed_without_a_question(tmp_path, tmp_project, al):
+    config = (
+        'models = ["sonnet"]\nschedule = "0 * * * *"\nscale = 2\ntimeout = 600\n'
+        'maxTurns = 40\nselfStates = ["idle"]\n[params]\nrepo = "acme/app"\n'
+        '[runtime]\ntype = "container"\nmemory = "2g"\nnetwork = "none"\n'
+        '[budget]\nday = 5\n[[webhooks]]\nsource = "github"\nevents = ["issues"]\n'
+    )
+    url = _repo(tmp_path, lambda work: (work / "skills/helper/config.toml").write_text(config))
+    result = al("add", url, cwd=tmp_project.root)
+    assert result.returncode == 0, result.stderr
+    assert "sets:" not in result.stderr
+    assert (tmp_project.root / "agents/helper/config.toml").is_file()
+
+
+def test_a_local_folder_is_asked_about_too(tmp_path, tmp_project, al):
+    """A folder may be a skill someone else wrote, unpacked from an archive."""
+    folder = tmp_path / "unpacked" / "helper"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(SKILL)
+    (folder / "config.toml").write_text(GRANTING["groups docker"][0])
+    refused = al("add", str(folder), cwd=tmp_project.root)
+    assert refused.returncode == 2 and "it sets runtime.type, runtime.groups" in refused.stderr
+    assert not (tmp_project.root / "agents/helper").exists()
+    assert al("add", str(folder), "--yes", cwd=tmp_project.root).returncode == 0
+
+
+def test_a_config_that_cannot_be_read_installs_nothing(tmp_path, tmp_project, al):
+    url = _repo(
+        tmp_path, lambda work: (work / "skills/helper/config.toml").write_text("hooks = [\n")
+    )
+    result = al("add", url, "--yes", cwd=tmp_project.root)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {url}#skills/helper: config.toml: invalid TOML")
+    assert not (tmp_project.root / "agents/helper").exists()

@@ -8,6 +8,7 @@ A real Engine serves the real app on 127.0.0.1; the attackers are raw sockets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -77,14 +78,14 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 # ------------------------------------------------------------------ item 5: bodies and headers
 def test_credentials_are_checked_before_the_body_is_read(herd):
-    """An unauthenticated request declaring a body is answered without the server waiting
-    for (or buffering) a byte of it."""
-    for path, extra in [("/gateway/status", ""), ("/control/run", "")]:
+    """An unauthenticated request declaring a body its route takes is answered without the
+    server waiting for (or buffering) a byte of it."""
+    for path, length in [("/gateway/status", 9000), ("/control/run", 1000000)]:
         sock = connect(herd)
         sock.settimeout(5)  # the body never comes: only an early answer ends this in time
         sock.sendall(
             f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: 1000000\r\n{extra}\r\n".encode()
+            f"Content-Length: {length}\r\n\r\n".encode()
         )
         status, body = read_answer(sock)
         sock.close()
@@ -177,3 +178,114 @@ def test_idle_connections_beyond_the_cap_cannot_lock_out_webhooks_or_the_cli(cap
     finally:
         for sock in idle:
             sock.close()
+
+
+# ------------------------------------------------------------------ issue 40: bodies in flight
+TIGHT = """
+[gateway]
+bodyBudget = 65536
+bodyTimeout = 3
+
+[webhooks.open]
+type = "generic"
+allowUnsigned = true
+"""
+
+
+@pytest.fixture
+def tight(webhook_server):
+    """A budget of 64 KiB (8 KiB per credential) and a body deadline of 3 s."""
+    server = webhook_server(TIGHT, agents={"worker": '[[webhooks]]\nsource = "open"\n'})
+    server.token = server.engine.app.state.control_token
+    server.port = int(server.url.rsplit(":", 1)[1])
+    server.bodies = server.engine.app.state.body_budget.snapshot
+    return server
+
+
+def post_head(path: str, length: int, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"{auth}Connection: close\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def answer_of(data: bytes) -> tuple[int, dict[str, str], dict]:
+    """Status, headers and JSON body of an answer."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, json.loads(body or b"{}")
+
+
+def read_all(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_body_that_trickles_is_cut_with_408(tight):
+    """A byte of the body every half second: it moves, but never ends in time (3 s here)."""
+    sock = connect(tight)
+    sock.sendall(post_head("/webhooks/open", 1000) + b"{")
+    sock.settimeout(0.5)
+    started, answer = time.monotonic(), b""
+    while time.monotonic() - started < 15:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            with contextlib.suppress(OSError):  # closed meanwhile: its answer is to read
+                sock.sendall(b" ")
+            continue
+        if not chunk:
+            break
+        answer += chunk
+    took = time.monotonic() - started
+    sock.close()
+    status, _, body = answer_of(answer)
+    assert status == 408 and body["error"] == "request body not received within 3 s", body
+    assert 2.5 < took < 10, took
+    assert tight.depth() == {}
+
+
+def test_bodies_beyond_the_budget_wait_and_stalled_ones_make_room(tight):
+    """Two bodies of 60 KB from two clients: the second finds the 64 KiB budget full (503,
+    Retry-After) while the first still moves; once the first stalled (no byte for a second),
+    a new one is admitted and the stalled one is cut (408)."""
+    first = connect(tight)
+    first.sendall(post_head("/webhooks/open", 60_000) + b"{" + b" " * 1000)
+    second = connect(tight)
+    second.sendall(post_head("/webhooks/open", 60_000))
+    status, headers, body = answer_of(read_all(second))
+    second.close()
+    assert status == 503 and headers["retry-after"] == "1", (status, headers)
+    assert "request bodies in flight fill the server's 65536 bytes" in body["error"]
+    wait_until(lambda: tight.bodies()["stalled"] == 1, 10, what="the first body stalled")
+    third = connect(tight)
+    third.sendall(post_head("/webhooks/open", 60_000) + b'{"n": 3' + b" " * 59_992 + b"}")
+    status, _, body = answer_of(read_all(first))
+    first.close()
+    assert status == 408 and body["error"] == "request body stalled while the server was full"
+    status, _, body = answer_of(read_all(third))
+    third.close()
+    assert status == 202, body
+    assert tight.depth() == {"worker": 1}
+    assert tight.bodies()["bodies"] == 0
+
+
+def test_one_credential_gets_its_share_then_429(tight):
+    """A credential (here the control token) holds at most an eighth of the budget (8 KiB):
+    its second body is told to wait (429, Retry-After) while another client still gets in."""
+    held = connect(tight)
+    held.sendall(post_head("/control/run", 6_000, tight.token) + b"{")
+    again = connect(tight)
+    again.sendall(post_head("/control/run", 6_000, tight.token))
+    status, headers, body = answer_of(read_all(again))
+    again.close()
+    assert status == 429 and headers["retry-after"] == "1", (status, headers)
+    assert "request bodies of this credential in flight exceed its 8192 bytes" in body["error"]
+    delivery = requests.post(tight.url + "/webhooks/open", json={"n": 1}, timeout=10)
+    assert delivery.status_code == 202
+    held.close()
+    wait_until(lambda: tight.bodies()["bodies"] == 0, 10, what="the held body released")

@@ -112,3 +112,54 @@ def test_a_fifo_in_the_project_wedges_nothing(tmp_path, scheduler):
     assert delivered.status_code == 202 and delivered.json()["queued"] == ["good"]
     started.proc.terminate()
     assert started.proc.wait(30) == 0
+
+
+def _bad_name_agent(project: OfflineProject) -> None:
+    """An agent folder named with a byte that is not UTF-8 (``bad\\xff``), otherwise sound."""
+    folder = os.path.join(os.fsencode(project.root / "agents"), b"bad\xff")
+    os.mkdir(folder)
+    good = project.root / "agents" / "good"
+    for name in ("SKILL.md", "config.toml"):
+        with open(os.path.join(folder, name.encode()), "wb") as fh:
+            fh.write((good / name).read_bytes())
+
+
+BAD_NAME = "agents/bad\\xff: the folder's name is not valid UTF-8: rename the folder"
+
+
+def test_an_agent_folder_named_in_bytes_that_are_not_utf8_is_refused_in_one_line(
+    tmp_path, scheduler
+):
+    """``al validate`` said ok, ``al start`` died in a traceback, and live reload failed on
+    every look while ``al stat`` said "config current"."""
+    project = OfflineProject(tmp_path / "proj")
+    project.add_scripted_agent("good", "", QUICK)
+    _bad_name_agent(project)
+    checked = project.al("validate")
+    assert checked.returncode != 0
+    assert BAD_NAME in checked.stdout.splitlines() and "Traceback" not in checked.stderr
+    assert "ok  agents/good" in checked.stdout
+    started = scheduler(project)  # starts: the folder refused in one line, the rest runs
+    assert BAD_NAME in started.read_log() and "Traceback" not in started.read_log()
+    project.al("run", "good", check=True)
+    assert "live reload failed" not in started.read_log()
+    started.proc.terminate()
+    assert started.proc.wait(30) == 0
+
+
+def test_such_a_folder_added_under_a_running_scheduler_shows_in_al_stat(tmp_path, scheduler):
+    project = OfflineProject(tmp_path / "proj")
+    project.add_scripted_agent("good", "", QUICK)
+    started = scheduler(project)
+    _bad_name_agent(project)
+    answer = wait_until(
+        lambda: (s := started.get("/control/stat").json()["scheduler"])["config_errors"] and s,
+        30,
+        what="the reload refused it",
+    )
+    assert answer["config_current"] is False
+    assert answer["config_errors"] == [BAD_NAME]
+    shown = project.al("stat")
+    assert "config change refused" in shown.stdout and BAD_NAME in shown.stdout
+    assert "live reload failed" not in started.read_log()
+    project.al("run", "good", check=True)  # the running config goes on

@@ -1,5 +1,7 @@
 """A sandboxed agent cannot grow the database without bound: status text, return value, call
-context and reasons are capped where they are stored, and the tool's error says the limit."""
+context and reasons are capped where they are stored, and the tool's error says the limit. A
+body far past a cap is refused by the gateway before it is read (413, naming the bytes its route
+takes: the cap's worth of UTF-8)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,22 @@ import json
 
 from llamaherd.testing import OfflineProject
 
-BIG = 200_000  # characters: far past each cap, well under any request body limit
 LONG_STATUS = "s" * 5_000
+# (command, characters past its cap but within its route's body, characters past the route's).
+TRIES = [
+    ("al-status", 5_000, 200_000),
+    ("al-return", 65_000, 200_000),
+    ("al-subagent helper", 100_000, 300_000),
+]
+TRY_ALL = "; ".join(f"over {near} | {cmd}; over {far} | {cmd}" for cmd, near, far in TRIES)
 
 SCRIPT = f"""
 [[turns]]
 tool_calls = [{{name = "bash", arguments = {{command = '''
-big() {{ head -c {BIG} /dev/zero | tr '\\0' x; }}
-for i in 1 2 3 4 5; do big | al-status; big | al-return; big | al-subagent helper; done 2>&1 \\
-  | sort | uniq -c
-rlock "res://$(head -c 100000 /dev/zero | tr '\\0' x)" 2>&1 | cut -c1-200  # an argv's limit
+over() {{ head -c $1 /dev/zero | tr '\\0' x; }}
+for i in 1 2 3 4 5; do {TRY_ALL}; done 2>&1 | sort | uniq -c
+rlock "res://$(over 5000)" 2>&1 | cut -c1-200
+rlock "res://$(over 100000)" 2>&1 | cut -c1-200
 '''}}}}]
 
 [[turns]]
@@ -48,11 +56,15 @@ def test_oversized_status_return_and_call_context_are_refused_with_the_limit(tmp
     outputs = [e["data"]["output"] for e in events if e["type"] == "tool_call"]
     # Each of the five tries of each was refused by the gateway, naming the limit.
     refusals = (
-        f"status text is {BIG:,} characters; the limit is 2,000",
-        f"the return value (as JSON) is {BIG + 2:,} characters; the limit is 64,000",  # quoted
-        f"the call context is {BIG:,} characters; the limit is 64,000",
+        "status text is 5,000 characters; the limit is 2,000",
+        "the return value (as JSON) is 65,002 characters; the limit is 64,000",  # quoted
+        "the call context is 100,000 characters; the limit is 64,000",
+        "request body larger than 10048 bytes (the most /gateway/status takes)",
+        "request body larger than 66048 bytes (the most /gateway/return takes)",
+        "request body larger than 258048 bytes (the most /gateway/call takes)",
     )
-    assert "the lock uri is 100,006 characters; the limit is 2,000" in outputs[0]
+    assert "the lock uri is 5,006 characters; the limit is 2,000" in outputs[0]
+    assert "request body larger than 10048 bytes (the most /gateway/lock takes)" in outputs[0]
     lines = outputs[0].splitlines()
     for refusal in refusals:
         assert any(line.split()[0] == "5" and refusal in line for line in lines), outputs[0]
@@ -63,5 +75,5 @@ def test_oversized_status_return_and_call_context_are_refused_with_the_limit(tmp
         assert not store.runs(agent="helper")  # no call was made
     finally:
         store.close()
-    # 15 x 200 KB tried: the database grew by what the run itself records, not by that.
+    # 30 bodies of 5 to 300 KB tried: the database grew by what the run records, not by them.
     assert _database_size(project) - before < 2_000_000

@@ -54,6 +54,25 @@ def queue_manual(
     return [engine.emit(manual_event(agent, payload, source, prompt)) for _ in range(count)]
 
 
+def trigger_answer(engine: Any, agent: str, results: list[EmitResult]) -> dict[str, Any]:
+    """What ``/control/run`` answers: the queued ``items`` (None where nothing was queued),
+    and, when they apply, what flow control did with each (``flow``: "debounced", "skipped:
+    ...", "interrupted RUN", ...) and why the agent's queued runs are held (``held``: a
+    budget..., and ``held_until`` when the hold says until when) while an item still waits."""
+    answer: dict[str, Any] = {"items": [r.queued for r in results]}
+    if any(r.flow for r in results):
+        answer["flow"] = [r.flow for r in results]
+    queued = [item for item in answer["items"] if item is not None]
+    hold = engine.admission(engine.project.agent(agent)) if queued else None
+    # Asked after the hold: an item claimed meanwhile was not held (its own run may be what a
+    # budget's reservation now counts).
+    if hold is not None and any(engine.store.item_state(i) == "queued" for i in queued):
+        answer["held"] = hold.reason
+        if hold.until is not None:
+            answer["held_until"] = hold.until
+    return answer
+
+
 def queue_chat(engine: Any, agent: str, message: str, wake: bool = False) -> EmitResult:
     """``al chat``: a manual run in interactive mode whose first input is ``message``."""
     prompt = (
@@ -77,9 +96,15 @@ def suspend_timeout(row: Any) -> float:
 
 
 def set_agent_state(
-    engine: Any, agent: str, state: str, cause: str, spare: str | None = None
+    engine: Any,
+    agent: str,
+    state: str,
+    cause: str,
+    spare: str | None = None,
+    history: bool = True,
 ) -> dict[str, Any]:
-    """Move ``agent`` to ``state`` (recorded with ``cause``) and apply what the state means.
+    """Move ``agent`` to ``state`` (recorded with ``cause``; as an agent event too unless not
+    ``history``) and apply what the state means.
 
     ``off`` kills the agent's live runs at once (but ``spare``, the run that switched its own
     agent off and finishes its turn) and clears its queue; ``hibernate`` drops the queued items
@@ -92,7 +117,7 @@ def set_agent_state(
     engine.project.agent(agent)  # unknown agent: one line with the known names
     store = engine.store
     previous = store.agent_state(agent)
-    store.set_agent_state(agent, state, cause)
+    store.set_agent_state(agent, state, cause, history)
     dropped = 0
     if state in ("hibernate", "off"):
         why = f"dropped: agent {agent!r} went {state} ({cause})"

@@ -16,8 +16,9 @@ What is here, by topic:
   ``LanguageSkill``/``Tool``/``RunContext``, ``Provider`` with ``Message``/``ToolCall``/
   ``ToolSpec``/``Reply``/``Usage``/``ModelConfig`` and ``Pricing`` (its ``prices`` table),
   ``RunResult`` for ``run_finished``, ``ProjectKey`` (a top-level project key a plugin acts
-  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``) and ``AdmissionCheck`` (a
-  reason to hold an agent's queued runs);
+  on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``), ``AdmissionCheck`` (a
+  reason to hold an agent's queued runs) and ``Expectation`` with ``CaseRun``/``Unmet`` (a key
+  of an agent test case's ``[expect]``);
 - errors shown to users as one line: ``LlamaherdError``, ``ConfigError`` (and
   ``ConfigWarning``, a finding of a plugin's ``validate`` that fails nothing), ``SandboxError``
   (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
@@ -29,8 +30,11 @@ What is here, by topic:
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
   into normalised fields, ``absent``/``first_absent`` for what a payload lacks and
-  ``unrouted`` (why a parsed delivery goes to no agent: ignored, or incomplete), and ``clean_text`` (lone UTF-16 surrogates made U+FFFD in text
-  taken from outside); provider HTTP
+  ``unrouted`` (why a parsed delivery goes to no agent: ignored, or incomplete), ``clean_text``
+  (lone UTF-16 surrogates made U+FFFD and numbers that are not finite None, in a value taken
+  from outside) and ``admit_json`` (the same, and ``OverLimit`` when it nests deeper or holds
+  longer integers than any value from outside may; ``json_too_deep()`` is that error for a
+  parser that gave up: ``RecursionError``); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
@@ -62,7 +66,8 @@ What is here, by topic:
   ``json_body``, ``control_token``), the
   operations the CLI and control API use (``queue_manual``, ``set_agent_state``,
   ``answer_suspension``, ``state_of``, ``is_suspended``, ``human_wait``, ``reply_to_run``,
-  ``say_to_run``) and what ``al stat`` shows
+  ``say_to_run``; ``record_run``, ``replay_run`` and ``replayed_dict``: ``al record`` and
+  ``al replay``) and what ``al stat`` shows
   (``agent_rows``, ``run_dict``, ``next_fire``, ``FINAL``, ``SETTABLE_STATES``, ``ago``,
   ``until``, ``event_summary``, ``serving_status``), and the triggers plugins describe
   (``agent_triggers``, ``TriggerInfo``: the ``describe_triggers`` hook).
@@ -76,6 +81,9 @@ from typing import TYPE_CHECKING, Any
 from llamaherd import __version__, hookimpl
 
 if TYPE_CHECKING:
+    from llamaherd.agent_tests.record import record_run
+    from llamaherd.agent_tests.replay import replay as replay_run
+    from llamaherd.agent_tests.replay import replayed_dict
     from llamaherd.agents import (
         answer_suspension,
         human_wait,
@@ -142,6 +150,10 @@ if TYPE_CHECKING:
         Unavailable,
     )
     from llamaherd.execoutput import ExecOutput
+    from llamaherd.inbound import OverLimit
+    from llamaherd.inbound import admit as admit_json
+    from llamaherd.inbound import clean as clean_text
+    from llamaherd.inbound import too_deep as json_too_deep
     from llamaherd.local import scheduler_info
     from llamaherd.logview import summary as event_summary
     from llamaherd.markup import escape as escape_markup
@@ -186,12 +198,12 @@ if TYPE_CHECKING:
         until,
     )
     from llamaherd.store import JSONText, RunRow, Store, StoreError, Tables
-    from llamaherd.surrogates import clean as clean_text
     from llamaherd.tables import Column, print_table
     from llamaherd.triggers import agents_using
     from llamaherd.types import (
         SHARED_PATH,
         AdmissionCheck,
+        CaseRun,
         ControlChannel,
         CredentialField,
         CredentialType,
@@ -199,8 +211,10 @@ if TYPE_CHECKING:
         Emit,
         EmitResult,
         ExecResult,
+        Expectation,
         Finding,
         Fix,
+        Hold,
         LanguageSkill,
         Message,
         ModelConfig,
@@ -222,6 +236,7 @@ if TYPE_CHECKING:
         TriggerEvent,
         TriggerInfo,
         TriggerType,
+        Unmet,
         Usage,
         WebhookFilter,
         WebhookReply,
@@ -232,6 +247,9 @@ if TYPE_CHECKING:
 # Where each public name lives (``name`` or ``name:attribute`` when it is exported renamed).
 # tests/foundation/test_public_api.py checks this against the imports above.
 _SOURCES: dict[str, tuple[str, ...]] = {
+    # The dashboard's Save as test and Replay: the same operations as `al record` / `al replay`.
+    "llamaherd.agent_tests.record": ("record_run",),
+    "llamaherd.agent_tests.replay": ("replay_run:replay", "replayed_dict"),
     # The dashboard's Reply and Say buttons: the same operations as `al reply` / `al say`.
     "llamaherd.agents": (
         "answer_suspension", "human_wait", "is_suspended", "queue_manual", "reply_to_run",
@@ -289,17 +307,20 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "key_line", "next_fire", "run_dict", "serving_status", "until",
     ),
     "llamaherd.store": ("JSONText", "RunRow", "Store", "StoreError", "Tables"),
-    "llamaherd.surrogates": ("clean_text:clean",),
+    "llamaherd.inbound": (
+        "OverLimit", "admit_json:admit", "clean_text:clean", "json_too_deep:too_deep",
+    ),
     # Listings: one header style, one record per line when piped (``al runs | grep``).
     "llamaherd.tables": ("Column", "print_table"),
     "llamaherd.triggers": ("agents_using",),
     "llamaherd.types": (
-        "AdmissionCheck", "ControlChannel", "CredentialField", "CredentialType", "DoctorCheck",
-        "Emit", "EmitResult", "ExecResult", "Finding", "Fix", "LanguageSkill", "Message",
-        "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply", "RunContext", "RunResult",
-        "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec", "StagedFile", "TableSet", "Tool",
-        "ToolCall", "ToolSpec", "TriggerContext", "TriggerEvent", "TriggerInfo", "TriggerType",
-        "Usage", "WebhookFilter", "WebhookReply", "WebhookSource",
+        "AdmissionCheck", "CaseRun", "ControlChannel", "CredentialField", "CredentialType",
+        "DoctorCheck", "Emit", "EmitResult", "ExecResult", "Expectation", "Finding", "Fix",
+        "Hold", "LanguageSkill", "Message", "ModelConfig", "Pricing", "ProjectKey", "Provider", "Reply",
+        "RunContext", "RunResult", "Runtime", "SHARED_PATH", "Sandbox", "SandboxSpec",
+        "StagedFile", "TableSet", "Tool", "ToolCall", "ToolSpec", "TriggerContext",
+        "TriggerEvent", "TriggerInfo", "TriggerType", "Unmet", "Usage", "WebhookFilter",
+        "WebhookReply", "WebhookSource",
     ),
     "llamaherd.waits": ("MISSING", "lookup"),
 }  # fmt: skip

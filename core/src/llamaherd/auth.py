@@ -134,12 +134,16 @@ def require_token(handler: Handler) -> Handler:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    from llamaherd.surrogates import clean
+    """The request's JSON object, made valid and within the shape limits (lone surrogates,
+    NaN: stored, they break listings; ``llamaherd.inbound``)."""
+    from llamaherd.inbound import OverLimit, parse
 
     try:
-        data = await request.json()
+        data = parse(await request.body())
+    except OverLimit as exc:
+        raise LlamaherdError(f"request body {exc}") from None
     except ValueError:
         raise LlamaherdError("request body must be JSON") from None
     if not isinstance(data, dict):
         raise LlamaherdError("request body must be a JSON object")
-    return clean(data)  # lone surrogates made U+FFFD: stored, they break listings
+    return data

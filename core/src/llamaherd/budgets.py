@@ -28,12 +28,14 @@ from typing import Any
 
 from llamaherd import hookimpl
 from llamaherd.errors import ConfigError
+from llamaherd.types import Hold
 
 log = logging.getLogger("llamaherd.budget")
 
 BUDGET_EXIT = 3  # the exit code of a run stopped by its budget
 THRESHOLDS = (0.8, 1.0)  # fractions of a daily or monthly budget that are logged once
 PERIODS = ("daily", "monthly")
+EXPECTED_FROM = 20  # finished runs of an agent whose largest spend is its runs' expected spend
 
 _LIMIT = {
     "type": "object",
@@ -344,12 +346,13 @@ def budget_view(agent: Any, store: Any, now: float) -> list[dict[str, Any]]:
 
 class BudgetCheck:
     """Core's admission check: an agent past its (or the project's) daily or monthly budget
-    starts nothing until the period rolls over."""
+    starts nothing until the period rolls over; one whose next run's expected spend does not
+    fit beside what the active runs reserve (``reserved_hold``) waits for one of them to end."""
 
     name = "budget"
     description = "Holds an agent past its daily or monthly budget (or the project's)."
 
-    def hold(self, agent: Any, store: Any, now: float) -> str | None:
+    def hold(self, agent: Any, store: Any, now: float) -> Hold | None:
         try:
             if not agent.budgets.scoped():
                 return None
@@ -357,12 +360,98 @@ class BudgetCheck:
         except ConfigError:  # a broken [budget]: `al validate` says why, nothing is held
             return None
         period = Period.at(now, tz)
-        found = over(agent, store.spend_totals(agent.name, period), period)
+        totals = store.spend_totals(agent.name, period)
+        found = over(agent, totals, period)
         if found is None:
-            return None
+            return reserved_hold(agent, store, totals, period)
         why, until = found
-        local = datetime.fromtimestamp(until, zone(agent.project))
-        return f"{why}; waits until {local:%Y-%m-%d %H:%M} ({local.tzname()})"
+        local = datetime.fromtimestamp(until, tz)
+        return Hold(f"{why}; waits until {local:%Y-%m-%d %H:%M} ({local.tzname()})", until)
+
+
+def expected_spend(agent: Any, store: Any, period: Period) -> Limit | None:
+    """What one run of ``agent`` is expected to spend: its ``perRun`` limit; else the most one
+    of its last ``EXPECTED_FROM`` finished runs spent, in tokens, and in money at what its
+    tokens cost on average this month; None when it has no finished run to judge by."""
+    per_run = agent.budgets.per_run
+    if per_run is not None:
+        return per_run
+    tokens = store.largest_run(agent.name, EXPECTED_FROM)
+    if tokens is None:
+        return None
+    month = store.spend_totals(agent.name, period)["agent_month"]
+    price = month["usd"] / month["tokens"] if month["tokens"] else 0.0
+    return Limit(usd=tokens * price, tokens=tokens)
+
+
+def reserved_hold(agent: Any, store: Any, totals: dict[str, Any], period: Period) -> Hold | None:
+    """Hold ``agent`` while a run of it would not fit in a daily or monthly budget beside what
+    is spent and what the active runs in the budget's scope reserve (each its agent's
+    ``expected_spend``, until it ends): until one of them ends, or until the period rolls over
+    when none is active. A run whose spend cannot be judged yet (no history) reserves what is
+    left: it runs alone. One that would never fit (it expects more than the whole budget) runs
+    when nothing else is active, and stops at the limit."""
+    active = store.active_runs()
+    expected: dict[str, Limit | None] = {}
+
+    def expect(name: str) -> Limit | None:
+        if name not in expected:
+            other = agent.project.agents.get(name)
+            expected[name] = None if other is None else expected_spend(other, store, period)
+        return expected[name]
+
+    mine = expect(agent.name)
+    for scope, name, limit in agent.budgets.scoped():
+        runs = {a: n for a, (_, n) in active.items() if scope == "project" or a == agent.name}
+        used = spent(totals, scope, name)
+        if runs and (mine is None or any(expect(a) is None for a in runs)):
+            fits = False  # a run that cannot be judged reserves what is left
+        elif mine is None or not _fits(limit, (0.0, 0), (0.0, 0), mine):
+            fits = not runs  # judged alone, or never fits: alone it may run
+        else:
+            reserved = tuple(
+                sum(n * (getattr(expect(a), unit) or 0) for a, n in runs.items())
+                for unit in ("usd", "tokens")
+            )
+            fits = _fits(limit, used, reserved, mine)
+        if not fits:
+            return _reserved_reason(agent, scope, name, limit, used, runs, period)
+    return None
+
+
+def _reserved_reason(
+    agent: Any,
+    scope: str,
+    name: str,
+    limit: Limit,
+    used: tuple[float, int],
+    runs: dict[str, int],
+    period: Period,
+) -> Hold:
+    whose = f"agent {agent.name}" if scope == "agent" else "the project"
+    left = f"{whose}'s {name} budget ({describe(limit, used)} spent)"
+    if runs:
+        count = sum(runs.values())
+        return Hold(f"budget reserved: {count} active run(s) hold what is left of {left}")
+    local = datetime.fromtimestamp(period.ends(name), zone(agent.project))
+    return Hold(
+        f"budget: a run of {agent.name} would not fit in what is left of {left}; waits until "
+        f"{local:%Y-%m-%d %H:%M} ({local.tzname()})",
+        period.ends(name),
+    )
+
+
+def _fits(limit: Limit, used: tuple[float, int], reserved: tuple[float, float], run: Limit) -> bool:
+    """Whether a run expected to spend ``run`` fits in ``limit`` beside ``used`` and what
+    others ``reserved`` (usd, tokens), in each unit the limit has."""
+    for value, spent_now, held, expect in zip(
+        (limit.usd, limit.tokens), used, reserved, (run.usd, run.tokens), strict=True
+    ):
+        if value is None or expect is None:
+            continue
+        if spent_now + held + expect > value:
+            return False
+    return True
 
 
 @hookimpl

@@ -25,6 +25,7 @@ from llamaherd.agents import (
     reply_to_run,
     say_to_run,
     state_of,
+    trigger_answer,
 )
 from llamaherd.auth import json_body, require_token
 from llamaherd.errors import LlamaherdError
@@ -60,11 +61,20 @@ def _engine(request: Request) -> Any:
 
 @require_token
 async def health(request: Request) -> Response:
+    """The scheduler's status, and its HTTP server's request bodies in flight (``bodies``:
+    how many, their bytes, the budget, how many received nothing for a second)."""
     engine = _engine(request)
     scheduler = await run_in_threadpool(serving_status, engine)
-    return JSONResponse(
-        {"ok": True, "host": engine.host, "gateway": engine.gateway_url, "scheduler": scheduler}
-    )
+    answer = {
+        "ok": True,
+        "host": engine.host,
+        "gateway": engine.gateway_url,
+        "scheduler": scheduler,
+    }
+    budget = getattr(request.app.state, "body_budget", None)
+    if budget is not None:
+        answer["bodies"] = budget.snapshot()
+    return JSONResponse(answer)
 
 
 async def peer_health(request: Request) -> Response:
@@ -149,16 +159,16 @@ async def run(request: Request) -> Response:
     refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
-    items = [r.queued for r in results]
+    answer = await run_in_threadpool(trigger_answer, engine, agent, results)
     # `al run --no-follow`: the run's id once it started, within that many seconds (it is
     # claimed when queued unless its agent must wait), so the CLI needs nothing else.
     within = _field(body, "started_within", int, 0)
     if not 0 <= within <= 30:
         raise LlamaherdError("started_within: expected 0 to 30 (seconds)")
-    if within and len(items) == 1 and items[0] is not None:
-        started = await run_in_threadpool(engine.started, items[0], within)
-        return JSONResponse({"items": items, "runs": [started]}, status_code=202)
-    return JSONResponse({"items": items}, status_code=202)
+    items = answer["items"]
+    if within and len(items) == 1 and items[0] is not None and "held_until" not in answer:
+        answer["runs"] = [await run_in_threadpool(engine.started, items[0], within)]
+    return JSONResponse(answer, status_code=202 if any(i is not None for i in items) else 200)
 
 
 @require_token

@@ -14,16 +14,17 @@ import shutil
 import stat
 import tempfile
 import threading
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from llamaherd.clock import clock, host_id
+from llamaherd.errors import ConfigError
 from llamaherd.flow import policy_of
 from llamaherd.processes import pid_alive
+from llamaherd.timers import Timers
 from llamaherd.triggers import trigger_kind
-from llamaherd.types import EmitResult, TriggerEvent
+from llamaherd.types import EmitResult, Hold, TriggerEvent
 
 log = logging.getLogger("llamaherd.engine")
 
@@ -32,6 +33,17 @@ HELD_STATES = ("off", "error", "suspended")
 # Runs started by one claim transaction at most when that many slots are free: bounds how long
 # the first of them waits for its thread.
 CLAIM_BATCH = 32
+# Real seconds after which an admission check that said no end to its hold is asked again,
+# while queued work waits (a maintenance window lifted by hand is seen this soon).
+HOLD_RECHECK = 5.0
+
+
+def _period_budget(agent: Any) -> bool:
+    """Whether a daily or monthly budget (the agent's or the project's) applies to ``agent``."""
+    try:
+        return bool(agent.budgets.scoped())
+    except ConfigError:  # a broken [budget]: `al validate` says why
+        return False
 
 
 def socket_prefix(root: Path) -> Path:
@@ -64,6 +76,12 @@ class Engine:
     """Project, store, registry, credentials, runner and HTTP server of one process."""
 
     clock = staticmethod(clock)
+    # A fenced engine's runs are nobody else's business: plugins' run lifecycle hooks
+    # (run_started, run_event, run_finished) never hear of them (a test engine,
+    # ``llamaherd.agent_tests.fence``).
+    fenced = False
+    # The modules whose ``register_routes`` the HTTP server serves; None: every plugin's.
+    route_plugins: tuple[str, ...] | None = None
 
     def __init__(self, project: Any, *, host: str | None = None):
         from llamaherd.credentials import CredentialStore
@@ -78,7 +96,14 @@ class Engine:
         self.credentials = CredentialStore()
         self.host = host or host_id()
         self.wakeup = threading.Event()  # set when work may be claimable
-        # Agents whose runtime had no room (SandboxBusy): claim none of theirs until then.
+        # When work becomes claimable by the clock alone (``llamaherd.timers``): the dispatch
+        # and housekeeping passes arm them, a scheduler's main loop sleeps until the earliest.
+        self.timers = Timers()
+        # An admission check held queued work without saying until when: look again within
+        # HOLD_RECHECK real seconds (what it waits for is outside, not a moment of the clock).
+        self.recheck_holds = False
+        # Agents whose runtime had no room (SandboxBusy): claim none of theirs until then
+        # (epoch seconds of the engine's clock).
         self._deferred: dict[str, float] = {}
         self.gateway_url = ""
         self.gateway_socket: str | None = None
@@ -99,14 +124,24 @@ class Engine:
 
         return Runner(self)
 
+    def run_hook(self, name: str, **kwargs: Any) -> None:
+        """Call the plugins' run lifecycle hook ``name`` (``run_started``, ``run_finished``);
+        one failing plugin never skips the rest. Not for a fenced engine's runs."""
+        if not self.fenced:
+            from llamaherd.plugins import get_manager
+
+            get_manager().call_each(name, **kwargs)
+
     # ------------------------------------------------------------------ HTTP
     def serve(self, bind: str = "127.0.0.1", port: int = 0) -> None:
         """Start the HTTP server on ``bind:port`` and on a private unix socket."""
-        from llamaherd.http_guard import Limits
+        from llamaherd.http_guard import BodyBudget, Limits
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
-        limits = Limits.of(self.project.gateway)
+        # One budget of request-body bytes for the process: both servers take from it.
+        budget = app.state.body_budget = BodyBudget.of(self.project.gateway)
+        limits = Limits.of(self.project.gateway, budget)
         tcp = ServerThread(app, host=bind, port=port, limits=limits).start()
         self._servers.append(tcp)
         local = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
@@ -116,7 +151,7 @@ class Engine:
         # connections never evicts them.
         self._servers.append(
             ServerThread(
-                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway)
+                app, uds=self.gateway_socket, limits=Limits.of(self.project.gateway, budget)
             ).start()
         )
         self.app = app
@@ -374,32 +409,54 @@ class Engine:
     # ------------------------------------------------------------------ dispatch
     def _scales(self, suspended: list[tuple[str, str]]) -> dict[str, int]:
         """Claimable capacity per agent: its ``scale`` less its ``suspended`` runs (each holds
-        its slot for when it is approved); -1 while it is held or paused."""
+        its slot for when it is approved); -1 while it is held or paused. A hold that ends at a
+        known moment (a deferral, a budget's period) arms a timer for it."""
         paused_all, paused = self.store.paused()
         states = self.store.agent_states()
         holding: dict[str, int] = {}
         for _, agent in suspended:
             holding[agent] = holding.get(agent, 0) + 1
         scales = {}
-        now = time.monotonic()
+        now = self.clock()
+        self.recheck_holds = False
+        budgeted = {name for name, agent in self.project.agents.items() if _period_budget(agent)}
+        running = self.store.active_runs() if budgeted else {}
         for name, agent in self.project.agents.items():
             held = paused_all or name in paused or states.get(name, "idle") in HELD_STATES
-            held = held or self._deferred.get(name, 0.0) > now
-            held = held or self.admission(agent) is not None
-            scales[name] = -1 if held else max(0, agent.scale - holding.get(name, 0))
+            held = held or self._held(name, agent, now)
+            scale = max(0, agent.scale - holding.get(name, 0))
+            if name in budgeted:
+                # One start per claim pass: each is admitted against the reservations of the
+                # runs started before it (``llamaherd.budgets.reserved_hold``).
+                scale = min(scale, running.get(name, (0, 0))[0] + 1)
+            scales[name] = -1 if held else scale
         return scales
+
+    def _held(self, name: str, agent: Any, now: float) -> bool:
+        """Whether a deferral (``defer``) or an admission check holds ``agent`` now; either
+        arms a timer for when it ends."""
+        deferred = self._deferred.get(name)
+        if deferred is not None and deferred <= now:
+            self._deferred.pop(name, None)
+            deferred = None
+        self.timers.arm(f"defer:{name}", deferred)
+        hold = None if deferred is not None else self.admission(agent)
+        self.timers.arm(f"hold:{name}", hold and hold.until)
+        self.recheck_holds = self.recheck_holds or (hold is not None and hold.until is None)
+        return deferred is not None or hold is not None
 
     def defer(self, agent: str, seconds: float) -> None:
         """Claim none of ``agent``'s queued items for ``seconds`` (its runtime had no room for
         a run, ``SandboxBusy``), unless a run of it ends here first (room may be free then)."""
-        self._deferred[agent] = time.monotonic() + seconds
+        self._deferred[agent] = self.clock() + seconds
+        self.wakeup.set()  # the next pass arms the deferral's end
 
-    def admission(self, agent: Any) -> str | None:
-        """Why an admission check holds ``agent``'s queued runs now (a budget spent...), or
-        None (``llamaherd.status.held_by``)."""
-        from llamaherd.status import held_by
+    def admission(self, agent: Any) -> Hold | None:
+        """Whether an admission check holds ``agent``'s queued runs now (a budget spent...):
+        its ``Hold``, or None (``llamaherd.status.hold_of``)."""
+        from llamaherd.status import hold_of
 
-        return held_by(self.registry, agent, self.store, self.clock())
+        return hold_of(self.registry, agent, self.store, self.clock())
 
     def _suspended(self) -> list[tuple[str, str]]:
         """(run id, agent) of the runs suspended at their turn limit, approved or not yet."""
@@ -420,6 +477,8 @@ class Engine:
         """An approved suspended run first (it resumes at once, in the slot it held, unless its
         agent is held or paused), else up to ``limit`` queued items in one transaction."""
         if not self.store.has_queued():
+            self.timers.arm("flow", None)
+            self.recheck_holds = False
             return []  # one index probe: an idle dispatcher reads nothing per agent
         suspended = self._suspended()
         scales = self._scales(suspended)
@@ -430,7 +489,9 @@ class Engine:
         room = {name: max(0, scale) for name, scale in scales.items()}
         flows = {name: p for name, a in self.project.agents.items() if (p := policy_of(a))}
         cap = self.project.setting("scale")
-        return self.store.claim_many(room, cap, self.host, flows=flows, limit=limit)
+        claimed = self.store.claim_many(room, cap, self.host, flows=flows, limit=limit)
+        self.timers.arm("flow", claimed.due)
+        return claimed
 
     def dispatch(self) -> None:
         while not self.stopping.is_set():
@@ -445,6 +506,8 @@ class Engine:
         with self._claims:
             for item, run in claimed:
                 self._started[item.id] = run.id
+                for member in (run.trigger.get("flow") or {}).get("batch", [])[1:]:
+                    self._started[member["id"]] = run.id  # a trigger a batch gathered
             while len(self._started) > 1000:
                 del self._started[next(iter(self._started))]
             self._claims.notify_all()

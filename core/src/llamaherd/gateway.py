@@ -24,13 +24,14 @@ JSON in, JSON out (``{"ok": true, ...}``; refusals ``{"ok": false, "error": ...}
     POST /gateway/wait   {filter, timeout} al-wait          blocks until a matching trigger (408)
 
 A state the agent may not set (``selfStates``) is refused with 403. The run's credentials are
-checked before its body is read, and bodies are bounded (``llamaherd.http_guard.BODY_LIMITS``).
+checked before its body is read. Each route takes a body of what its arguments may hold at most
+(``BODY_LIMITS``, enforced by ``llamaherd.http_guard`` with the run's share of the bodies in
+flight): a larger one is answered 413 before it is read.
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,39 @@ if TYPE_CHECKING:  # starlette and asyncio load only with the server, not on eve
 
 ACTIVE_STATES = ("running", "waiting")
 WAIT_POLL = 0.1  # seconds between checks of a blocked al-wait
+FIELDS = 2048  # bytes of a body besides its long argument: keys, short fields, JSON syntax
+
+
+def text_body(characters: int) -> int:
+    """Bytes of a body carrying text of ``characters`` (UTF-8, as the in-sandbox commands
+    send it: at most 4 bytes each)."""
+    return 4 * characters + FIELDS
+
+
+def body_limits() -> dict[str, int]:
+    """What each route's body may hold (``app.state.body_limits``): its arguments at their
+    caps. Any other ``/gateway/`` route takes ``http_guard.BODY_LIMITS["/gateway/"]``."""
+    from llamaherd.session import MAX_ENV_VALUE
+    from llamaherd.skills.base import (
+        MAX_CALL_CONTEXT,
+        MAX_LOCK_URI,
+        MAX_REASON,
+        MAX_RETURN,
+        MAX_STATUS,
+    )
+
+    return {
+        "/gateway/status": text_body(MAX_STATUS),
+        "/gateway/return": MAX_RETURN + FIELDS,  # its cap counts the value as ASCII JSON
+        "/gateway/call": text_body(MAX_CALL_CONTEXT),
+        "/gateway/lock": text_body(MAX_LOCK_URI),
+        "/gateway/unlock": text_body(MAX_LOCK_URI),
+        "/gateway/lock-heartbeat": text_body(MAX_LOCK_URI),
+        "/gateway/state": text_body(MAX_REASON),
+        "/gateway/agent-state": text_body(MAX_REASON),
+        # The value's bytes, each escaped into at most two (quotes, backslashes, line breaks).
+        "/gateway/setenv": 2 * MAX_ENV_VALUE + FIELDS,
+    }
 
 
 def _error(status: int, message: str, **extra: Any) -> JSONResponse:
@@ -77,15 +111,18 @@ def authenticate(engine: Any, request: Request) -> Any:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    from llamaherd.surrogates import clean
+    """The JSON object of the body ({} without one), made valid and within the shape limits
+    (``llamaherd.inbound``: an agent's "\ud800" or NaN would break every listing showing
+    it); ValueError when it is none."""
+    from llamaherd.inbound import parse
 
     raw = await request.body()
     if not raw.strip():
         return {}
-    data = json.loads(raw)
+    data = parse(raw)
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
-    return clean(data)  # an agent's "\ud800" would break every listing that shows it
+    return data
 
 
 def skill_endpoint(tool_name: str, args_from_path: str | None = None) -> Any:
@@ -255,3 +292,4 @@ def register_routes(app):
     routes.append(Route("/gateway/setenv", setenv, methods=["POST"]))
     routes.append(Route("/gateway/wait", wait, methods=["POST"]))
     app.router.routes.extend(routes)
+    app.state.body_limits.update(body_limits())

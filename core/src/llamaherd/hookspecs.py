@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ControlChannel,
         CredentialType,
         DoctorCheck,
+        Expectation,
         LanguageSkill,
         ProjectKey,
         Provider,
@@ -143,6 +144,19 @@ def register_admission_checks(register: Callable[[AdmissionCheck], None]) -> Non
 
 
 @hookspec
+def register_expectations(register: Callable[[Expectation], None]) -> None:
+    """Register kinds of expectation of agent test cases (``al test``): what a case's
+    ``[expect]`` table may check about the run (core's: ``state``, ``commands``, ``return``,
+    ``tool_calls``, ``max_turns``...; a plugin's: what its service was asked to do).
+
+    :param register: call with each :class:`~llamaherd.types.Expectation`; its ``name`` is a
+        key of ``[expect]``, its ``schema`` the JSON Schema of that key's value, and
+        ``check(expected, run)`` returns the :class:`~llamaherd.types.Unmet` parts, given the
+        :class:`~llamaherd.types.CaseRun` (what the test run did).
+    """
+
+
+@hookspec
 def register_commands(cli: click.Group) -> None:
     """Add subcommands to ``al``.
 
@@ -159,9 +173,12 @@ def register_routes(app: Starlette) -> None:
     :param app: the Starlette app; ``app.router.routes.append(Route(...))``.
         ``app.state.engine`` is the running :class:`~llamaherd.engine.Engine`; guard routes
         that change or show anything with ``llamaherd.api.require_token``; set
-        ``app.state.body_limits[prefix]`` (bytes, or None) for bodies over 1 MiB. A hot path
-        may put a plain ASGI handler at ``app.state.raw_routes[prefix]``: requests under that
-        prefix reach it ahead of Starlette's routing and body limits (it bounds its own body).
+        ``app.state.body_limits[path]`` to what each of your routes' bodies may hold (bytes,
+        or a function of the request's path giving them; a key ending in "/" is a prefix;
+        1 MiB otherwise): the server answers a larger body 413 before reading it, and bounds
+        every body's time and the bytes in flight (``llamaherd.http_guard``). A hot path may
+        put a plain ASGI handler at ``app.state.raw_routes[prefix]``: requests under that
+        prefix reach it ahead of Starlette's routing, within the same bounds.
     """
 
 

@@ -36,6 +36,7 @@ STYLES = {
     "wait": "cyan",
     "lock": "magenta",
     "write_budget": "bold yellow",
+    "usage_refused": "yellow",
 }
 
 # Which field of an event's data says the most, by event type.

@@ -23,11 +23,14 @@ Events (``on_event(kind, data)``), never with keys or prompt text:
 cost_usd, ok, error_class} for every attempt (``cost_usd`` by ``llamaherd.pricing``: the table's
 ``pricing``, else the API's own figure, else the provider's ``prices``; None when unknown, 0 for
 a failed attempt, which bills nothing; the reply's ``usage.cost_usd`` carries it to the session); ``provider_error`` {model, provider, error_class, message, attempt, action
-(retry | fallback | skip), delay_s} for every retry, fallback and breaker skip.
+(retry | fallback | skip), delay_s} for every retry, fallback and breaker skip;
+``usage_refused`` {model, provider, refused, input_tokens, output_tokens, message} for a reply
+whose usage cannot be right (``llamaherd.usage``: counted as the call's size instead).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -50,6 +53,9 @@ from llamaherd.errors import (
 from llamaherd.pricing import call_cost, parse_pricing
 from llamaherd.providers import scrub
 from llamaherd.types import Message, ModelConfig, Reply, ToolSpec, Usage
+from llamaherd.usage import checked
+
+log = logging.getLogger("llamaherd.models")
 
 MAX_RETRIES = 5
 MAX_DELAY = 60.0  # seconds; a longer retry-after is clipped rather than stalling the run
@@ -387,6 +393,9 @@ class ModelChain:
         error: BaseException | None = None
         try:
             reply = entry.provider.complete(messages, tools, entry.config, options)
+            refused = checked(reply, messages, tools)
+            if refused:
+                self._refused_usage(entry, refused, reply.usage)
             return reply
         except LlamaherdError as exc:
             error = exc
@@ -412,6 +421,19 @@ class ModelChain:
                     "error_class": type(error).__name__ if error else None,
                 },
             )
+
+    def _refused_usage(self, entry: ModelEntry, refused: list[str], counted: Usage) -> None:
+        """A reply whose usage cannot be right (``llamaherd.usage``): said in the log and as a
+        ``usage_refused`` event, with what was counted instead."""
+        data = {
+            "model": entry.config.name, "provider": entry.provider.name, "refused": refused,
+            "input_tokens": counted.input_tokens, "output_tokens": counted.output_tokens,
+            "message": f"{entry.provider.name} reported usage that cannot be right "
+            f"({', '.join(refused)}): counted as {counted.input_tokens:,} in / "
+            f"{counted.output_tokens:,} out tokens, the size of the call",
+        }  # fmt: skip
+        log.warning("model %s: %s", entry.config.name, data["message"])
+        self.on_event("usage_refused", data)
 
     @staticmethod
     def _cost(entry: ModelEntry, usage: Usage) -> float | None:
@@ -451,9 +473,10 @@ def _all_failed(last: ProviderError, names: list[str]) -> ProviderError:
 
 
 def _cleaned(reply: Reply) -> Reply:
-    """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD: a model
-    may emit ``"\\ud800"`` in its JSON, and stored, it broke every listing that showed it."""
-    from llamaherd.surrogates import clean
+    """``reply`` with lone UTF-16 surrogates in its text and tool calls made U+FFFD and
+    numbers that are not finite None: a model may emit ``"\\ud800"`` or ``NaN`` in its JSON,
+    and stored, either broke every listing that showed it."""
+    from llamaherd.inbound import clean
 
     reply.text = clean(reply.text)
     for call in reply.tool_calls:

@@ -56,6 +56,21 @@ USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,31}\$?")
 OPTION = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 # Options this module sets itself: the multiplexing it relies on, and never prompting.
 RESERVED_OPTIONS = ("batchmode", "controlmaster", "controlpath", "controlpersist")
+# Blocks of an ssh_config file, which ssh refuses as -o options ("Match exec" runs a command).
+CONFIG_BLOCKS = ("host", "match", "include")
+# Options with which ssh runs a command, or loads a library, on the machine it connects from:
+# ssh_config(5). Honoured in a project's config (its owner wrote or accepted them: `al add`
+# and `al update` ask before a fetched config brings one), warned about by `al validate`, and
+# never acted on by `al doctor` or `al validate`, which connect to nothing whose options run one.
+COMMAND_OPTIONS = (
+    "proxycommand",
+    "localcommand",
+    "permitlocalcommand",
+    "knownhostscommand",
+    "pkcs11provider",
+    "securitykeyprovider",
+    "xauthlocation",
+)
 # Reads a script of the given length from stdin and runs it; what follows the script on stdin
 # is the script's own input. No single quote inside: it is sent single-quoted, which every common
 # login shell (sh, bash, zsh, fish, tcsh) passes through unchanged.
@@ -103,6 +118,11 @@ def check_options(options: Mapping[str, Any], where: str) -> tuple[tuple[str, st
             raise SshError(
                 f"{where}.{name}: set by llamaherd itself (connections are multiplexed and "
                 "never prompt); remove it"
+            )
+        if name.lower() in CONFIG_BLOCKS:
+            raise SshError(
+                f"{where}.{name}: a block of an ssh_config file, not an option (ssh refuses it "
+                "with -o); put it in ~/.ssh/config"
             )
         text = ("yes" if value else "no") if isinstance(value, bool) else str(value)
         if not text or any(ord(c) < 32 for c in text):
@@ -206,6 +226,43 @@ class SshTarget:
             for name, value in self.options
             if name.lower() == "stricthostkeychecking" and value.lower() in ("no", "off")
         ]
+
+    def command_options(self) -> list[str]:
+        """The names of the options with which ssh runs a command (or loads a library) on
+        this machine (``COMMAND_OPTIONS``; "none" and "no" turn one off)."""
+        return [
+            name
+            for name, value in self.options
+            if name.lower() in COMMAND_OPTIONS and value.lower() not in ("none", "no")
+        ]
+
+    def option_warnings(self) -> list[str]:
+        """``al validate``'s warnings about this target's options: host keys not checked, a
+        command run on this machine."""
+        found = [
+            f"warning: {self.label}: ssh_options {option} switches host key checking off: "
+            "anyone between here and the host can pose as it"
+            for option in self.insecure_options()
+        ]
+        found += [
+            f"warning: {self.label}: ssh_options.{name} runs a command on this machine, as the "
+            "scheduler's user, whenever a run connects to the host (`al validate` and "
+            "`al doctor` run none); a jump host needs none (ProxyJump)"
+            for name in self.command_options()
+        ]
+        return found
+
+    def unchecked(self) -> str | None:
+        """Why a check of the configuration (``al validate``, ``al doctor``) does not connect
+        to this target: its options would run a command on this machine (None: it may)."""
+        names = self.command_options()
+        if not names:
+            return None
+        return (
+            f"not connected: ssh_options {', '.join(names)} would run a command on this "
+            "machine, and a check of the configuration runs none of an agent's commands (a "
+            "run connects)"
+        )
 
 
 def failure(target: SshTarget, stderr: str) -> SshError:

@@ -38,6 +38,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "llamaherd.control_compat",
     "llamaherd.doctor",
     "llamaherd.budgets",
+    "llamaherd.agent_tests.expectations",
 )
 
 # Registry kinds: hook name -> (attribute of Registry, the protocol its objects implement).
@@ -52,6 +53,7 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_project_keys": ("project_keys", types.ProjectKey),
     "register_doctor_checks": ("doctor_checks", types.DoctorCheck),
     "register_admission_checks": ("admission_checks", types.AdmissionCheck),
+    "register_expectations": ("expectations", types.Expectation),
 }
 # A registered name: a plain word that can be a config value and a path segment.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -341,6 +343,7 @@ class Registry:
     project_keys: dict[str, types.ProjectKey]
     doctor_checks: dict[str, types.DoctorCheck]
     admission_checks: dict[str, types.AdmissionCheck]
+    expectations: dict[str, types.Expectation]
 
     def __init__(self, manager: PluginManager):
         self.owner: dict[tuple[str, str], str] = {}

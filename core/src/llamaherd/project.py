@@ -43,6 +43,8 @@ GATEWAY_DEFAULTS: dict[str, Any] = {
     "bind": "127.0.0.1",
     "maxConnections": 1000,
     "headerTimeout": 10,
+    "bodyTimeout": 30,
+    "bodyBudget": 32 * 1024 * 1024,
 }
 RUN_TIMEOUT = 900
 WAIT_TIMEOUT = 1800
@@ -361,6 +363,7 @@ class Project:
             if not entry.is_dir() or not skill.exists():
                 continue
             try:
+                check_agent_name(agents_dir, entry.name)
                 found[entry.name] = self._load_agent(entry.name, Path(entry.path))
             except ConfigError as exc:
                 self.errors.append(exc)
@@ -397,6 +400,29 @@ class Project:
             return str(path.relative_to(self.root))
         except ValueError:
             return str(path)
+
+
+def shown_name(name: str) -> str:
+    """A file name as it can be printed on one line: bytes that are not UTF-8 and characters
+    that are not printable as escapes (``bad\\xff``, ``two\\nlines``)."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def check_agent_name(agents_dir: Path, name: str) -> None:
+    """Refuse an agent folder whose name is not printable UTF-8 text: the name goes into the
+    database, logs, URLs and tables, none of which can carry it (a byte that is not UTF-8
+    once ended ``al start`` in a traceback, and live reload on every look)."""
+    shown = shown_name(name)
+    if shown == name:
+        return
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        why = "is not valid UTF-8"
+    else:
+        why = "holds a character that cannot be printed"
+    raise ConfigError(str(agents_dir / shown), "", f"the folder's name {why}: rename the folder")
 
 
 def find_root(start: Path | None = None) -> Path | None:

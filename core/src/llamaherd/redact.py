@@ -3,14 +3,18 @@
 The scheduler builds one :class:`Redactor` per run from the values of the credentials staged for
 it and passes everything it stores or shows (tool output, status, return values, errors, logs)
 through it. A secret is masked in every form it takes in output: as is, stripped, JSON-escaped,
-line by line, and (for values of 8 characters or more) base64-, hex- and URL-encoded, as CI
-systems mask them.
+line by line, and (for values of 8 characters or more) encoded, as CI systems mask them:
+base64, hex (plain, byte by byte with ``:``, ``-`` or space between, or ``\\x`` before each),
+URL-encoded (as ``quote`` does, and every byte ``%XX``) and JSON ``\\uXXXX`` for every
+character.
 
 Finding them: every form is at least :data:`MIN_LENGTH` characters, so the forms are kept in
 buckets by their first four characters, longest first. One small regex over those distinct
 prefixes (a prefix tree, so the engine follows one branch per position) finds where a secret may
-start, and the bucket's forms are compared there. The leftmost match wins, and the longest form at
-that position, so a secret that starts with another is replaced whole. Adding a secret costs time
+start, and the bucket's forms are compared there. Forms made of hex digits are kept once, in
+lower case, and compared ignoring case (``DE:AD``, ``%2f``, ``\\u004A`` all mean the same
+bytes), in a bucket of their own. The leftmost match wins, and the longest form at that
+position, so a secret that starts with another is replaced whole. Adding a secret costs time
 and memory linear in that secret (its forms, as plain strings) plus, when it brings a prefix not
 seen before, a recompile of the prefix regex, whose size is bounded by the number of forms rather
 than their length. A run sets values at runtime (``setenv``), so this must stay cheap: a
@@ -47,19 +51,47 @@ def _base64_forms(data: bytes) -> set[str]:
     return forms
 
 
-def _variants(secret: str) -> set[str]:
+def _each_byte(data: bytes, before: str, width: int = 1) -> str:
+    """``data`` as hex, ``before`` ahead of every ``width`` bytes (``%de%ad``, ``\\xde\\xad``,
+    ``\\u00de\\u00ad`` of UTF-16 code units)."""
+    return before + data.hex("\0", width).replace("\0", before)
+
+
+# Separators hex dumps put between bytes: ``de:ad`` (fingerprints), ``de-ad``, ``de ad``.
+HEX_SEPARATORS = (":", "-", " ")
+
+
+def _variants(secret: str) -> tuple[set[str], set[str]]:
     """The forms a value takes in output: as is, stripped, JSON-escaped, line by line (a
-    multi-line key printed with ``head`` or through a terminal's CRLF), and encoded."""
+    multi-line key printed with ``head`` or through a terminal's CRLF), and encoded; then the
+    hex-digit forms, in lower case (compared ignoring case)."""
     stripped = secret.strip()
-    forms = {secret, stripped, json.dumps(secret)[1:-1]}
+    forms = {
+        secret,
+        stripped,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+    }
+    folded: set[str] = set()
     if "\n" in stripped:
         forms.update(line.strip() for line in secret.splitlines())
     if len(stripped) >= MIN_ENCODED:
         data = stripped.encode()
         forms |= _base64_forms(data)
-        forms.update(
-            (data.hex(), data.hex().upper(), quote(stripped, safe=""), quote_plus(stripped))
+        forms.update((quote(stripped, safe=""), quote_plus(stripped)))
+        folded.update(data.hex(separator) for separator in HEX_SEPARATORS)
+        folded.update(
+            (
+                data.hex(),
+                _each_byte(data, "%"),
+                _each_byte(data, "\\x"),
+                _each_byte(stripped.encode("utf-16-be"), "\\u", 2),  # JSON escapes every char
+            )
         )
+    return _long_enough(forms), _long_enough(folded)
+
+
+def _long_enough(forms: set[str]) -> set[str]:
     return {form for form in forms if len(form) >= MIN_LENGTH}
 
 
@@ -92,8 +124,13 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()):
         self.secrets: frozenset[str] = frozenset()
-        self._buckets: dict[str, tuple[str, ...]] = {}  # first 4 characters -> forms, longest first
-        self._finder: re.Pattern[str] | None = None
+        # First 4 characters -> forms, longest first: compared exactly, and (hex digits, in
+        # lower case) ignoring case.
+        self._buckets: dict[str, tuple[str, ...]] = {}
+        self._folded: dict[str, tuple[str, ...]] = {}
+        # Where a form may start: one regex per kind of bucket (one alternation of both lost
+        # the regex engine's scan for a first character: 3 times slower).
+        self._finders: tuple[re.Pattern[str], ...] = ()
         self._add(secrets)
 
     def _add(self, secrets: Iterable[str]) -> None:
@@ -101,47 +138,75 @@ class Redactor:
         if not new:
             return
         self.secrets = self.secrets | new
-        grown: dict[str, set[str]] = {}
+        grown: tuple[dict[str, set[str]], dict[str, set[str]]] = ({}, {})
         for secret in new:
-            for form in _variants(secret):
-                grown.setdefault(form[:MIN_LENGTH], set()).add(form)
-        fresh = grown.keys() - self._buckets.keys()
-        for prefix, forms in grown.items():
-            merged = forms.union(self._buckets.get(prefix, ()))
-            self._buckets[prefix] = tuple(sorted(merged, key=len, reverse=True))
+            for forms, into in zip(_variants(secret), grown, strict=True):
+                for form in forms:
+                    into.setdefault(form[:MIN_LENGTH], set()).add(form)
+        fresh = False
+        for buckets, forms_by_prefix in zip((self._buckets, self._folded), grown, strict=True):
+            fresh |= bool(forms_by_prefix.keys() - buckets.keys())
+            for prefix, forms in forms_by_prefix.items():
+                merged = forms.union(buckets.get(prefix, ()))
+                buckets[prefix] = tuple(sorted(merged, key=len, reverse=True))
         if fresh:
-            self._finder = re.compile(_trie_regex(self._buckets))
+            self._finders = tuple(
+                re.compile(_trie_regex(buckets), flags)
+                for buckets, flags in ((self._buckets, 0), (self._folded, re.IGNORECASE))
+                if buckets
+            )
 
     def __bool__(self) -> bool:
-        return self._finder is not None
+        return bool(self._finders)
 
     def plus(self, secrets: Iterable[str]) -> Redactor:
         """A redactor masking ``secrets`` as well as this one's (this one is unchanged)."""
         other = Redactor()
-        other.secrets, other._buckets, other._finder = (
+        other.secrets, other._buckets, other._folded, other._finders = (
             self.secrets,
             dict(self._buckets),
-            self._finder,
+            dict(self._folded),
+            self._finders,
         )
         other._add(secrets)
         return other
 
+    def _form_at(self, text: str, start: int) -> int:
+        """The length of the longest form found at ``start`` (0: none, only a prefix)."""
+        prefix = text[start : start + MIN_LENGTH]
+        exact = next((f for f in self._buckets.get(prefix, ()) if text.startswith(f, start)), "")
+        folded = next(
+            (
+                f
+                for f in self._folded.get(prefix.lower(), ())
+                if text[start : start + len(f)].lower() == f
+            ),
+            "",
+        )
+        return max(len(exact), len(folded))
+
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
-        finder = self._finder
-        if finder is None or not text:
+        finders = self._finders
+        if not finders or not text:
             return text
         parts, done, pos = [], 0, 0
-        while (found := finder.search(text, pos)) is not None:
-            start = found.start()
-            form = next(
-                (f for f in self._buckets[found.group()] if text.startswith(f, start)), None
-            )
-            if form is None:  # only the prefix: a secret may still start at the next character
+        beyond = len(text) + 1
+        ahead = [-1] * len(finders)  # where each finder found a prefix last (-1: look again)
+        while True:
+            for i, finder in enumerate(finders):
+                if ahead[i] < pos:
+                    found = finder.search(text, pos)
+                    ahead[i] = beyond if found is None else found.start()
+            start = min(ahead)
+            if start == beyond:
+                break
+            length = self._form_at(text, start)
+            if not length:  # only the prefix: a secret may still start at the next character
                 pos = start + 1
                 continue
             parts += (text[done:start], MASK)
-            done = pos = start + len(form)
+            done = pos = start + length
         if not parts:
             return text
         parts.append(text[done:])

@@ -48,6 +48,8 @@ RESTART_SETTINGS = {
     "[gateway] url": lambda project: project.gateway.get("url"),
     "[gateway] maxConnections": lambda project: project.gateway["maxConnections"],
     "[gateway] headerTimeout": lambda project: project.gateway["headerTimeout"],
+    "[gateway] bodyTimeout": lambda project: project.gateway["bodyTimeout"],
+    "[gateway] bodyBudget": lambda project: project.gateway["bodyBudget"],
 }
 
 # inotify(7): what a watched folder reports (its entries created, written, moved, removed).

@@ -107,8 +107,10 @@ FANOUT = Fanout()
 
 
 def publish(run: Any, kind: str, data: dict[str, Any]) -> None:
-    """Hand a recorded run event to the ``run_event`` plugins (see the module docstring)."""
-    FANOUT.publish(run, kind, data)
+    """Hand a recorded run event to the ``run_event`` plugins (see the module docstring);
+    not an event of a fenced engine's run (a test run, ``Engine.fenced``)."""
+    if not getattr(getattr(run, "engine", None), "fenced", False):
+        FANOUT.publish(run, kind, data)
 
 
 def flush(timeout: float = DRAIN_AT_EXIT) -> bool:

@@ -27,7 +27,6 @@ from llamaherd.agents import (
 )
 from llamaherd.errors import CommandFailed, LlamaherdError, SandboxBusy, SandboxLost
 from llamaherd.injection import inject_context
-from llamaherd.plugins import get_manager
 from llamaherd.prompts import Environment, build_prompts, loop_mode, max_turns, suspends
 from llamaherd.session import (
     CUT_SHORT,
@@ -395,9 +394,7 @@ class Runner:
             if resumed:
                 live.session = Session(ctx, chain, row.transcript, env=prepared.env, **session_kw)
                 return self._session(live, resume=_resume_payload(row))
-            get_manager().call_each(
-                "run_started", run=ctx
-            )  # one failing plugin never skips the rest
+            self.engine.run_hook("run_started", run=ctx)
             self._hooks(live, "pre")
             if ctx.state_change is not None:  # a pre hook ran `state ...`: no session
                 return Outcome("done", reason=f"the agent set its state to {ctx.state_change}")
@@ -468,10 +465,9 @@ class Runner:
         return chain
 
     def _skill_tools(self) -> dict[str, Any]:
-        from llamaherd.session import BUILTIN_HANDLERS
+        from llamaherd.session import skill_tools
 
-        tools = self.engine.registry.tools()
-        return {name: tool for name, tool in tools.items() if name not in BUILTIN_HANDLERS}
+        return skill_tools(self.engine.registry)
 
     def _options(self, ctx: ActiveRun, row: Any) -> dict[str, Any]:
         trigger = ctx.trigger
@@ -575,7 +571,7 @@ class Runner:
             final.return_value,
             outcome.text,
         )
-        get_manager().call_each("run_finished", run=ctx, result=result)
+        self.engine.run_hook("run_finished", run=ctx, result=result)
         self._discard_sandbox(row, ctx.sandbox)
         if live.lost and live.stopped is None:
             self.engine.requeue_interrupted(final)

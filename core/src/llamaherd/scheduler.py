@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from llamaherd import __version__
-from llamaherd.clock import machine_name
-from llamaherd.engine import Engine
+from llamaherd.clock import machine_name, sleep
+from llamaherd.engine import HOLD_RECHECK, Engine
 from llamaherd.errors import CommandFailed, LlamaherdError
 from llamaherd.local import scheduler_info
 from llamaherd.plugins import get_manager, installed_plugins
@@ -45,9 +45,10 @@ from llamaherd.types import EmitResult, TriggerEvent, TriggerType, fragment
 
 log = logging.getLogger("llamaherd.scheduler")
 
-HOUSEKEEPING_EVERY = 1.0  # with other hosts on the database (PostgreSQL), or a fake clock
+HOUSEKEEPING_EVERY = 1.0  # with other hosts on the database (PostgreSQL)
 # Alone on its database, nothing needs a pass sooner: work is claimed when it is queued (a
-# wake-up), waits expire at their deadline, and the heartbeat says how often it comes.
+# wake-up), whatever becomes due by the clock has a timer (``Engine.timers``: waits, flow
+# control, budgets, deferrals, pruning), and the heartbeat says how often it comes.
 IDLE_HOUSEKEEPING_EVERY = 60.0
 HOST_STALE_AFTER = 15.0  # a host that has not heartbeated for this long is presumed dead
 PRUNE_EVERY = 3600.0
@@ -152,6 +153,9 @@ class TriggerHost:
     def clock(self) -> float:
         return self._engine.clock()
 
+    def sleep(self, wake: threading.Event, until: float | None) -> bool:
+        return sleep(wake, until)
+
     def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
         return self._engine.emit(event, coalesce=coalesce)
 
@@ -226,6 +230,7 @@ class Scheduler(Engine):
         try:
             while not self.stopping.is_set():
                 self.wakeup.clear()
+                self.timers.expire(self.clock())  # this pass arms again what still stands
                 try:
                     self.dispatch()
                     self.housekeeping()
@@ -234,8 +239,8 @@ class Scheduler(Engine):
                     self.stopping.wait(STORE_RETRY_AFTER)
                     continue
                 # Asleep until work may be claimable (an enqueue, a run's end, a state change
-                # sets ``wakeup``) or the next housekeeping: nothing polls in between.
-                self.wakeup.wait(self._until_housekeeping())
+                # sets ``wakeup``), the earliest timer, or the next housekeeping: nothing polls.
+                sleep(self.wakeup, self.timers.next(), self._until_housekeeping())
         finally:
             self.shutdown()
         return 0
@@ -356,37 +361,49 @@ class Scheduler(Engine):
     def reload(self) -> None:
         """Apply the config files on disk when they changed since the last look (the
         ``ConfigWatcher`` calls this): what is valid runs from the next trigger on, what is
-        not is refused (logged, and in ``al stat``) and its last good version keeps running."""
+        not is refused (logged, and in ``al stat``) and its last good version keeps running.
+        A reload that fails outright is a refusal too: said in ``al stat``, not only logged
+        (``al stat`` said "config current" while every look failed)."""
         with self._reloading:
             if self.stopping.is_set():
                 return
-            changed_inputs = self.inputs.changed()
-            if "plugins" in changed_inputs:
-                self._check_plugins()
-            digest = config_digest(self.project.root)
-            # Files refused (or agents held) are judged again when what they lacked may have
-            # appeared: a credential, a plugin, or a `touch` of a file.
-            waiting = bool(self.config_errors or self.held)
-            if digest == self._seen_digest and not (waiting and changed_inputs):
-                return
-            self._seen_digest = digest
-            found = candidate(self.project, self.registry, self.gateway_overrides)
-            restart = self._restart_hint()
-            refused = [problem + restart for problem in found.refused]
-            if refused != self.config_errors:  # a re-check that found the same says nothing new
-                for problem in refused:
-                    log.error("config change refused: %s", problem)
-            if found.project is None:
-                if refused != self.config_errors:
-                    log.error("the running config stays as it was (fix the above, then save)")
-            else:
-                self._apply(found.project, found.kept)
-                self.kept = set(found.kept)
-            self.config_errors = refused
-            self.refused_all = found.project is None
-            if not found.refused:
-                self.config_digest = digest
-            self._write_info()
+            try:
+                self._reload()
+            except Exception as exc:
+                failure = f"live reload failed: {type(exc).__name__}: {exc}"
+                if [failure] != self.config_errors:
+                    log.exception("%s", failure)
+                self.config_errors, self.refused_all = [failure], True
+                self._write_info()
+
+    def _reload(self) -> None:
+        changed_inputs = self.inputs.changed()
+        if "plugins" in changed_inputs:
+            self._check_plugins()
+        digest = config_digest(self.project.root)
+        # Files refused (or agents held) are judged again when what they lacked may have
+        # appeared: a credential, a plugin, or a `touch` of a file.
+        waiting = bool(self.config_errors or self.held)
+        if digest == self._seen_digest and not (waiting and changed_inputs):
+            return
+        self._seen_digest = digest
+        found = candidate(self.project, self.registry, self.gateway_overrides)
+        restart = self._restart_hint()
+        refused = [problem + restart for problem in found.refused]
+        if refused != self.config_errors:  # a re-check that found the same says nothing new
+            for problem in refused:
+                log.error("config change refused: %s", problem)
+        if found.project is None:
+            if refused != self.config_errors:
+                log.error("the running config stays as it was (fix the above, then save)")
+        else:
+            self._apply(found.project, found.kept)
+            self.kept = set(found.kept)
+        self.config_errors = refused
+        self.refused_all = found.project is None
+        if not found.refused:
+            self.config_digest = digest
+        self._write_info()
 
     def _check_plugins(self) -> None:
         """Plugins installed or removed since the start need a restart: said in the log, in
@@ -517,31 +534,30 @@ class Scheduler(Engine):
         self.store.heartbeat_host(self.host, info)
 
     def _between_passes(self) -> None:
-        """What every wake-up does, not only the full pass: expire due waits, hand flow
-        control's interrupts to runs that started here since."""
+        """What every wake-up does, not only the full pass: expire due waits (and arm the
+        next wait deadline), hand flow control's interrupts to runs that started here since,
+        prune when an hour of the engine's clock has passed."""
         for run in self.store.expired_waits(self.clock()):
             self.runner.expire_wait(run)
+        self.timers.arm("waits", self.store.next_wait_deadline())
         self.deliver_flow_messages()
+        self._prune()
 
     def housekeeping_every(self) -> float:
         """Seconds between housekeeping passes: each second where other hosts may share the
-        database (their heartbeats watched, their items claimed) or the clock is fake (it may
-        jump), else a minute."""
-        if self.store.shared or os.environ.get("AL_FAKE_CLOCK_FILE"):
-            return HOUSEKEEPING_EVERY
-        return IDLE_HOUSEKEEPING_EVERY
+        database (their heartbeats watched, their items claimed, their changes to what is
+        due seen), else a minute."""
+        return HOUSEKEEPING_EVERY if self.store.shared else IDLE_HOUSEKEEPING_EVERY
 
     def _until_housekeeping(self) -> float:
-        """Seconds until the next pass, or the next wait deadline if sooner."""
-        until = self._last_housekeeping + self._every - time.time()
-        deadline = self.store.next_wait_deadline()
-        if deadline is not None:
-            until = min(until, deadline - self.clock())
-        return max(0.0, until)
+        """Real seconds until the next housekeeping pass (or the next look at a hold that said
+        no end, ``Engine.recheck_holds``)."""
+        until = self._last_housekeeping + self._every - time.monotonic()
+        return max(0.0, min(until, HOLD_RECHECK) if self.recheck_holds else until)
 
     def housekeeping(self) -> None:
-        now = time.time()
-        if now - self._last_housekeeping < self._every:
+        now = time.monotonic()
+        if self._last_housekeeping and now - self._last_housekeeping < self._every:
             self._between_passes()
             return
         self._last_housekeeping = now
@@ -552,7 +568,6 @@ class Scheduler(Engine):
         self.reconcile(running, startup=False, dead=dead)
         self._forget(dead)
         self._stop_lost_runs({run.id for run in running})
-        self._prune()
 
     def _prune(self) -> None:
         """Every hour of the engine's clock (a fake one in tests), delete what is older than
@@ -562,6 +577,7 @@ class Scheduler(Engine):
         if now - self._last_prune < PRUNE_EVERY:
             return
         self._last_prune = now
+        self.timers.arm("prune", now + PRUNE_EVERY)
         days = float(self.project.setting("historyRetentionDays"))
         removed = self.store.prune(days)
         if removed:

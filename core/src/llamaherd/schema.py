@@ -242,6 +242,21 @@ PROJECT_KEYS: dict[str, Any] = {
                 "default": GATEWAY_DEFAULTS["headerTimeout"],
                 "description": "Seconds a client has to send a request's headers (else 408).",
             },
+            "bodyTimeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "default": GATEWAY_DEFAULTS["bodyTimeout"],
+                "description": "Seconds a client has to send a request's body once its headers "
+                "are in (else 408).",
+            },
+            "bodyBudget": {
+                "type": "integer",
+                "minimum": 65536,
+                "default": GATEWAY_DEFAULTS["bodyBudget"],
+                "description": "Bytes of request bodies the server holds at once (one credential, "
+                "such as a run's token, an eighth of them); a body beyond is answered 503 (429) "
+                "with Retry-After.",
+            },
             "url": {
                 "type": "string",
                 "pattern": "^https?://",
@@ -684,6 +699,19 @@ _BOUNDS = {
 }
 
 
+def errors_of(validator: Draft202012Validator, instance: Any) -> Iterator[tuple[list[Any], str]]:
+    """(key path, message) of every error of ``instance`` against ``validator``, worded as
+    ``al validate`` words them (an unknown key with a did-you-mean, "expected ..., got ...")."""
+    for error in validator.iter_errors(instance):
+        for path, message in _messages(error):
+            yield [*error.absolute_path, *path], message
+
+
+def dotted(path: Iterable[Any]) -> str:
+    """A key path as the messages write it: ``webhooks[0].source``."""
+    return _join(path)
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -741,12 +769,11 @@ class _Checker:
         agent: str | None = None,
         skip: Collection[str] = (),
     ) -> None:
-        for error in validator.iter_errors(instance):
-            for path, message in _messages(error):
-                full = [*prefix, *error.absolute_path, *path]
-                if full[:1] and full[0] in skip:
-                    continue
-                self.add(file, _join(full), message, agent=agent)
+        for path, message in errors_of(validator, instance):
+            full = [*prefix, *path]
+            if full[:1] and full[0] in skip:
+                continue
+            self.add(file, _join(full), message, agent=agent)
 
     # ----------------------------------------------------------------- tagged tables
 

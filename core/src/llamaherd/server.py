@@ -15,12 +15,12 @@ from functools import partial
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd.auth import control_token
 from llamaherd.errors import CommandFailed, Conflict, LlamaherdError
-from llamaherd.http_guard import BODY_LIMITS, BodyLimit, GuardedProtocol, Limits
+from llamaherd.http_guard import BODY_LIMITS, GuardedProtocol, Limits
 
 log = logging.getLogger("llamaherd.server")
 
@@ -43,7 +43,13 @@ def build_app(engine: Any) -> Starlette:
     app.state.raw_routes = {}  # prefix -> plain ASGI handler (``RawRoutes``)
     # Why a plugin cannot serve safely (register_routes appends one line each): no start then.
     app.state.refusals = []
-    get_manager().call_each("register_routes", app=app)
+    if engine.route_plugins is None:
+        get_manager().call_each("register_routes", app=app)
+    else:  # a fenced engine serves only what its runs need (the gateway)
+        import importlib
+
+        for module in engine.route_plugins:
+            importlib.import_module(module).register_routes(app=app)
     if app.state.refusals:
         raise LlamaherdError("; ".join(app.state.refusals))
     return app
@@ -64,7 +70,9 @@ def configured_host_names(gateway: dict[str, Any]) -> tuple[str, ...]:
 class RawRoutes:
     """ASGI: a request under a prefix of ``routes`` goes to that plain handler, ahead of the
     framework's routing and middleware (a hot path such as webhook deliveries: per-request
-    framework overhead would be most of its cost); any other to ``app``."""
+    framework overhead would be most of its cost); any other to ``app``, where a request whose
+    client left before its body ended (or that ``http_guard`` answered itself: a body over its
+    limit, its budget or its time) ends quietly: there is no one to answer."""
 
     def __init__(self, app: Any, routes: dict[str, Any]):
         self.app = app
@@ -77,12 +85,15 @@ class RawRoutes:
                 if path.startswith(prefix):
                     await handler(scope, receive, send)
                     return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
 
 
 class ServerThread:
     """uvicorn serving ``app`` in a daemon thread, on a TCP socket or a unix socket, within
-    ``limits`` (``llamaherd.http_guard``)."""
+    ``limits`` (``llamaherd.http_guard``; the bodies of ``app.state.body_limits``)."""
 
     def __init__(
         self,
@@ -96,9 +107,11 @@ class ServerThread:
         import uvicorn
 
         self.sock = _bind(host, port, uds)
+        limits = limits or Limits()
+        limits.routes = app.state.body_limits
         config = uvicorn.Config(
-            RawRoutes(BodyLimit(app, app.state.body_limits), app.state.raw_routes),
-            http=partial(GuardedProtocol, limits=limits or Limits()),  # type: ignore[arg-type]
+            RawRoutes(app, app.state.raw_routes),
+            http=partial(GuardedProtocol, limits=limits),  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -35,8 +35,15 @@ from llamaherd.providers import INVALID_ARGUMENTS, Abort
 from llamaherd.redact import MASK
 from llamaherd.run_events import publish
 from llamaherd.store.connection import StoreError
+from llamaherd.store.schema import dumps
 from llamaherd.types import Message, Reply, Sandbox, ToolCall, ToolSpec, Usage
-from llamaherd.write_budget import OUTPUT_OVER_BUDGET, WriteBudget
+from llamaherd.write_budget import (
+    CUT_RESERVE,
+    OUTPUT_OVER_BUDGET,
+    SPENT,
+    TRANSCRIPT_COPIES,
+    WriteBudget,
+)
 
 if TYPE_CHECKING:
     from llamaherd.engine import Engine
@@ -87,6 +94,15 @@ CUT_SHORT = "ended early: a human interrupted this turn with a message (next)"
 OUTPUT_CUT = (
     "output cut: this run has written as much as one run may; keep large output in files "
     "and read what you need"
+)
+# The marker of model text and other messages (and the key of tool-call arguments) kept cut
+# past the run's write budget.
+TRANSCRIPT_CUT = "cut: this run has written as much as one run may; the rest is not kept"
+ARGUMENTS_CUT = "arguments_cut"
+KEPT_AT_STOP = 300  # characters of each message kept once the cut ones are past their reserve
+TRANSCRIPT_FULL = (
+    f"write budget: {SPENT}, and its transcript holds {CUT_RESERVE:,} bytes of cut messages "
+    "past it: the run stops"
 )
 
 
@@ -210,7 +226,8 @@ class ActiveRun:
 
     def within_budget(self, size: int, records: int = 1) -> bool:
         """Whether a write of ``records`` records and ``size`` bytes fits what the run may
-        still write (counting it if so); the first that does not records the one notice."""
+        still write (counting it if so); the first that does not records the one notice.
+        Every store write a run causes is charged here first (``llamaherd.write_budget``)."""
         if self.write_budget.take(size, records):
             return True
         if self.write_budget.notice_due():
@@ -319,6 +336,13 @@ TURN_TOOLS = [
 ]
 
 
+def offered_tools(skill_tools: Mapping[str, Any]) -> list[ToolSpec]:
+    """What every model turn offers: the built-in tools, the turn tools, then the language
+    skills' ``Tool`` objects (by name) in their order."""
+    skills = [ToolSpec(t.name, t.description, t.parameters) for t in skill_tools.values()]
+    return BUILTIN_TOOLS + TURN_TOOLS + skills
+
+
 def truncate(text: str, limit: int = MAX_OUTPUT) -> str:
     """Keep the head and the tail of long output, with a marker saying how much was cut."""
     if len(text) <= limit:
@@ -410,10 +434,15 @@ class Session:
         self._inbox: list[str] = []  # messages of `al say` not yet in the transcript
         self._interrupted = threading.Event()
         self._inbox_lock = threading.Lock()
+        # What of the transcript is charged to the run's write budget (``_charge_messages``,
+        # ``checkpoint``): a stored one was when stored (a new budget counts it: run_writes).
+        self._charged, self._meta_size = 0, 0
         if transcript and transcript[0].get("role") == "meta":
             self.meta, self.messages = transcript[0], transcript[1:]
+            self._charged, self._meta_size = len(self.messages), len(dumps(self.meta))
         else:
             self.meta, self.messages = {"role": "meta"}, list(transcript)
+        self._write_stop: str | None = None  # why the transcript can keep nothing more
         self.credentials = credentials or {}
         self.meta.setdefault("cwd", ctx.sandbox.workdir if ctx.sandbox else "/")
         self.meta["env"], self._env_lost = restore_env(self.meta, env or {}, self.credentials)
@@ -519,10 +548,30 @@ class Session:
 
     def checkpoint(self) -> None:
         store, run_id = self.ctx.store, self.ctx.run_id
+        self._charge_messages()
         transcript = self.stored_transcript()
+        meta = len(dumps(transcript[0]))  # grows with setenv names, a pending wait...
+        if meta > self._meta_size:
+            self.ctx.within_budget(TRANSCRIPT_COPIES * (meta - self._meta_size), records=0)
+            self._meta_size = meta
         self.ctx.record(lambda: store.checkpoint(run_id, transcript))
         tokens = {key: self.meta[key] for key in ("input_tokens", "output_tokens")}
         self.ctx.record(lambda: store.update_run(run_id, **tokens))
+
+    def _charge_messages(self) -> None:
+        """Charge the messages added since the last checkpoint to the run's write budget
+        (``llamaherd.write_budget``). Past it each is kept cut (``cut_message``), here and so
+        in what the model is sent again; once the cut ones pass ``CUT_RESERVE`` too, the next
+        keeps ``KEPT_AT_STOP`` characters and the run stops (``_write_stop``)."""
+        for index in range(self._charged, len(self.messages)):
+            message = self.messages[index]
+            if self.ctx.within_budget(TRANSCRIPT_COPIES * len(dumps(message)), records=0):
+                continue
+            cut = cut_message(message, OUTPUT_OVER_BUDGET)
+            if not self.ctx.write_budget.take_cut(TRANSCRIPT_COPIES * len(dumps(cut))):
+                cut, self._write_stop = cut_message(message, KEPT_AT_STOP), TRANSCRIPT_FULL
+            self.messages[index] = cut
+        self._charged = len(self.messages)
 
     # -------------------------------------------------------------- loop
 
@@ -554,6 +603,8 @@ class Session:
         while True:
             if self.cancel.is_set():
                 return Outcome("cancelled")
+            if self._write_stop is not None:
+                return Outcome("error", reason=self._write_stop, exit_code=BUDGET_EXIT)
             self._take_inbox()
             if self.meta["turns"] >= self.meta.get("turn_limit", self.max_turns):
                 return self.on_turn_limit(self)
@@ -591,6 +642,8 @@ class Session:
             # Before the tools run: after a crash their calls are answered "interrupted"
             # instead of being asked for (and run) a second time.
             self.checkpoint()
+            if self._write_stop is not None and reply.tool_calls:
+                return self._budget_stop(reply, self._write_stop)
             if not reply.tool_calls:
                 if self._interrupted.is_set():
                     continue  # the human's message came while it answered: the turn goes on
@@ -614,10 +667,11 @@ class Session:
             if deferred is not None:
                 return Outcome("waiting", deferred=deferred)
 
-    def _budget_stop(self, reply: Reply) -> Outcome:
-        """The model call just made reached a budget: its tool calls are not run, the
-        transcript is kept, the run ends (reason ``budget: ...``, exit ``BUDGET_EXIT``)."""
-        reason = self._over_budget or "budget"
+    def _budget_stop(self, reply: Reply, reason: str | None = None) -> Outcome:
+        """The model call just made reached a budget (spend, or the write budget's
+        ``reason``): its tool calls are not run, the transcript is kept, the run ends (reason
+        ``budget: ...``, exit ``BUDGET_EXIT``)."""
+        reason = reason or self._over_budget or "budget"
         for tc in reply.tool_calls:
             self._answer(tc.id, f"not run: {reason}", True)
         self.ctx.log("budget_stop", {"reason": reason, "turn": self.meta["turns"]})
@@ -692,13 +746,8 @@ class Session:
 
     def _complete(self) -> Reply:
         messages = [Message.from_dict(m) for m in self.messages]
-        specs = (
-            BUILTIN_TOOLS
-            + TURN_TOOLS
-            + [ToolSpec(t.name, t.description, t.parameters) for t in self.tools.values()]
-        )
         with self.abort.guard():
-            reply = self.chain.complete(messages, specs, self.options)
+            reply = self.chain.complete(messages, offered_tools(self.tools), self.options)
         self.meta["turns"] += 1
         self._count_usage(reply.usage)
         tokens = reply.usage.input_tokens + reply.usage.output_tokens
@@ -786,8 +835,6 @@ class Session:
         except (LlamaherdError, OSError, KeyError, TypeError, ValueError) as exc:
             text, is_error = f"error: {type(exc).__name__}: {exc}", True
         text = self.ctx.redact_for_model(truncate(text))
-        if not self.ctx.within_budget(len(text), records=0) and len(text) > OUTPUT_OVER_BUDGET:
-            text = f"{truncate(text, OUTPUT_OVER_BUDGET)}\n[{OUTPUT_CUT}]"
         if is_error:
             self._count_auth_failure(tc.name, text)
         self.messages.append(Message("tool", text, tool_call_id=tc.id, is_error=is_error).to_dict())
@@ -895,6 +942,11 @@ TURN_HANDLERS: dict[str, Callable[[Session, dict[str, Any]], Any]] = {
     "say": Session.say,
     "ask": Session.ask,
 }
+
+
+def skill_tools(registry: Any) -> dict[str, Any]:
+    """The language skills' tools by name, but those the session answers itself."""
+    return {name: tool for name, tool in registry.tools().items() if name not in BUILTIN_HANDLERS}
 
 
 def interruption(message: str) -> str:
@@ -1005,6 +1057,30 @@ def _short(value: Any) -> Any:
         text = json.dumps(value, default=str)
         return value if len(text) <= 2000 else truncate(text, 2000)
     return value
+
+
+def cut_message(message: dict[str, Any], keep: int) -> dict[str, Any]:
+    """``message`` as the transcript keeps it past the run's write budget: its text and each
+    tool call's arguments cut to ``keep`` characters with a marker, its provider data dropped
+    (each provider rebuilds a turn without it)."""
+    marker = OUTPUT_CUT if message.get("role") == "tool" else TRANSCRIPT_CUT
+    cut = {key: value for key, value in message.items() if key != "provider_data"}
+    cut["content"] = _cut(str(message.get("content") or ""), keep, marker)
+    if message.get("tool_calls"):
+        cut["tool_calls"] = [
+            {**call, "arguments": _cut_arguments(call.get("arguments") or {}, keep)}
+            for call in message["tool_calls"]
+        ]
+    return cut
+
+
+def _cut(text: str, keep: int, marker: str) -> str:
+    return text if len(text) <= keep else f"{truncate(text, keep)}\n[{marker}]"
+
+
+def _cut_arguments(arguments: dict[str, Any], keep: int) -> dict[str, Any]:
+    text = json.dumps(arguments, default=str)
+    return arguments if len(text) <= keep else {ARGUMENTS_CUT: _cut(text, keep, TRANSCRIPT_CUT)}
 
 
 def _turn_limit_error(session: Session) -> Outcome:

@@ -193,23 +193,16 @@ def source_config(fetched: Fetched, skill: Skill) -> dict[str, Any]:
         return {}  # their project's problem: we only read definitions from it
 
 
-def risky_settings(config: dict[str, Any]) -> list[str]:
-    """What an added agent's config.toml sets that gives it power over the host or secrets:
-    the OS user it runs as, commands run for it, the credentials it is handed."""
-    found = []
-    runtime = config.get("runtime")
-    if isinstance(runtime, dict) and runtime.get("run_as"):
-        found.append(f"runtime.run_as = {runtime['run_as']!r} (the OS user its commands run as)")
-    hooks = config.get("hooks")
-    if isinstance(hooks, dict):
-        found += [
-            f"hooks.{phase} = {commands!r} (commands run before/after the model)"
-            for phase, commands in hooks.items()
-            if commands
-        ]
-    if config.get("credentials"):
-        found.append(f"credentials = {config['credentials']!r} (secrets handed to the agent)")
-    return found
+def skill_config(skill_dir: Path) -> dict[str, Any]:
+    """The agent config a skill folder carries: its ``config.toml`` with its ``SKILL.md``
+    frontmatter's runtime keys merged under it (as the project will load it). ConfigError
+    when either cannot be read."""
+    from llamaherd import compat
+
+    own = skill_dir / "config.toml"
+    meta, _ = parse_skill(skill_dir / "SKILL.md")
+    config, _, _ = compat.merge_frontmatter(meta, read_toml(own) if own.exists() else {})
+    return config
 
 
 # --------------------------------------------------------------------------- fitting names

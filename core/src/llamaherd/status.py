@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from llamaherd.errors import LlamaherdError
 
 if TYPE_CHECKING:
-    from llamaherd.types import TriggerInfo
+    from llamaherd.types import Hold, TriggerInfo
 
 log = logging.getLogger("llamaherd.status")
 
@@ -111,19 +111,30 @@ def runtime_status(registry: Any, agent: Any, store: Any) -> list[str]:
         return [f"(runtime {runtime.name} could not tell: {type(exc).__name__}: {exc})"]
 
 
-def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:
-    """Why an admission check (``register_admission_checks``) holds ``agent``'s queued runs
-    now: its reason, then the check's name unless it is core's budget; None when none does.
-    A check that raises holds nothing (logged)."""
+def hold_of(registry: Any, agent: Any, store: Any, now: float) -> Hold | None:
+    """Whether an admission check (``register_admission_checks``) holds ``agent``'s queued runs
+    now: its ``Hold``, the reason naming the check unless it is core's budget; None when none
+    does. A check that raises holds nothing (logged)."""
+    from llamaherd.types import Hold
+
     for check in getattr(registry, "admission_checks", {}).values():
         try:
-            reason = check.hold(agent, store, now)
+            found = check.hold(agent, store, now)
         except Exception as exc:  # a plugin's failure must not stop the dispatcher
             log.warning("admission check %s failed: %s: %s", check.name, type(exc).__name__, exc)
             continue
-        if reason:
-            return reason if check.name == "budget" else f"{reason} ({check.name})"
+        hold = found if isinstance(found, Hold) else Hold(found) if found else None
+        if hold is not None and hold.reason:
+            if check.name == "budget":
+                return hold
+            return Hold(f"{hold.reason} ({check.name})", hold.until)
     return None
+
+
+def held_by(registry: Any, agent: Any, store: Any, now: float) -> str | None:
+    """Why an admission check holds ``agent``'s queued runs now (``hold_of``), or None."""
+    hold = hold_of(registry, agent, store, now)
+    return None if hold is None else hold.reason
 
 
 def flow_fields(agent: Any, store: Any, registry: Any) -> dict[str, Any]:
@@ -177,9 +188,14 @@ def ago(then: float | None, now: float | None = None) -> str:
 
 
 def until(when: float | None, now: float | None = None) -> str:
+    """ "in 3s" (whole seconds, rounded up: "in 0s" never shows while something is still to
+    come), or "now" once ``when`` has come."""
     if when is None:
         return "-"
-    seconds = max(0, int(when - (time.time() if now is None else now)))
+    left = when - (time.time() if now is None else now)
+    if left <= 0:
+        return "now"
+    seconds = max(1, math.ceil(left - 1e-6))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"in {seconds // size}{unit}"
@@ -208,7 +224,9 @@ def config_digest(root: Path) -> str:
             data = read_project_file(path)
         except ConfigError as exc:  # no project config.toml, one removed meanwhile, a FIFO...
             data = f"\0{exc.message}".encode()  # ...still a change when it comes or goes
-        digest.update(f"{path.relative_to(root)}\0{len(data)}\0".encode())
+        # The name as bytes: a folder name that is not UTF-8 is refused by the loader, and
+        # must not end the look that notices it.
+        digest.update(os.fsencode(path.relative_to(root)) + b"\0%d\0" % len(data))
         digest.update(data)
     _DIGESTS[root] = (signature, digest.hexdigest()[:16])
     return _DIGESTS[root][1]

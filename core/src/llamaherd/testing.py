@@ -35,7 +35,9 @@ And ``fuzz_webhook_source(server, name, ...)``, property tests of one webhook so
 signature checks (needs hypothesis); ``fake_distribution(site, ...)``, a throwaway installed
 distribution with one entry point, and ``source_distribution(site, path)``, a distribution of
 this checkout as if installed (both for ``al`` subprocesses, with nothing installed);
-``wait_until(predicate, ...)``, bounded polling; ``chat_reply(text, tool_calls)`` (also a fixture), an OpenAI Chat Completions body;
+``wait_until(predicate, ...)``, bounded polling; ``thread_switches(pid)`` and ``settled(pid)``,
+whether a process woke (its threads' context switches); ``chat_reply(text, tool_calls)`` (also
+a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
 
@@ -138,6 +140,33 @@ def wait_until(
             return value
         time.sleep(interval)
     raise AssertionError(f"{what} not met within {timeout:g} s")
+
+
+def thread_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of process ``pid`` so far: each time one of
+    them blocked again after waking (Linux /proc). Unchanged over a while: nothing woke."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    return total
+
+
+def settled(pid: int, quiet: float = 1.0, within: float = 15.0) -> bool:
+    """Wait until no thread of process ``pid`` has woken for ``quiet`` seconds (its start-up is
+    over), ``within`` seconds at most; whether it settled."""
+    deadline = time.monotonic() + within
+    before = thread_switches(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = thread_switches(pid)
+        if now == before:
+            return True
+        before = now
+    return False
 
 
 def imported_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
@@ -440,9 +469,9 @@ class OfflineProject(TmpProject):
 class StartedTrigger:
     """A trigger type started on a real Engine of ``project`` exactly as a scheduler starts it
     (``trigger.start(ctx)`` with core's TriggerContext). ``fired`` records every event it
-    emitted that was not a tick claimed before, as ``(event, coalesce)``; ``clock_reads``
-    counts its ``ctx.clock()`` calls (see :meth:`settled`); ``stop()`` stops the trigger and
-    closes the engine."""
+    emitted that was not a tick claimed before, as ``(event, coalesce)``; :meth:`settled`
+    waits until it has handled the clock's time; ``stop()`` stops the trigger and closes the
+    engine."""
 
     def __init__(self, trigger: Any, project: TmpProject):
         from llamaherd.engine import Engine
@@ -451,14 +480,17 @@ class StartedTrigger:
         self.trigger = trigger
         self.engine = Engine(project.load())
         self.fired: list[tuple[Any, bool]] = []
-        self.clock_reads = 0
+        self._asleep_at: float | None = None  # the clock when it last went to sleep, asleep
         fired = self.fired
         started = self
 
         class Recording(TriggerHost):
-            def clock(self) -> float:
-                started.clock_reads += 1
-                return super().clock()
+            def sleep(self, wake: threading.Event, until: float | None) -> bool:
+                started._asleep_at = self.clock()
+                try:
+                    return super().sleep(wake, until)
+                finally:
+                    started._asleep_at = None
 
             def emit(self, event: Any, *, coalesce: bool = False) -> Any:
                 result = super().emit(event, coalesce=coalesce)
@@ -476,13 +508,17 @@ class StartedTrigger:
         self.ctx = Recording(self.engine, trigger)
         trigger.start(self.ctx)
 
-    def settled(self, passes: int = 2, timeout: float = 30) -> None:
-        """Wait until the trigger has read the clock ``passes`` more times: for a trigger that
-        reads it once per pass, a whole pass then ran after this call, so whatever the clock
-        (or the world) now makes due has been emitted; to assert that nothing was, without
-        sleeping."""
-        target = self.clock_reads + passes
-        wait_until(lambda: self.clock_reads >= target, timeout, 0.01, what="a trigger pass")
+    def settled(self, timeout: float = 30) -> None:
+        """Wait until the trigger sleeps, having looked at the fake clock's time (a sleep ends
+        when such a clock is set): whatever that time makes due has been emitted; to assert
+        that nothing was, without sleeping."""
+        from llamaherd.clock import clock
+
+        def asleep() -> bool:
+            at = self._asleep_at
+            return at is not None and at >= clock()
+
+        wait_until(asleep, timeout, 0.01, what="the trigger asleep at the clock's time")
 
     def stop(self) -> None:
         self.trigger.stop()
@@ -531,7 +567,11 @@ class SchedulerProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **getattr(project, "env", {}), **(env or {})},
             )
-        info = self._wait_for_info(project.root / ".al" / "scheduler.json")
+        try:
+            info = self._wait_for_info(project.root / ".al" / "scheduler.json")
+        except BaseException:  # not up in time (a loaded machine): it must not outlive the test
+            self.kill9()
+            raise
         self.url = info["url"]
         self.token = (project.root / ".al" / "control-token").read_text().strip()
         self.http = requests.Session()

@@ -116,6 +116,41 @@ class ManualTrigger(_Passive):
             return text
         return text + "\n\n" + block("manual-payload", payload_json(payload))
 
+    def case_event(self, agent: Agent, spec: dict[str, Any]) -> TriggerEvent:
+        """A test case's manual run: ``prompt`` is the task (``al run AGENT PROMPT``),
+        ``payload`` the rest of what ``--payload`` gives."""
+        payload = dict(spec.get("payload") or {})
+        if "prompt" in spec:
+            payload["prompt"] = spec["prompt"]
+        return TriggerEvent(agent.name, "manual", payload, source=spec.get("source"))
+
+    def case_trigger(self, trigger: dict[str, Any]) -> dict[str, Any]:
+        """A stored manual run's ``[trigger]`` table (a run with its own trigger block, as
+        ``al chat`` gives, keeps it verbatim)."""
+        payload = dict(trigger.get("payload") or {})
+        if trigger.get("prompt"):
+            return verbatim(trigger)
+        spec: dict[str, Any] = {"kind": "manual"}
+        if isinstance(payload.get("prompt"), str):
+            spec["prompt"] = payload.pop("prompt")
+        if payload:
+            spec["payload"] = payload
+        if trigger.get("source"):
+            spec["source"] = trigger["source"]
+        return spec
+
+
+def verbatim(trigger: dict[str, Any]) -> dict[str, Any]:
+    """The ``[trigger]`` table of a test case that gives a stored trigger back as it is (its
+    payload and its own trigger block): for a trigger type that cannot build it again."""
+    spec: dict[str, Any] = {"kind": trigger.get("kind") or "manual"}
+    if trigger.get("source"):
+        spec["source"] = trigger["source"]
+    spec["event_payload"] = trigger.get("payload") or {}
+    if trigger.get("prompt"):
+        spec["prompt_block"] = trigger["prompt"]
+    return spec
+
 
 def subagent_block(caller_agent: str, caller_run: str, context: str, call_id: Any = None) -> str:
     """``<skill-subagent>``: who called this agent and with what context."""
@@ -142,6 +177,27 @@ class AgentTrigger(_Passive):
     def preview(self, agent: Agent, payload: dict[str, Any]) -> TriggerEvent:
         placeholders = {"caller_agent": "(caller)", "caller_run": "(caller run)", "context": ""}
         return TriggerEvent(agent.name, "agent", {**placeholders, **payload}, source="preview")
+
+    def case_event(self, agent: Agent, spec: dict[str, Any]) -> TriggerEvent:
+        """A test case's call from another agent: ``caller``, ``caller_run``, ``call_id``,
+        ``context``, ``depth`` (no call record: the return value goes nowhere)."""
+        payload = {
+            "call_id": spec.get("call_id", 1),
+            "caller_agent": spec.get("caller", "caller"),
+            "caller_run": spec.get("caller_run", "caller-run"),
+            "context": spec.get("context", ""),
+            "depth": spec.get("depth", 1),
+        }
+        return TriggerEvent(agent.name, "agent", payload, source=payload["caller_agent"])
+
+    def case_trigger(self, trigger: dict[str, Any]) -> dict[str, Any]:
+        payload = trigger.get("payload") or {}
+        names = {"caller": "caller_agent", "caller_run": "caller_run", "call_id": "call_id"}
+        names.update(context="context", depth="depth")
+        spec = {
+            key: payload[field] for key, field in names.items() if payload.get(field) is not None
+        }
+        return {"kind": "agent", **spec}
 
     def matches(self, wait_filter: dict[str, Any], event: TriggerEvent) -> bool:
         """``from``/``caller`` (caller agent), ``caller_run``, ``call_id``, ``context``

@@ -11,6 +11,7 @@ Plugins import these (and everything else they use) from ``llamaherd.api``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +250,13 @@ class TriggerContext(Protocol):
         """The latest tick claimed for ``key`` by this trigger type (where catch-up resumes)."""
         ...
 
+    def sleep(self, wake: threading.Event, until: float | None) -> bool:
+        """Sleep until ``wake`` is set or ``clock()`` reads ``until`` (None: until woken);
+        whether ``wake`` ended it. Use it, not ``wake.wait(seconds)``: a fake clock in tests
+        moves time without changing when a trigger wakes (the sleep also ends when such a
+        clock is set, as after a real clock's step)."""
+        ...
+
 
 @runtime_checkable
 class TriggerType(Protocol):
@@ -262,7 +270,9 @@ class TriggerType(Protocol):
     queued), ``prompt_block(trigger)``, ``preview(agent, payload)``, ``validate(agent)``,
     ``matches(wait_filter, event)``, ``next_fire(agent, now)``, ``bind(registry)``,
     ``reconfigure(ctx)`` (a live reload changed the config of its agents: ``ctx.agents`` is
-    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again). How an
+    the new set; without it the scheduler calls ``stop()`` then ``start(ctx)`` again),
+    ``case_event(agent, spec)`` and ``case_trigger(trigger)`` (a test case's ``[trigger]`` as an
+    event, a stored run's trigger as a ``[trigger]``: ``al test``, ``al record``). How an
     agent's triggers read in ``al stat`` and the dashboard is the ``describe_triggers`` hook's."""
 
     name: str
@@ -659,9 +669,87 @@ class AdmissionCheck(Protocol):
     name: str
     description: str
 
-    def hold(self, agent: Agent, store: Any, now: float) -> str | None:
+    def hold(self, agent: Agent, store: Any, now: float) -> Hold | str | None:
         """Why ``agent`` starts nothing now (shown by ``al stat``), or None. ``store`` is the
-        project's store, ``now`` the store's clock (epoch seconds)."""
+        project's store, ``now`` the store's clock (epoch seconds). A ``Hold`` with ``until``
+        has the scheduler ask again at that moment; a plain reason (or ``until`` None) is asked
+        again when something changes (a trigger, a run's end, a reload) and every few real
+        seconds (``llamaherd.engine.HOLD_RECHECK``) while queued runs wait."""
+        ...
+
+
+@dataclass(frozen=True)
+class Hold:
+    """An admission check's answer: why an agent's queued runs wait, and until when they may
+    (epoch seconds of the store's clock: a budget period's end, a host's retry window), when
+    that is known."""
+
+    reason: str
+    until: float | None = None
+
+
+@dataclass
+class Unmet:
+    """One expectation of a test case a run did not meet (``Expectation.check``): ``message``
+    is one line saying what was expected and what happened; ``details`` are the run's relevant
+    lines (the commands it ran, the closest candidate with what differs); ``item`` is the index
+    of the entry that failed in a list-valued expectation (``expect.commands[2]``)."""
+
+    message: str
+    details: list[str] = field(default_factory=list)
+    item: int | None = None
+
+
+@dataclass
+class CaseRun:
+    """What a test case's run did, as its expectations see it (``Expectation.check``).
+
+    ``tool_calls`` are ``{"turn", "name", "arguments", "result", "is_error"}`` in order (the
+    arguments and results as stored: credential values masked); ``commands`` are the hook
+    commands and the model's bash calls in order, ``{"phase": "pre" | "post" | "bash",
+    "command", "exit_code", "output"}``; ``files`` maps each path the case asks about to its
+    bytes at the end of the run (None: absent); ``transitions`` the run's states in order;
+    ``waits`` its ``wait_for_trigger`` calls ``{"filter", "timeout"}``; ``calls`` the agents it
+    called ``{"agent", "context", "answered"}``; ``events`` every run event (``al logs RUN
+    --json``)."""
+
+    run_id: str
+    agent: str
+    state: str
+    exit_code: int | None
+    reason: str | None = None
+    return_value: Any = None
+    status: str | None = None
+    text: str = ""  # the model's last text
+    texts: list[str] = field(default_factory=list)  # every text the model wrote, in order
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, bytes | None] = field(default_factory=dict)
+    transitions: list[str] = field(default_factory=list)
+    waits: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_turns: int = 0  # turns whose price was unknown (not in cost_usd)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+@runtime_checkable
+class Expectation(Protocol):
+    """A kind of expectation of an agent test case (``register_expectations``): the key
+    ``name`` of a case's ``[expect]`` table (``commands``, ``return``, ``max_turns``...).
+    ``schema`` is the JSON Schema of its value there; ``check(expected, run)`` returns what the
+    run did not meet, an empty list when it met it. Core's own expectations register through
+    the same hook (``llamaherd.agent_tests.expectations``)."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+
+    def check(self, expected: Any, run: CaseRun) -> list[Unmet]:
+        """The unmet parts of ``expected`` (the case's value, valid against ``schema``)."""
         ...
 
 
@@ -704,6 +792,14 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         # removed, their keys of its schema edited); ctx.agents is the new set. Without it the
         # scheduler calls stop() then start(ctx) again.
         "reconfigure": METHOD,
+        # (agent, spec) -> TriggerEvent: the event a test case's [trigger] table (or one of its
+        # [[events]]) stands for (``spec``: the table, its payload file read); without it the
+        # case's payload and prompt are the event's as written (``llamaherd.agent_tests``).
+        "case_event": METHOD,
+        # (trigger) -> dict: the [trigger] table that stands for a stored run's trigger, for
+        # `al record` (kind, payload, prompt, source, ...: the run's); its ``case_event``
+        # must give that run's event back.
+        "case_trigger": METHOD,
     },
     WebhookSource: {
         "filters": dict,  # filter key -> WebhookFilter: its keys in [[webhooks]] and waits

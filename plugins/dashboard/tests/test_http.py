@@ -311,3 +311,45 @@ def test_the_deliveries_page_shows_the_event_a_generic_body_names(local: Any) ->
     assert "<td>push</td>" in row
     shown = local.sched.project.al("webhooks", "ls", "--limit", "50", check=True).stdout
     assert [line.split()[3] for line in shown.splitlines() if delivery in line] == ["push"]
+
+
+# ---------------------------------------------------------------------- test and replay
+def test_a_finished_run_is_saved_as_a_test_and_replayed(local: Any) -> None:
+    run_id = local.queue_run("slow")
+    local.wait_for(lambda: local.state(run_id) == "done")
+    with browser(local) as client:
+        html = client.get(f"/runs/{run_id}").text
+        assert "Save as test" in html and ">Replay</button>" in html
+    post = lambda path, body: httpx.post(  # noqa: E731
+        f"{local.url}{path}", json=body, headers=local.bearer, timeout=30
+    )
+
+    saved = post(f"/api/runs/{run_id}/record", {"name": "from-dashboard"})
+    assert saved.status_code == 201, saved.text
+    written = saved.json()["written"]
+    assert written[0] == "agents/slow/tests/from-dashboard.toml"
+    root = local.sched.project.root
+    assert all((root / path).is_file() for path in written)
+    again = post(f"/api/runs/{run_id}/record", {"name": "from-dashboard"})
+    assert again.status_code == 409 and "exist(s) already" in again.json()["error"]
+
+    started = post(f"/api/runs/{run_id}/replay", {"from_turn": "2"})
+    assert started.status_code == 202, started.text
+    token = started.json()["replay"]
+    answer = local.wait_for(
+        lambda: (r := local.get(f"/api/replays/{token}").json())["state"] != "running" and r, 90
+    )
+    assert answer["state"] == "done", answer
+    rows = {row["what"]: row for row in answer["result"]["rows"]}
+    assert rows["return value"]["replay"] == '{"lines": 6}' and not rows["return value"]["differs"]
+    assert any("turns 1-2 from the recording" in n for n in answer["result"]["notes"])
+    with browser(local) as client:
+        page = client.get(f"/runs/{run_id}/replays/{token}").text
+        assert "rows differ" in page and "return value" in page
+        assert client.get(f"/runs/{run_id}/replays/{'0' * 16}").status_code == 404
+    bad = post(f"/api/runs/{run_id}/replay", {"from_turn": "-1"})
+    assert bad.status_code == 400 and "expected a turn number" in bad.json()["error"]
+    # Nothing of the replay is in the project's store: the run's agent has its one run.
+    assert [
+        r["id"] for r in local.runs("slow") if r["id"] == answer["result"]["replay"]["id"]
+    ] == []

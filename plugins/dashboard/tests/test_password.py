@@ -4,6 +4,9 @@ a session server-side (a copy of its cookies proves nothing afterwards)."""
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
+import contextlib
 import hashlib
 import os
 import stat
@@ -86,21 +89,57 @@ def test_a_verifier_others_could_read_refuses_the_start_until_replaced(tmp_path:
         sched.stop()
 
 
+def _wait(throttle: SignInThrottle, address: str) -> int:
+    """Seconds ``address`` must wait; a try that may go on is counted wrong."""
+    with throttle.attempt(address) as attempt:
+        if not attempt.wait:
+            attempt.failed()
+        return attempt.wait
+
+
 def test_throttle_allows_again_after_the_window():
     now = [0.0]
     throttle = SignInThrottle(clock=lambda: now[0])
     for _ in range(password.MAX_FAILURES):
-        assert throttle.retry_after("10.0.0.1") == 0
-        throttle.failed("10.0.0.1")
-    assert throttle.retry_after("10.0.0.1") == int(password.WINDOW) + 1
-    assert throttle.retry_after("10.0.0.2") == 0, "per client"
+        assert _wait(throttle, "10.0.0.1") == 0
+    assert _wait(throttle, "10.0.0.1") == int(password.WINDOW) + 1
+    assert _wait(throttle, "10.0.0.2") == 0, "per client"
     now[0] = 30.0
-    assert 0 < throttle.retry_after("10.0.0.1") <= 31
+    assert 0 < _wait(throttle, "10.0.0.1") <= 31
     now[0] = password.WINDOW + 0.5
-    assert throttle.retry_after("10.0.0.1") == 0
-    throttle.failed("10.0.0.1")
-    throttle.succeeded("10.0.0.1")
-    assert throttle.retry_after("10.0.0.1") == 0
+    with throttle.attempt("10.0.0.1") as attempt:
+        assert attempt.wait == 0
+        attempt.failed()
+    with throttle.attempt("10.0.0.1") as attempt:
+        attempt.succeeded()
+    assert _wait(throttle, "10.0.0.1") == 0
+
+
+def test_loopback_is_one_client_and_an_ipv6_host_its_64():
+    assert {password.client_key(a) for a in ("127.0.0.1", "127.9.9.9", "::1")} == {"loopback"}
+    assert password.client_key("::ffff:127.0.0.2") == "loopback"
+    assert password.client_key("2001:db8::1") == password.client_key("2001:db8::ffff:2")
+    assert password.client_key("2001:db8::1") != password.client_key("2001:db8:0:1::1")
+    assert password.client_key("10.0.0.1") != password.client_key("10.0.0.2")
+    throttle = SignInThrottle(clock=lambda: 0.0)
+    for n in range(password.MAX_FAILURES):
+        assert _wait(throttle, f"127.0.{n}.1") == 0
+    assert _wait(throttle, "127.200.0.9") > 0 and _wait(throttle, "::1") > 0
+
+
+def test_tries_being_checked_count_and_all_clients_have_a_limit_together():
+    now = [0.0]
+    throttle = SignInThrottle(clock=lambda: now[0])
+    with contextlib.ExitStack() as checking:  # five tries of one client, none answered yet
+        for _ in range(password.MAX_FAILURES):
+            assert checking.enter_context(throttle.attempt("10.0.0.1")).wait == 0
+        assert throttle.attempt("10.0.0.1").__enter__().wait > 0
+    # Many clients, each under its own limit: all of them together reach theirs.
+    for n in range(password.MAX_FAILURES_ALL):
+        assert _wait(throttle, f"10.1.{n}.1") == 0, n
+    assert _wait(throttle, "10.2.0.1") == int(password.WINDOW) + 1, "anyone waits now"
+    now[0] = password.WINDOW + 0.5
+    assert _wait(throttle, "10.2.0.1") == 0
 
 
 @pytest.fixture
@@ -127,6 +166,61 @@ def test_guessing_is_answered_429_and_logged_without_the_guess(own: Dashboard):
     log = own.sched.read_log()
     assert log.count("dashboard: wrong sign-in from 127.0.0.1") == password.MAX_FAILURES
     assert "guess-" not in log and PASSWORD not in log
+
+
+def test_concurrent_guesses_get_no_more_tries_than_sequential_ones(own: Dashboard):
+    """50 wrong passwords at once: those past the limit are refused (429) before any check,
+    as if they had come one after another; the right password is refused while it lasts."""
+    with browser(own, signed_in=False) as client:
+        csrf = page_csrf(client, "/login")
+        cookies = dict(client.cookies)
+
+    def guess(n: int) -> int:
+        with httpx.Client(base_url=own.url, timeout=30, cookies=cookies) as one:
+            return one.post("/login", data={"csrf": csrf, "token": f"guess-{n}"}).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(50) as pool:
+        codes = collections.Counter(pool.map(guess, range(50)))
+    assert codes[401] <= password.MAX_FAILURES and codes[429] >= 50 - password.MAX_FAILURES
+    assert set(codes) <= {401, 429}, codes
+    with httpx.Client(base_url=own.url, timeout=30, cookies=cookies) as one:
+        right = one.post("/login", data={"csrf": csrf, "token": PASSWORD})
+    assert right.status_code == 429 and int(right.headers["retry-after"]) > 0
+
+
+@pytest.fixture
+def bound(tmp_path: Path) -> Iterator[Dashboard]:
+    """A dashboard of its own on 127.0.0.2, which clients from any loopback address may use."""
+    dash = Dashboard(make_project(tmp_path / "proj", bind="127.0.0.2"))
+    yield dash
+    dash.stop()
+
+
+def test_guesses_from_ever_new_loopback_addresses_are_one_client(bound: Dashboard):
+    """200 wrong passwords, each from another address of 127/8 (8 at a time): 429 after the
+    limit, and the right password from 127.9.9.9 is refused while it lasts."""
+
+    with browser(bound, signed_in=False) as client:
+        csrf = page_csrf(client, "/login")
+        cookies = dict(client.cookies)
+
+    def post(source: str, token: str) -> httpx.Response:
+        transport = httpx.HTTPTransport(local_address=source)
+        with httpx.Client(
+            base_url=bound.url, timeout=10, transport=transport, cookies=cookies
+        ) as one:
+            return one.post("/login", data={"csrf": csrf, "token": token})
+
+    def guess(n: int) -> int:
+        return post(f"127.1.{n // 250}.{n % 250 + 1}", f"guess-{n}").status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = collections.Counter(pool.map(guess, range(200)))
+    assert codes == {401: password.MAX_FAILURES, 429: 200 - password.MAX_FAILURES}, codes
+    right = post("127.9.9.9", PASSWORD)
+    assert right.status_code == 429, right.text
+    log = bound.sched.read_log()
+    assert log.count("dashboard: wrong sign-in from 127.1.") == password.MAX_FAILURES
 
 
 def test_sign_out_ends_the_session_server_side(local: Any):

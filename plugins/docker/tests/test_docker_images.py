@@ -27,6 +27,7 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
     project.write("agents/worker/notes.txt", "v1")
     project.write("agents/worker/.dockerignore", "scratch/\n")
     project.write("agents/worker/nonce", uuid.uuid4().hex)  # a build never seen before
+    project.write("agents/worker/tests/case.toml", '[trigger]\nkind = "manual"\n')
     loaded = project.load()
     lines: list[str] = []
     tag = runtime.prepare(loaded.agent("worker"), loaded, lines.append)
@@ -35,6 +36,9 @@ def test_agent_dockerfile_builds_on_the_base_image_and_is_cached(
 
     lines.clear()
     project.write("agents/worker/scratch/tmp.txt", "ignored by .dockerignore")
+    # The agent's test cases (al test), their cassettes and payloads are no part of its image.
+    project.write("agents/worker/tests/case.toml", '[trigger]\nkind = "scheduled"\n')
+    project.write("agents/worker/tests/case.cassette.json", "{}")
     assert runtime.prepare(loaded.agent("worker"), loaded, lines.append) == tag
     assert lines == []  # unchanged context: no rebuild
 

@@ -131,3 +131,22 @@ def test_an_unreachable_engine_host_is_one_line(tmp_project, runtime, engine_use
     [problem] = runtime.validate(project.agent("worker"), project)
     assert problem.startswith("warning: Docker engine ssh://nobody@127.0.0.1:1 not reachable: ")
     assert "Connection refused" in problem and "\n" not in problem
+
+
+def test_checks_never_run_the_ssh_options_of_a_remote_engine(tmp_project, al, tmp_path) -> None:
+    """`al validate` and `al doctor` connected to an agent's remote engine to see it answer,
+    running its ProxyCommand on this machine; they now say why they did not connect."""
+    marker = tmp_path / "ran"
+    table = {
+        "type": "container",
+        "host": "ssh://agent@127.0.0.1:1",
+        "ssh_options": {"ProxyCommand": f"sh -c 'touch {marker}'"},
+    }
+    tmp_project.add_agent("worker", tomli_w.dumps({"runtime": table}))
+    checked = al("validate", cwd=tmp_project.root)
+    assert "ssh_options.ProxyCommand runs a command on this machine" in checked.stdout
+    assert "Docker engine ssh://agent@127.0.0.1:1: not connected" in checked.stdout
+    doctor = al("doctor", cwd=tmp_project.root, timeout=120)
+    [line] = [line for line in doctor.stdout.splitlines() if line.split()[1:2] == ["docker"]]
+    assert line.startswith("warning") and "not connected: ssh_options ProxyCommand" in line
+    assert not marker.exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 import pytest
+import tomli_w
 from click.testing import CliRunner
 from llamaherd_host_user.setup import setup_host_user
 
@@ -105,6 +106,28 @@ def test_groups_are_added(start, agent_user, other_user):
     sandbox = start(groups=[other_user])
     groups = sandbox.exec("id -Gn").output.split()
     assert other_user in groups and agent_user in groups
+
+
+def test_validate_warns_about_groups_as_good_as_root(tmp_project, al, agent_user, other_user):
+    """A sandbox given `groups = ["docker", "0", "disk", "shadow"]` read /etc/shadow and was
+    answered by /var/run/docker.sock: `al validate` says so, by name and by gid."""
+    import grp
+
+    shadow_gid = str(grp.getgrnam("shadow").gr_gid)
+    groups = ["docker", "0", "disk", shadow_gid, other_user]
+    tmp_project.config('[models.m]\nprovider = "scripted"\nmodel = "m"\n')
+    runtime = {"type": "host-user", "run_as": agent_user, "groups": groups}
+    tmp_project.add_agent("worker", tomli_w.dumps({"models": ["m"], "runtime": runtime}))
+    result = al("validate", cwd=tmp_project.root)
+    assert result.returncode == 0, result.stdout
+    warned = [line for line in result.stdout.splitlines() if "runtime: groups:" in line]
+    assert [line.split("groups: ")[1].split(":")[0] for line in warned] == [
+        "docker",
+        "0 (root)",
+        "disk",
+        f"{shadow_gid} (shadow)",
+    ]
+    assert "reads the password hashes" in warned[3] and "can take this host" in warned[3]
 
 
 def test_without_root_as_yourself(user_dir, agent_users, agent_user, other_user):

@@ -198,3 +198,31 @@ def test_tool_calls_are_real_tool_call_objects(tmp_path):
     reply = provider().complete([], TOOLS, MODEL, options(tmp_path))
     assert reply.tool_calls == [ToolCall("call_1_1", "bash", {"command": "ls"})]
     assert reply.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("what", ["a directory", "a FIFO", "a dangling link"])
+def test_a_script_that_is_not_a_regular_file_is_refused(tmp_path, what):
+    import os
+
+    script = tmp_path / "script.toml"
+    if what == "a directory":
+        script.mkdir()
+    elif what == "a FIFO":
+        os.mkfifo(script)
+    else:
+        script.symlink_to(tmp_path / "gone.toml")
+    with pytest.raises(ConfigError) as err:  # never "no script": the default behaviour
+        provider().complete([], TOOLS, MODEL, options(tmp_path))
+    assert err.value.file == str(script)
+    expected = "No such file" if what == "a dangling link" else f"not a regular file ({what})"
+    assert expected in err.value.message
+
+
+def test_al_run_of_an_agent_whose_script_is_a_directory_fails_naming_it(offline_project):
+    offline_project.add_scripted_agent("worker")
+    (offline_project.root / "agents/worker/script.toml").mkdir()
+    result = offline_project.al("run", "worker")
+    assert result.returncode != 0, result.stdout
+    shown = result.stdout + result.stderr
+    assert "agents/worker/script.toml" in shown and "not a regular file (a directory)" in shown
+    assert "Traceback" not in shown

@@ -90,3 +90,41 @@ def test_doctor_checks_each_host(tmp_project, al, sshd, ssh_user) -> None:
     nologin = found[f"{shut.name}@{label} agents/worker"]
     assert nologin.startswith("error") and "This account is currently not available" in nologin
     assert result.returncode == 1
+
+
+def test_command_running_ssh_options_are_warned_about_and_never_run_by_checks(
+    tmp_project, al, tmp_path
+) -> None:
+    """`al doctor` ran an agent's ProxyCommand on the scheduler's machine (as root); a check
+    of the configuration now connects to nothing whose options run a command here."""
+    marker = tmp_path / "ran"
+    options = {
+        "ProxyCommand": f"sh -c 'touch {marker}'",
+        "PermitLocalCommand": "yes",
+        "LocalCommand": f"touch {marker}",
+        "KnownHostsCommand": f"/bin/sh -c 'touch {marker}'",
+    }
+    write_agent(
+        tmp_project, {"type": "ssh", "host": "127.0.0.1", "port": 1, "ssh_options": options}
+    )
+    checked = al("validate", cwd=tmp_project.root)
+    assert checked.returncode == 0, checked.stdout
+    for name in ("ProxyCommand", "PermitLocalCommand", "LocalCommand", "KnownHostsCommand"):
+        assert f"ssh_options.{name} runs a command on this machine" in checked.stdout
+    doctor = al("doctor", cwd=tmp_project.root, timeout=120)
+    [line] = [line for line in doctor.stdout.splitlines() if line.split()[1:2] == ["ssh"]]
+    assert line.startswith("warning") and "not connected: ssh_options ProxyCommand" in line
+    assert not marker.exists()
+
+
+def test_ssh_config_blocks_are_refused_as_options(tmp_project, al) -> None:
+    write_agent(
+        tmp_project,
+        {"type": "ssh", "host": "h", "ssh_options": {"Match": 'exec "touch /tmp/x"'}},
+    )
+    result = al("validate", cwd=tmp_project.root)
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == [
+        "agents/worker/config.toml: runtime.ssh_options.Match: a block of an ssh_config file, "
+        "not an option (ssh refuses it with -o); put it in ~/.ssh/config"
+    ]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import threading
 
-from llamaherd_ssh.pool import TABLES, Pool, PoolAdmission
+import pytest
+from llamaherd_ssh.pool import RETRY_DOWN_AFTER, TABLES, Pool, PoolAdmission
 from llamaherd_ssh.settings import Host
 
-from llamaherd.api import SshTarget, Store
+from llamaherd.api import Hold, SshTarget, Store
 
 
 def host(name: str, capacity: int | None = 1) -> Host:
@@ -31,9 +32,9 @@ def test_least_loaded_first_and_never_over_capacity(database_url) -> None:
         assert [h.key if h else None for h in placed] == [
             "agent@big", "agent@small", "agent@big", None,
         ]  # fmt: skip
-        assert pool.blocked([big, small]) == (
+        assert pool.blocked([big, small]) == Hold(
             "every host of its pool is full or down (agent@big 2/2, agent@small 1/1)"
-        )
+        ), "full hosts: no moment to try again (a run's end frees a slot)"
     finally:
         store.close()
 
@@ -74,9 +75,12 @@ def test_slots_of_ended_runs_are_taken_back_and_down_hosts_hold(database_url) ->
         assert pool.lease([only], running(store), "worker") == only  # and is taken back
         other = host("other", 1)
         pool.mark(other.key, "ssh agent@other: unreachable: connection refused")
-        assert pool.blocked([only, other]) == (
+        marked = store.clock()
+        blocked = pool.blocked([only, other])
+        assert blocked.reason == (
             "every host of its pool is full or down (agent@only 1/1, agent@other down)"
         )
+        assert blocked.until == pytest.approx(marked + RETRY_DOWN_AFTER, abs=1), "tried again then"
         pool.mark(other.key, None)
         assert pool.blocked([only, other]) is None
         [view] = pool.views([other])
@@ -100,7 +104,7 @@ def test_the_admission_check_speaks_only_for_pools(tmp_project, database_url) ->
             pool.mark(f"{name}", "ssh b: unreachable: no route to host")
         assert check.hold(project.agent("single"), store, 0) is None
         assert check.hold(project.agent("other"), store, 0) is None
-        assert check.hold(project.agent("pool"), store, 0) == (
+        assert check.hold(project.agent("pool"), store, 0).reason == (
             "every host of its pool is full or down (a down, b down)"
         )
     finally:

@@ -10,6 +10,7 @@ import os
 
 import pytest
 import tomli_w
+from llamaherd_ssh.settings import Settings
 
 from llamaherd.testing import OfflineProject, postgres_schema, wait_until
 
@@ -135,3 +136,28 @@ def test_two_schedulers_on_postgresql_respect_the_capacities(
         # Which scheduler placed how many is a race (one that finds every host full holds its
         # claims by the admission check and logs nothing): only the capacities are asserted.
         assert all(started.proc.poll() is None for started in schedulers)
+
+
+def test_a_run_held_while_every_host_was_down_starts_when_the_retry_window_ends(
+    tmp_path, ssh_server, ssh_user, scheduler
+) -> None:
+    """On the real clock, with nothing else to wake the scheduler: the run waits for the 30 s
+    a host that failed is passed over, then starts at once (not at a later pass)."""
+    from llamaherd_ssh.pool import Pool
+
+    host = ssh_user(ssh_server())
+    project = pool_project(tmp_path / "project", [host])
+    [target] = Settings.of(project.load().agent("worker")).hosts
+    host.server.stop()
+    queue(project, 1)
+    scheduler(project)
+    store = project.store()
+    try:
+        retry_at = wait_until(
+            lambda: Pool(store).down([target]).get(target.key), 60, what="the host found down"
+        )
+    finally:
+        store.close()
+    host.server.start()
+    [run] = project.wait_run(lambda runs: runs or None, 60)
+    assert retry_at - 0.05 <= run.created_at <= retry_at + 1.0, run.created_at - retry_at

@@ -235,3 +235,34 @@ def test_a_host_key_errors_suggested_fix_fixes_the_run(tmp_path, host, problem) 
         subprocess.run(["bash", "-c", fix], check=True, capture_output=True)
     done = project.al("run", "worker", timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+LIST_SCRIPT = """
+[[turns]]
+tool_calls = [{name = "bash", arguments = {command = 'ls "$HOME/.al-runs"'}}]
+
+[[turns]]
+text = "done"
+"""
+
+
+def test_a_host_lost_mid_run_is_cleaned_before_its_next_run(tmp_path, host, scheduler) -> None:
+    """The run's dir (and its credential) stayed on the host while the same scheduler ran new
+    runs there; it went only at the next `al start`."""
+    project = ssh_project(tmp_path / "project", host, onInterrupted="fail")
+    project.write("agents/worker/script.toml", LONG_SCRIPT)
+    running = scheduler(project)
+    project.al("run", "worker", "--no-follow", check=True)
+    wait_until(lambda: "sleep 900" in host.ps(), 30, what="run begun")
+    [lost_dir] = host.home.glob(".al-runs/*")
+    host.server.stop()  # the host is lost mid-run: the run ends, its cleanup cannot reach it
+    wait_until(lambda: "sandbox cleanup failed" in running.read_log(), 60, what="cleanup failed")
+    host.server.start()  # ... and it comes back, the lost run's dir and credential still there
+    assert (lost_dir / "credentials" / "fake_token" / "default" / "token").exists()
+    project.write("agents/worker/script.toml", LIST_SCRIPT)
+    result = project.al("run", "worker")
+    assert result.returncode == 0, result.stdout + result.stderr
+    [listing] = [e["data"]["output"] for e in events(project) if e["type"] == "tool_call"][-1:]
+    assert lost_dir.name not in listing.split()  # gone before the new run's first command
+    assert not lost_dir.exists()
+    assert "stays until the host answers again" in running.read_log()

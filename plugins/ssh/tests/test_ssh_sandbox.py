@@ -3,12 +3,14 @@ gateway forward, kills and timeouts checked with ``ps`` on the remote side, no f
 
 from __future__ import annotations
 
+import os
+import shutil
 import stat
 import time
 
 import pytest
 
-from llamaherd.api import SandboxLost, StagedFile, load_project
+from llamaherd.api import SandboxLost, SshError, StagedFile, load_project
 from llamaherd.testing import wait_until
 
 
@@ -165,3 +167,74 @@ def test_orphans_of_the_project_are_removed_at_start(host, start, runtime, tmp_p
     assert runtime.cleanup_orphans(set(), project) == 1
     wait_until(lambda: "sleep 700" not in host.ps(), 10, what="the orphan's processes gone")
     assert host.files(".al-runs") == []
+
+
+def _runs_on(host) -> list[str]:
+    """The run dirs on ``host`` (their names)."""
+    return [path.split("/")[1] for path in host.files(".al-runs") if path.count("/") == 1]
+
+
+def test_a_lost_runs_dir_goes_before_the_next_run_on_its_host(host, start, sshd) -> None:
+    """The host is lost mid-run, so the run's cleanup cannot reach it: its dir, with its copy
+    of the credential, stayed there while the same scheduler ran new runs on the host."""
+    token = StagedFile("fake_token/default/token", b"s3cret-of-the-lost-run\n", 0o400)
+    lost = start(host.runtime(), files=(token,), run_id="worker-lost")
+    lost.exec("setsid sleep 703 >/dev/null 2>&1 &")
+    sshd.stop()
+    lost.kill()  # a warning: the host cannot be reached
+    with pytest.raises(SshError, match="unreachable"):
+        lost.cleanup()
+    sshd.start()  # the host is back
+    assert _runs_on(host) == ["worker-lost"]
+    assert "sleep 703" in host.ps()  # what ran outside the killed sessions runs on too
+    start(host.runtime(), run_id="worker-next")
+    assert _runs_on(host) == ["worker-next"]  # gone before the new run's dir was made
+    wait_until(lambda: "sleep 703" not in host.ps(), 10, what="the lost run's processes gone")
+
+
+def test_a_lost_host_that_stays_down_keeps_its_leftover_for_later(host, start, sshd) -> None:
+    lost = start(host.runtime(), run_id="worker-lost")
+    sshd.stop()
+    with pytest.raises(SshError):
+        lost.cleanup()
+    with pytest.raises(SandboxLost, match="unreachable"):
+        start(host.runtime(), run_id="worker-refused")  # still down: nothing lost meanwhile
+    sshd.start()
+    start(host.runtime(), run_id="worker-next")
+    assert _runs_on(host) == ["worker-next"]
+
+
+def _deep_cwd(host, letter: str) -> str:
+    """A cwd of ``host``'s login so deep that a run dir's socket path would pass the limit."""
+    deep = host.home / (letter * 60) / (letter * 60)
+    deep.mkdir(parents=True)
+    for folder in (deep.parent, deep):
+        shutil.chown(folder, host.name)
+    return str(deep)
+
+
+def test_a_long_run_dir_gets_its_socket_in_tmp_and_cleanup_removes_it(
+    host, start, gateway_stub
+) -> None:
+    sandbox = start(host.runtime(cwd=_deep_cwd(host, "d")))
+    assert sandbox.socket.startswith("/tmp/al-gw-") and sandbox.socket.endswith(".sock")
+    assert stat.S_ISSOCK(os.stat(sandbox.socket).st_mode)
+    result = sandbox.exec(
+        'python3 -c "import os,socket; s=socket.socket(socket.AF_UNIX); '
+        "s.connect(os.environ['AL_GATEWAY_URL'][7:]); s.sendall(b'ping'); print(s.recv(9))\""
+    )
+    assert result.output.strip() == "b'pong'", result.output
+    assert os.readlink(f"{sandbox.run_dir}/gw.sock") == sandbox.socket
+    sandbox.cleanup()
+    assert not os.path.lexists(sandbox.socket)
+    assert not os.path.exists(sandbox.run_dir)
+
+
+def test_a_crashed_runs_tmp_socket_goes_with_the_orphan_sweep(
+    host, start, runtime, tmp_path
+) -> None:
+    sandbox = start(host.runtime(cwd=_deep_cwd(host, "f")))
+    assert os.path.lexists(sandbox.socket)
+    project = load_project(tmp_path / "project-worker")
+    assert runtime.cleanup_orphans(set(), project) == 1  # as the next start does
+    assert not os.path.lexists(sandbox.socket)

@@ -118,6 +118,30 @@ def test_bad_json_is_400_and_unknown_source_404(server):
     assert server.depth() == {}
 
 
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"a": ' + b"[" * 600 + b"]" * 600 + b"}", "nested deeper than 100 levels"),
+        (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested deeper than 100 levels"),
+        (b'{"number": 1' + b"0" * 400 + b"}", "holds an integer of more than 308 digits"),
+    ],
+    ids=["600-deep", "5000-deep", "400-digits"],
+)
+def test_a_delivery_beyond_a_shape_limit_says_which(server, body, why, caplog):
+    """Signed, well-formed, but nested too deep or holding too long an integer: 422 naming
+    the limit, in the answer and in one log line (it was "could not be processed")."""
+    caplog.set_level("INFO", logger="llamaherd.webhooks")
+    response = server.send("hooks", None, body=body, event="deploy")
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error.startswith(f"body {why}") and error.endswith("(the limit)"), error
+    lines = [r.getMessage() for r in caplog.records if r.name == "llamaherd.webhooks"]
+    assert lines == [f"webhook hooks: rejected with 422: {error}"], lines
+    assert server.depth() == {}
+    fine = server.send("hooks", {"a": [[[1]]], "number": 10**300}, event="deploy")
+    assert fine.status_code == 202, fine.text
+
+
 def test_webhook_event_payload_and_prompt(server):
     server.send("github", server.pull_request(), delivery="d-77")
     claimed = server.engine.store.claim({"reviewer": 1}, None, "test-host")

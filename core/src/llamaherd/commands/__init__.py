@@ -11,4 +11,5 @@ COMMAND_MODULES: tuple[str, ...] = (
     "llamaherd.commands.doctor",
     "llamaherd.commands.update",
     "llamaherd.commands.configure",
+    "llamaherd.commands.testing",
 )

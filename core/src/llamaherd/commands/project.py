@@ -295,8 +295,9 @@ AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     "-y",
     "--yes",
     is_flag=True,
-    help="Install without asking when a fetched skill's config gives the agent powers "
-    "(run_as, hooks, credentials); needed to install such a skill without a terminal.",
+    help="Install without asking when the skill's config grants the agent powers (any key "
+    "not known to be harmless: run_as, groups, hooks, credentials, ssh hosts and options...); "
+    "needed to install such a skill without a terminal.",
 )
 @pass_app
 def add_command(
@@ -312,9 +313,11 @@ def add_command(
 
     SOURCE#path picks a folder inside it; else every SKILL.md is found (at the root, in
     skills/*/ and agents/*/) and -a NAME picks one. A skill's own config.toml is kept, with
-    the model and webhook source names it uses fitted to this project. A fetched skill whose
-    config sets run_as, hooks or credentials is shown, then installed only when you agree
-    (asked in a terminal; --yes otherwise).
+    the model and webhook source names it uses fitted to this project. Every key of its config
+    (config.toml and SKILL.md frontmatter) that is not known to be harmless grants the agent a
+    power (run_as, groups, hooks, credentials, ssh hosts and options, any key new to
+    llamaherd): each is shown, and the skill installed only when you agree (asked in a
+    terminal; --yes otherwise: without it and without a terminal nothing is installed, exit 2).
     """
     from llamaherd import skill_sources
 
@@ -331,8 +334,7 @@ def add_command(
         if target.exists() and not force:
             raise LlamaherdError(f"agents/{name} already exists; use --force to replace it")
         recorded = source if fetched.subdir or not skill.where else f"{source}#{skill.where}"
-        if fetched.cloned:
-            _confirm_grants(skill.path, recorded, name, yes)
+        _confirm_grants(skill.path, recorded, name, yes)
         config = _added_config(app, project, fetched, skill, recorded)
         if target.exists():
             shutil.rmtree(target)
@@ -342,29 +344,27 @@ def add_command(
 
 
 def _confirm_grants(skill_dir: Path, source: str, name: str, yes: bool) -> None:
-    """Say what a fetched skill's config (its config.toml and SKILL.md frontmatter) grants
-    the agent, and go on only when the user agrees: asked in a terminal, ``--yes`` otherwise.
-    Someone else's repository must not get a root run_as, hooks or credentials on warnings."""
-    from llamaherd import compat, skill_sources
-    from llamaherd.project import parse_skill, read_toml
+    """Say what the skill's config grants the agent (``llamaherd.grants``: every key not known
+    to be harmless), and go on only when the user agrees: asked in a terminal, ``--yes``
+    otherwise. Someone else's skill must not get run_as, groups, hooks, credentials or a
+    command-running ssh option on a warning nobody read."""
+    from llamaherd import grants, skill_sources
 
-    own = skill_dir / "config.toml"
     try:
-        meta, _ = parse_skill(skill_dir / "SKILL.md")
-        config, _, _ = compat.merge_frontmatter(meta, read_toml(own) if own.exists() else {})
-    except LlamaherdError:
-        return  # fitting it reports the problem
-    grants = skill_sources.risky_settings(config)
-    if not grants:
+        found = grants.grants(skill_sources.skill_config(skill_dir))
+    except ConfigError as exc:  # name the source, not our temporary clone
+        raise ConfigError(f"{source}: {Path(exc.file).name}", exc.key, exc.message) from None
+    if not found:
         return
     click.echo(f"agents/{name} from {source} (review its config.toml and SKILL.md) sets:", err=True)
-    for item in grants:
-        click.echo(f"  {item}", err=True)
+    for grant in found:
+        click.echo(f"  {grant}", err=True)
     if yes:
         return
     if not sys.stdin.isatty():
+        keys = ", ".join(dict.fromkeys(grant.key for grant in found))
         raise LlamaherdError(
-            f"agents/{name} was not installed: it sets what is listed above; "
+            f"agents/{name} was not installed: it sets {keys} (listed above); "
             "run again with --yes to install it anyway"
         )
     if not click.confirm(f"install agents/{name}?", default=False, err=True):

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
 
 FINAL = ("done", "error", "timeout", "killed")
 NO_FOLLOW_WAIT = 5  # seconds `al run --no-follow` waits for its run to start
+# `al run`'s own exit codes, beside its run's (docs/cli.md): the agent's flow control skipped,
+# dropped or superseded the trigger (nothing runs for it); an admission check (a budget spent)
+# holds the agent until a known moment, its trigger queued until then.
+NOT_RUN_EXIT = 4
+HELD_EXIT = 5
 DETACHED_ENV = "AL_DETACHED"  # set for the scheduler process `al start --detach` starts
 
 
@@ -63,13 +68,18 @@ def _console() -> Any:
 
 
 def _load_payload(path: Path | None) -> dict[str, Any]:
-    """The JSON object in file ``path`` (``-``: standard input); {} without one."""
+    """The JSON object in file ``path`` (``-``: standard input), made valid and within the
+    shape limits of any value from outside (``llamaherd.inbound``); {} without one."""
+    from llamaherd.inbound import OverLimit, parse
+
     if path is None:
         return {}
     try:
-        data = json.loads(sys.stdin.read() if str(path) == "-" else path.read_text())
+        data = parse(sys.stdin.read() if str(path) == "-" else path.read_text())
     except OSError as exc:
         raise LlamaherdError(f"{path}: cannot read: {exc.strerror}") from None
+    except OverLimit as exc:
+        raise LlamaherdError(f"{path}: the payload {exc}") from None
     except ValueError as exc:
         raise LlamaherdError(f"{path}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -372,9 +382,11 @@ def run_command(
     else in the foreground. PROMPT, when given, is the task: it goes into the run's prompt. A
     hibernating or switched-off agent refuses it unless --wake.
 
-    Prints the run's log and exits with its exit code (0 done, 1 error, 124 timeout). A run
-    that has to wait says why (the agent's scale, paused); Ctrl-C then withdraws it, or kills
-    the run once it started, unless --detach.
+    Prints the run's log and exits with its exit code (0 done, 1 error, 3 budget, 124
+    timeout); 4 when the agent's flow control skipped, dropped or superseded the trigger, 5
+    when a budget holds the agent (the trigger stays queued). A run that has to wait says why
+    (the agent's scale, paused, its flow control); Ctrl-C then withdraws it, or kills the run
+    once it started, unless --detach.
     """
     from llamaherd.client import ControlClient
 
@@ -393,17 +405,17 @@ def run_command(
     if client is not None:
         # Queued before the project is loaded: the run starts while this loads what following
         # it needs (the scheduler checks the agent, and has its config).
-        item = client.post("/control/run", body)["items"][0]
-        project = _project_to_follow(app, item)
+        answer = client.post("/control/run", body)
+        project = _project_to_follow(app, answer["items"][0])
     else:
         project = app.project
         project.agent(agent)
         client = ControlClient.find(project)
         if client is not None:  # a scheduler that refused the config on disk
             _check_on_disk(app, agent, last_good)
-            item = client.post("/control/run", body)["items"][0]
+            answer = client.post("/control/run", body)
         elif _live_hosts(app):
-            item = _queue_on_shared_database(project, agent, data, wake)
+            answer = _queue_on_shared_database(project, agent, data, wake)
         else:
             from llamaherd.agents import queue_manual
 
@@ -414,12 +426,15 @@ def run_command(
             )
     from llamaherd.readers import StoreReader
 
+    item, handed = answer["items"][0], _triaged(agent, answer)
     store = _store(app)
     try:
         reader = StoreReader(store, project, app.registry)
         hint = " (Ctrl-C leaves it queued)" if detach else " (Ctrl-C withdraws it)"
         why = None if no_follow else (lambda: _why_queued(reader, agent) + hint)
-        run_id = _wait_for_item(reader.store, agent, item, 5.0 if no_follow else None, why)
+        run_id = handed or _wait_for_item(
+            reader.store, agent, item, 5.0 if no_follow else None, why
+        )
         if run_id is None:  # --no-follow, still queued
             click.echo(f"queued (work item {item}): {_why_queued(reader, agent)}", err=True)
             return
@@ -452,7 +467,7 @@ def _local_scheduler_taking(app: AppContext, agent: str) -> ControlClient | None
 def _queue_and_report(client: ControlClient, agent: str, body: dict[str, Any]) -> None:
     """``al run --no-follow``: queue the run and answer with its id once started."""
     answer = client.post("/control/run", {**body, "started_within": NO_FOLLOW_WAIT})
-    run_id = (answer.get("runs") or [None])[0]
+    run_id = _triaged(agent, answer) or (answer.get("runs") or [None])[0]
     if run_id is None:
         item = answer["items"][0]
         why = f"not started within {NO_FOLLOW_WAIT} s (`al stat {agent}` says why)"
@@ -477,9 +492,12 @@ def _run_remote(client: Any, agent: str, body: dict[str, Any], no_follow: bool) 
     from llamaherd.readers import ControlReader
 
     reader = ControlReader(client)
-    item = client.post("/control/run", body)["items"][0]
+    answer = client.post("/control/run", body)
+    item, handed = answer["items"][0], _triaged(agent, answer)
     while True:
-        run_id = next((r["id"] for r in reader.runs(agent, 50) if r["item_id"] == item), None)
+        run_id = handed or next(
+            (r["id"] for r in reader.runs(agent, 50) if r["item_id"] == item), None
+        )
         if run_id is not None:
             break
         if no_follow:
@@ -518,11 +536,19 @@ def _check_on_disk(app: AppContext, agent: str, last_good: bool) -> None:
 
 
 def _why_queued(reader: Any, agent: str) -> str:
-    """Why a queued run of ``agent`` has not started: paused, its scale, the project's cap."""
+    """Why a queued run of ``agent`` has not started: paused, held (a budget...), its flow
+    control (a debounce window, a throttle...), its scale, the project's cap."""
+    from llamaherd.status import key_line
+
     rows = reader.agents()
     row = next(r for r in rows if r["agent"] == agent)
     if row["state"] == "paused":
         return f"runs of {agent} are paused (`al resume {agent}`)"
+    if row.get("held"):
+        return row["held"]
+    waiting = [key for key in (row.get("flow") or {}).get("keys", []) if key.get("queued")]
+    if waiting:
+        return "flow control: " + "; ".join(key_line(key, None) for key in waiting[:3])
     if row["active"] >= row["scale"]:
         return f"{agent} is at its scale ({row['active']}/{row['scale']} runs active)"
     cap = reader.project.config.get("scale")
@@ -557,23 +583,73 @@ def _live_hosts(app: AppContext) -> list[str]:
     return [h["host"] for h in _store(app).hosts() if now - h["heartbeat_at"] < host_stale_after()]
 
 
-def _queue_on_shared_database(project: Any, agent: str, payload: dict[str, Any], wake: bool) -> int:
-    """Queue a manual run for the schedulers sharing the database to pick up."""
-    from llamaherd.agents import queue_manual
+def _queue_on_shared_database(
+    project: Any, agent: str, payload: dict[str, Any], wake: bool
+) -> dict[str, Any]:
+    """Queue a manual run for the schedulers sharing the database to pick up; the control
+    API's answer to the same (``trigger_answer``)."""
+    from llamaherd.agents import queue_manual, trigger_answer
     from llamaherd.engine import Engine
 
     engine = Engine(project)
     try:
         result = queue_manual(engine, agent, payload, wake=wake)[0]
+        if result.refused:
+            raise Conflict(result.refused)
+        return trigger_answer(engine, agent, [result])
     finally:
         engine.close()
-    if result.refused:
-        raise Conflict(result.refused)
-    return result.queued
+
+
+def _triaged(agent: str, answer: dict[str, Any], *, queued: bool = True) -> str | None:
+    """Say what flow control or an admission check did with ``al run``'s trigger (the control
+    API's answer, ``trigger_answer``), and end here with ``NOT_RUN_EXIT`` when nothing will
+    run for it, ``HELD_EXIT`` when it waits for a hold with a known end (a budget's period;
+    ``queued``: a scheduler has it, else it was withdrawn). The id of the active run it was
+    handed to (a singleton ``interrupt``), to follow that; else None (follow its item: a hold
+    with no known end is said while it waits)."""
+    item, flow = answer["items"][0], (answer.get("flow") or [None])[0]
+    if item is None and flow and flow.startswith("interrupted "):
+        run_id = flow.removeprefix("interrupted ")
+        click.echo(f"handed to the active run {run_id} of its key (singleton interrupt)", err=True)
+        return run_id
+    if item is None:
+        click.echo(f"not run: {agent}'s flow control: {flow or 'not queued'}", err=True)
+        sys.exit(NOT_RUN_EXIT)
+    if answer.get("held_until") is not None:
+        then = (
+            f"the trigger stays queued (work item {item}) and runs then (`al stat {agent}`)"
+            if queued
+            else "not queued: no scheduler runs here to start it then"
+        )
+        click.echo(f"held: {answer['held']}; {then}", err=True)
+        sys.exit(HELD_EXIT)
+    if flow == "debounced":
+        click.echo(f"debounced: merged into its key's pending trigger (work item {item})", err=True)
+    elif flow:
+        click.echo(f"flow control: {flow}", err=True)
+    return None
 
 
 def _run_of_item(store: Any, item: int, agent: str | None = None) -> str | None:
-    return next((r.id for r in store.runs(agent=agent, limit=200) if r.item_id == item), None)
+    """The run work item ``item`` became: its own, or the batch that gathered it."""
+    for run in store.runs(agent=agent, limit=200):
+        batch = (run.trigger.get("flow") or {}).get("batch") or []
+        if run.item_id == item or any(member["id"] == item for member in batch):
+            return run.id
+    return None
+
+
+def _dropped(store: Any, agent: str, item: int) -> str | None:
+    """Why queued item ``item`` was dropped before it ran (superseded by a newer trigger, its
+    queue full), or None while it was not."""
+    if store.item_state(item) != "dropped":
+        return None
+    for event in store.agent_events(agent, limit=200):
+        data = event["data"] or {}
+        if data.get("item_id") == item:
+            return data.get("reason") or f"the queue of {agent} was full ({data.get('limit')})"
+    return "dropped from its queue"
 
 
 def _wait_for_item(
@@ -594,6 +670,10 @@ def _wait_for_item(
         run_id = _run_of_item(store, item, agent)
         if run_id is not None:
             return run_id
+        dropped = _dropped(store, agent, item)
+        if dropped is not None:
+            click.echo(f"not run: {dropped}", err=True)
+            sys.exit(NOT_RUN_EXIT)
         waited = time.monotonic() - started
         if give_up is not None and waited >= give_up:
             return None
@@ -614,6 +694,7 @@ def run_foreground(
 
     ``queue(engine)`` queues the run (an ``EmitResult``); ``watch(engine, run_id)`` runs in a
     thread until the run has ended (default: print its log)."""
+    from llamaherd.agents import trigger_answer
     from llamaherd.engine import Engine
     from llamaherd.readers import StoreReader
     from llamaherd.schema import validate_project
@@ -629,6 +710,10 @@ def run_foreground(
         result = queue(engine)
         if result.refused:
             raise Conflict(result.refused)
+        answer = trigger_answer(engine, agent_name, [result])
+        if answer.get("held_until") is not None:  # no scheduler here will start it then
+            engine.store.withdraw(result.queued)
+        _triaged(agent_name, answer, queued=False)
         engine.serve("127.0.0.1", 0)
         reader = StoreReader(engine.store, project, engine.registry)
 

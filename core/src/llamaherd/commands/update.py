@@ -1,5 +1,8 @@
 """``al update [AGENT]``: fetch each agent's ``source`` again and update its SKILL.md and
-Dockerfile from it, showing the diff. ``config.toml`` is the user's and is never touched."""
+Dockerfile from it, showing the diff. ``config.toml`` is the user's and is never touched, but
+a SKILL.md frontmatter may carry agent config (older skills' ``hooks``, ``runtime``,
+``credentials``...): what a new one grants that the agent did not have (``llamaherd.grants``)
+is shown, and taken only when the user agrees, as ``al add`` does."""
 
 from __future__ import annotations
 
@@ -42,13 +45,21 @@ class Change:
 @click.command("update")
 @click.argument("agent", required=False)
 @click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
-@click.option("--yes", "-y", is_flag=True, help="Update without asking.")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Update without asking, also when a new SKILL.md grants the agent powers.",
+)
 @pass_app
 def update_command(app: AppContext, agent: str | None, dry_run: bool, yes: bool) -> None:
     """Fetch AGENT's source again (every agent with a `source` when none is named) and update
     its SKILL.md and Dockerfile, showing the diff; its config.toml is never touched.
 
-    Asks before writing unless --yes; exit 1 when a source could not be fetched.
+    Asks before writing unless --yes; exit 1 when a source could not be fetched. A new SKILL.md
+    whose frontmatter grants the agent a power it did not have (hooks, runtime, credentials,
+    any key not known to be harmless) is shown and asked about with the default no; without a
+    terminal it needs --yes.
     """
     project = app.project
     agents = [project.agent(agent)] if agent else list(project.agents.values())
@@ -73,17 +84,27 @@ def update_command(app: AppContext, agent: str | None, dry_run: bool, yes: bool)
 
 def _update(project: Any, agent: Any, dry_run: bool, yes: bool) -> None:
     source = agent.config["source"]
-    changes = fetch_changes(project, agent, source)
+    changes, granted = fetch_changes(project, agent, source)
     if not changes:
         click.echo(f"agents/{agent.name}: up to date with {source}")
         return
     for change in changes:
         _show(change.diff(agent.name))
     names = " and ".join(change.name for change in changes)
+    if granted:
+        click.echo(f"agents/{agent.name}: the new SKILL.md grants the agent:", err=True)
+        for grant in granted:
+            click.echo(f"  {grant}", err=True)
     if dry_run:
         click.echo(f"agents/{agent.name}: {names} would be updated from {source} (dry run)")
         return
-    if not yes and not _confirm(f"update {names} of agents/{agent.name}?"):
+    if granted and not yes and not sys.stdin.isatty():
+        keys = ", ".join(dict.fromkeys(grant.key for grant in granted))
+        raise LlamaherdError(
+            f"not updated: the new SKILL.md sets {keys} (listed above); run again with --yes "
+            "to take it anyway"
+        )
+    if not yes and not _confirm(f"update {names} of agents/{agent.name}?", not granted):
         click.echo(f"agents/{agent.name}: left as it is")
         return
     for change in changes:
@@ -91,16 +112,17 @@ def _update(project: Any, agent: Any, dry_run: bool, yes: bool) -> None:
     click.echo(f"agents/{agent.name}: updated {names} from {source}")
 
 
-def _confirm(question: str) -> bool:
+def _confirm(question: str, default: bool) -> bool:
     try:
-        return click.confirm(question, default=True)
+        return click.confirm(question, default=default)
     except click.Abort:  # no answer (stdin closed): nothing is written
         click.echo("no answer: use --yes to update without asking", err=True)
         return False
 
 
-def fetch_changes(project: Any, agent: Any, source: str) -> list[Change]:
-    """The files of ``UPDATED_FILES`` whose copy at ``source`` differs from the agent's."""
+def fetch_changes(project: Any, agent: Any, source: str) -> tuple[list[Change], list[Any]]:
+    """The files of ``UPDATED_FILES`` whose copy at ``source`` differs from the agent's, and
+    the grants (``llamaherd.grants.Grant``) the new SKILL.md would add to the agent's config."""
     from llamaherd.skill_sources import discover, fetch
 
     with tempfile.TemporaryDirectory(prefix="al-update-") as tmp:
@@ -112,7 +134,21 @@ def fetch_changes(project: Any, agent: Any, source: str) -> list[Change]:
             old = _read(agent.path / name)
             if new is not None and new != old:
                 changes.append(Change(name, old, new))
-        return changes
+        skill = skill_dir / "SKILL.md"
+        granted = _new_grants(agent, skill) if any(c.name == "SKILL.md" for c in changes) else []
+        return changes, granted
+
+
+def _new_grants(agent: Any, skill: Path) -> list[Any]:
+    """What the agent's config would grant with ``skill`` as its SKILL.md that it does not
+    grant now (the frontmatter's runtime keys go under its own config.toml)."""
+    from llamaherd import compat, grants
+    from llamaherd.project import parse_skill, read_toml
+
+    meta, _ = parse_skill(skill)
+    own = read_toml(agent.config_file) if agent.config_file.exists() else {}
+    after, _, _ = compat.merge_frontmatter(meta, own)
+    return grants.new_grants(agent.config, after)
 
 
 def _located(project: Any, source: str) -> str:

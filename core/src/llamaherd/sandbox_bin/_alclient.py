@@ -55,10 +55,16 @@ def request(method, path, body=None, timeout=TIMEOUT):
     headers = {"Authorization": f"Bearer {token}", "X-AL-Run-Id": run_id}
     data = None
     if body is not None:
-        data = json.dumps(body).encode()
+        # UTF-8 (not \u escapes: the gateway takes each body up to its arguments' caps in UTF-8);
+        # a lone surrogate (from an undecodable argument) as the JSON escape it is.
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers["Content-Type"] = "application/json"
     try:
-        conn.request(method, prefix + path, body=data, headers=headers)
+        conn.connect()
+        try:
+            conn.request(method, prefix + path, body=data, headers=headers)
+        except OSError:  # refused before the whole body went (413, 429): its answer is there
+            pass
         response = conn.getresponse()
         raw = response.read()
     except OSError as exc:

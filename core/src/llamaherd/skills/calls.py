@@ -6,10 +6,12 @@ global; ``call_ids`` maps between them), so `al-subagent-wait 1` means this run'
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from llamaherd.skills.base import MAX_CALL_CONTEXT, CoreSkill, capped, obj, refuse
 from llamaherd.types import Tool, TriggerEvent
+from llamaherd.write_budget import CALL_BYTES, SPENT
 
 PREAMBLE = """\
 Calls (also `al-subagent AGENT CONTEXT`, `al-subagent-check ID`, `al-subagent-wait ID [TIMEOUT]`):
@@ -44,12 +46,19 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     if depth > limit:
         chain = " -> ".join([*call_chain(ctx), target])
         return refuse(f"call depth {depth} exceeds maxCallDepth ({limit}): {chain}")
+    full = _full_queue(ctx, target)
+    if full:  # refused before anything is written: a refused call stores nothing
+        return refuse(f"call to {target!r} refused: {full}")
+    context = ctx.redact(context)
+    # The call row and the callee's queued trigger each hold the context (the trigger as JSON).
+    size = len(context.encode("utf-8", "surrogatepass")) + len(json.dumps(context)) + CALL_BYTES
+    if not ctx.within_budget(size, records=2):
+        return refuse(f"call to {target!r} refused: {SPENT}")
     # Before the call is recorded: a callee that is off or hibernating refuses it (recorded
     # on the callee), and no call is left pending for a run that never comes.
     refused = ctx.engine.gate(target, "agent", {"caller_run": ctx.run_id})
     if refused:
         return refuse(f"call to {target!r} refused: {refused}")
-    context = ctx.redact(context)
     try:
         call_id, result = _make_call(ctx, target, context, depth)
     except _Refused as exc:
@@ -66,6 +75,18 @@ def call_agent(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "call_id": call_id}
 
 
+def _full_queue(ctx: Any, target: str) -> str | None:
+    """Why the callee's queue has no room for a call, or None. A full queue drops its oldest
+    item for a new trigger; a call is refused instead, so a run cannot push other triggers
+    out of another agent's queue, nor leave calls behind that were dropped at once (each
+    holding its context twice, for ``historyRetentionDays``)."""
+    limit = ctx.project.agents[target].queue_size
+    queued = ctx.store.queue_depth(target).get(target, 0)
+    if queued < max(limit, 1):
+        return None
+    return f"its queue is full ({queued} queued, maxWorkQueueSize {limit}); call again later"
+
+
 class _Refused(Exception):
     """The callee's queue refused the call: the call is rolled back with it."""
 
@@ -74,6 +95,9 @@ def _make_call(ctx: Any, target: str, context: str, depth: int) -> tuple[int, An
     """Record the call and queue (or hand to a waiting run) the callee's trigger in one
     transaction: a crash in between must not leave a call pending that nothing will settle."""
     with ctx.store.atomic():
+        full = _full_queue(ctx, target)  # again, in the transaction: calls made meanwhile
+        if full:
+            raise _Refused(full)
         stored_id = ctx.store.create_call(ctx.run_id, target, context, depth)
         call_id = ctx.store.call_ids(ctx.run_id).index(stored_id) + 1
         payload = {

@@ -6,6 +6,7 @@ from typing import Any
 
 from llamaherd.skills.base import MAX_LOCK_URI, CoreSkill, capped, obj, refuse
 from llamaherd.types import Tool
+from llamaherd.write_budget import SPENT
 
 PREAMBLE = """\
 Locks (also `rlock URI`, `runlock URI`, `rlock-heartbeat [URI]`):
@@ -37,7 +38,14 @@ def _uri(args: dict[str, Any]) -> str:
 
 def acquire_lock(ctx: Any, args: dict[str, Any]) -> dict[str, Any]:
     uri = _uri(args)
-    result = ctx.store.acquire_lock(ctx.run_id, uri, ttl(ctx, args))
+    seconds = ttl(ctx, args)
+    # A lock row holds its uri twice (the row and its key's index). Past the run's write
+    # budget a lock it holds is still extended (no new row); a new one is refused.
+    if not ctx.within_budget(2 * len(uri.encode("utf-8", "surrogatepass"))):
+        if ctx.store.heartbeat_lock(ctx.run_id, uri, seconds):
+            return {"ok": True, "uri": uri, "note": "extended; " + SPENT}
+        return refuse(f"no new lock: {SPENT}")
+    result = ctx.store.acquire_lock(ctx.run_id, uri, seconds)
     ctx.log(
         "lock",
         {"uri": uri, "action": "acquire", "ok": result.get("ok"), "holder": result.get("holder")},

@@ -53,8 +53,12 @@ def apply_state(ctx: Any, state: str, reason: str) -> dict[str, Any]:
     from llamaherd.agents import set_agent_state
 
     cause = f"set by its run {ctx.run_id}: {reason}"
+    # Past the run's write budget the state is still set, without its agent event.
+    history = ctx.within_budget(len(cause.encode("utf-8", "surrogatepass")))
     # The calling run is spared when the agent goes off: it ends by itself (the session).
-    answer = set_agent_state(ctx.engine, ctx.agent.name, state, cause, spare=ctx.run_id)
+    answer = set_agent_state(
+        ctx.engine, ctx.agent.name, state, cause, spare=ctx.run_id, history=history
+    )
     ctx.state_change = state
     ctx.log("agent_state", {"state": state, "reason": reason, "dropped": answer["dropped"]})
     ends = "now" if state == "off" else "when this turn's tool calls are done"

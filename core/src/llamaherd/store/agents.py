@@ -42,15 +42,17 @@ class Agents(Connection):
 
     @guarded
     @grouped
-    def set_agent_state(self, agent: str, state: str, cause: str) -> None:
-        """Store the agent's state and record a ``state`` agent event with the cause."""
+    def set_agent_state(self, agent: str, state: str, cause: str, history: bool = True) -> None:
+        """Store the agent's state and (``history``) record a ``state`` agent event with the
+        cause."""
         if state not in AGENT_STATES:
             raise ValueError(f"agent state {state!r} is not one of {', '.join(AGENT_STATES)}")
         with self._write():
             now = self._clock()
             self._upsert(self._m.AgentState, agent=agent, state=state, cause=cause, updated_at=now)
-            data = {"state": state, "cause": cause}
-            self._exec(self._sql.agent_event, (agent, now, "state", dumps(data)))
+            if history:
+                data = {"state": state, "cause": cause}
+                self._exec(self._sql.agent_event, (agent, now, "state", dumps(data)))
 
     @guarded
     @grouped

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from llamaherd.store.connection import PG_CLAIM, columns, grouped, guarded
-from llamaherd.store.queue import _ITEM_COLUMNS, _RESUME_HERE, Queue, WorkItemRow
+from llamaherd.store.queue import _ITEM_COLUMNS, _RESUME_HERE, Claims, Queue, WorkItemRow
 from llamaherd.store.runs import RunRow
 from llamaherd.store.schema import dumps
 
@@ -29,12 +29,8 @@ if TYPE_CHECKING:
 # Wait-filter types of a run parked for a human (ask, respond) or for approval (maxTurns): an
 # interrupt does not wake those (llamaherd.session.HUMAN, llamaherd.agents.SUSPENSION).
 HUMAN, SUSPENSION = "human", "suspension"
-MAX_IDS = 50
-NOT_RUN = (
-    "skipped",
-    "dropped",
-    "superseded",
-)  # agent events trigger.<what> of flow control  # ids of absorbed triggers an item keeps (the count goes on)
+MAX_IDS = 50  # ids of absorbed triggers an item keeps (the count goes on)
+NOT_RUN = ("skipped", "dropped", "superseded")  # agent events trigger.<what> of flow control
 ACTIVE = "state IN ('running', 'waiting')"
 
 
@@ -42,9 +38,14 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
     """Flow control's prepared statements (``Connection._sql``)."""
     lock = " FOR UPDATE SKIP LOCKED" if pg else ""
     return {
+        # Waits for a claim that holds the key's pending item (a claim pass locks every queued
+        # item of its agent): skipping it would start a second window for the key, and one
+        # burst would run twice. Once the claim commits, the row is looked at again: claimed,
+        # it is not returned, and this trigger starts the next window.
         "fold_target": q(
             "SELECT id, flow FROM work_items WHERE state = 'queued' AND agent = ? "
-            f"AND flow_key = ? AND kind <> 'resume' ORDER BY id LIMIT 1{lock}"
+            "AND flow_key = ? AND kind <> 'resume' ORDER BY id LIMIT 1"
+            + (" FOR UPDATE" if pg else "")
         ),
         "fold": q(
             "UPDATE work_items SET kind = ?, payload = ?, prompt = ?, source = ?, flow = ?, "
@@ -96,6 +97,10 @@ def gcra(tat: float | None, now: float, rate: Throttle) -> float | None:
     return max(tat if tat is not None else now, now) + interval
 
 
+# Which of an item's keys ``al stat`` counts it under: the first it has of these.
+_SHOWN_KEYS = ("concurrency", "debounce", "throttle", "batch", "rateLimit")
+
+
 def _keys(item: WorkItemRow) -> dict[str, str]:
     return (item.flow or {}).get("keys") or {}
 
@@ -109,26 +114,32 @@ def _batch_key(item: WorkItemRow, policy: FlowPolicy) -> str:
     return _keys(item).get("batch", "")
 
 
-def _may_start(
+def allowed_at(tat: float | None, rate: Throttle) -> float:
+    """The earliest moment ``gcra`` allows an event for a key whose ``tat`` this is."""
+    return float("-inf") if tat is None else tat - (rate.burst - 1) * rate.interval
+
+
+def _start_at(
     item: WorkItemRow,
     batched: int,
     policy: FlowPolicy,
     active: dict[str | None, int],
     tats: dict[str, float],
-    now: float,
-) -> bool:
-    """Whether flow control lets ``item`` (the first of ``batched`` of its batch) start now."""
+) -> float | None:
+    """When flow control lets ``item`` (the first of ``batched`` of its batch) start: a moment
+    (past or to come: its debounce window, its key's throttle, its batch's timeout), or None
+    while its key has as many active runs as allowed (a run's end changes that, not time)."""
     keys = _keys(item)
-    if item.not_before is not None and item.not_before > now:
-        return False
     if policy.concurrency and active.get(keys.get("concurrency", ""), 0) >= policy.concurrency:
-        return False
-    if policy.throttle and gcra(tats.get(keys.get("throttle", "")), now, policy.throttle) is None:
-        return False
+        return None
+    at = item.not_before if item.not_before is not None else float("-inf")
+    if policy.throttle:
+        at = max(at, allowed_at(tats.get(keys.get("throttle", "")), policy.throttle))
     if policy.batch is not None and item.call_id is None:
         size, timeout = policy.batch
-        return batched >= size or item.created_at + timeout <= now
-    return True
+        if batched < size:
+            at = max(at, item.created_at + timeout)
+    return at
 
 
 class FlowStore(Queue):
@@ -279,24 +290,26 @@ class FlowStore(Queue):
 
     # ------------------------------------------------------------ at claim
     def _flow_head(
-        self, agent: str, policy: FlowPolicy, scale: int, host: str, wait: bool
+        self, agent: str, policy: FlowPolicy, scale: int, host: str, wait: bool, claims: Claims
     ) -> WorkItemRow | None:
         """``_lock_head`` for an agent under flow control: the item flow control lets start
-        now, best first (PostgreSQL: under the agent's claim lock, as ``_lock_head``)."""
+        now, best first (PostgreSQL: under the agent's claim lock, as ``_lock_head``); when it
+        holds items for a time, the earliest such moment goes to ``claims``."""
         if self._pg:
             if not self._pg_lock(PG_CLAIM, agent, wait=wait):
                 return None
             if self._value(self._sql.running_one, (agent,)) >= scale:
                 return None
-        return self._flow_pick(agent, policy, host, self._clock())
+        return self._flow_pick(agent, policy, host, self._clock(), claims)
 
     def _flow_pick(
-        self, agent: str, policy: FlowPolicy, host: str, now: float
+        self, agent: str, policy: FlowPolicy, host: str, now: float, claims: Claims
     ) -> WorkItemRow | None:
         """The queued item of ``agent`` to claim now, or None when flow control holds every
         one: a resume first (its run is active for its key already), else the highest
         priority, then the oldest, of those whose key has room, whose timer is due and whose
-        batch is complete (a batch is claimed by its first item)."""
+        batch is complete (a batch is claimed by its first item). The earliest moment one it
+        holds for a time may start goes to ``claims`` (``Claims.hold_until``)."""
         rows = self._exec(self._sql.flow_items, (agent, host)).fetchall()
         items = [self._item(row) for row in rows]
         resume = next((i for i in items if i.kind == "resume"), None)
@@ -312,7 +325,9 @@ class FlowStore(Queue):
         best: tuple[tuple[float, int], WorkItemRow] | None = None
         for group in groups.values():
             for item in group[:1] if policy.batch is not None else group:
-                if not _may_start(item, len(group), policy, active, tats, now):
+                at = _start_at(item, len(group), policy, active, tats)
+                if at is None or at > now:
+                    claims.hold_until(at)
                     continue
                 rank = (item.priority or 0.0, -item.id)
                 if best is None or rank > best[0]:
@@ -386,6 +401,35 @@ class FlowStore(Queue):
         ``project_day``, ``project_month``, each {usd, tokens, unpriced}."""
         return self._totals(agent, period)
 
+    @guarded
+    def active_runs(self) -> dict[str, tuple[int, int]]:
+        """Per agent with any: (its running runs, its active ones: running or waiting)."""
+        sql = self._statement(
+            ("active_runs",),
+            lambda: (
+                "SELECT agent, SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END), COUNT(*) "
+                f"FROM runs WHERE {ACTIVE} GROUP BY agent"
+            ),
+        )
+        return {
+            agent: (int(running), int(active))
+            for agent, running, active in self._exec(sql).fetchall()
+        }
+
+    @guarded
+    def largest_run(self, agent: str, last: int) -> int | None:
+        """The most tokens one of ``agent``'s ``last`` finished runs spent (None: it has none)."""
+        sql = self._statement(
+            ("largest_run",),
+            lambda: (
+                "SELECT MAX(spent) FROM (SELECT input_tokens + output_tokens AS spent FROM runs "
+                "WHERE agent = ? AND state IN ('done', 'error', 'timeout', 'killed') "
+                "ORDER BY created_at DESC LIMIT ?) AS recent"
+            ),
+        )
+        found = self._value(sql, (agent, last))
+        return None if found is None else int(found)
+
     def _totals(self, agent: str, period: Any) -> dict[str, dict[str, Any]]:
         totals = {
             name: {"usd": 0.0, "tokens": 0, "unpriced": 0}
@@ -435,7 +479,7 @@ class FlowStore(Queue):
         for _, _, raw in rows:
             flow = json.loads(raw) if raw else {}
             own = flow.get("keys", {})
-            entry = of(own.get("concurrency", own.get("debounce", own.get("batch", ""))))
+            entry = of(next((own[c] for c in _SHOWN_KEYS if c in own), ""))
             entry["queued"] += 1
             if policy.debounce is not None and "first_at" in flow:
                 entry["debouncing"] = entry.get("debouncing", 0) + int(flow.get("count", 1))
@@ -454,7 +498,7 @@ class FlowStore(Queue):
                 of(key)["active"] = count
         if policy.throttle is not None:
             for key, tat in self._exec(self._sql.tats, (agent, "throttle")).fetchall():
-                if gcra(tat, now, policy.throttle) is None:
-                    slack = (policy.throttle.burst - 1) * policy.throttle.interval
-                    of(key)["throttled_until"] = tat - slack
+                until = allowed_at(tat, policy.throttle)
+                if until > now:
+                    of(key)["throttled_until"] = until
         return {"keys": sorted(keys.values(), key=lambda e: (-e["active"], -e["queued"], e["key"]))}

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from llamaherd.inbound import loads
 from llamaherd.store.connection import PG_CLAIM, PG_GLOBAL, PG_QUEUE, columns, grouped, guarded
 from llamaherd.store.runs import RunRow, Runs
 from llamaherd.store.schema import dumps
-from llamaherd.surrogates import loads
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,19 @@ class WorkItemRow:
 
 
 _ITEM_COLUMNS = tuple(f.name for f in fields(WorkItemRow))
+
+
+class Claims(list):  # list[tuple[WorkItemRow, RunRow]]
+    """The claims of one pass, and ``due``: the earliest moment (store clock) at which flow
+    control lets an item it held in this pass start (a debounce window closing, a throttle, a
+    batch timeout), or None when it held none for a time."""
+
+    due: float | None = None
+
+    def hold_until(self, when: float | None) -> None:
+        """Note an item held until ``when`` (None: until something else changes)."""
+        if when is not None and (self.due is None or when < self.due):
+            self.due = when
 
 
 def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
@@ -230,24 +243,27 @@ class Queue(Runs):
         flows: dict[str, Any] | None = None,
         *,
         limit: int,
-    ) -> list[tuple[WorkItemRow, RunRow]]:
+    ) -> Claims:
         """Up to ``limit`` claims in one write transaction, each the one ``claim`` would take
         next (same order, fairness and scale): when several slots are free, one commit starts
         them all. On PostgreSQL each claim stays its own transaction: one holding several
-        agents' claim locks could deadlock with another scheduler's."""
+        agents' claim locks could deadlock with another scheduler's. ``Claims.due``: when flow
+        control next lets an item it held start."""
         if self._pg and limit > 1:
-            claimed: list[tuple[WorkItemRow, RunRow]] = []
-            while len(claimed) < limit and (
-                got := self.claim(scales, global_scale, host, paused, flows)
-            ):
-                claimed.append(got)
+            claimed = Claims()
+            while len(claimed) < limit:
+                one = self.claim_many(scales, global_scale, host, paused, flows, limit=1)
+                claimed.hold_until(one.due)
+                if not one:
+                    break
+                claimed.extend(one)
             return claimed
         skip = paused or set()
         wanted = {
             agent: scale for agent, scale in scales.items() if scale > 0 and agent not in skip
         }
         if not wanted or (global_scale is not None and global_scale <= 0):
-            return []  # decided without a transaction: a paused scheduler takes no write lock
+            return Claims()  # decided without a transaction: a paused scheduler takes no lock
         with self._write():
             if global_scale is not None:
                 self._pg_lock(PG_GLOBAL)
@@ -262,18 +278,18 @@ class Queue(Runs):
         running: dict[str, int],
         limit: int,
         flows: dict[str, Any],
-    ) -> list[tuple[WorkItemRow, RunRow]]:
+    ) -> Claims:
         """Claim from the queue heads of the agents with room, in fairness order (fewest
         running first, then oldest item), until ``limit``. The heads are read once: after a
         claim only that agent's next head is (one index seek), as nothing else changes under
         this transaction's write lock. An agent under flow control has its item picked by
         flow control (``_flow_head``) each time, its head only placing it in the order."""
+        claimed = Claims()
         room = {agent for agent, scale in wanted.items() if running.get(agent, 0) < scale}
         if not room:
-            return []
+            return claimed
         heap = [(running.get(row[1], 0), row[0], row) for row in self._heads(room, host)]
         heapq.heapify(heap)
-        claimed: list[tuple[WorkItemRow, RunRow]] = []
         total = sum(running.values())
         tried = False
         while heap and len(claimed) < limit:
@@ -284,7 +300,7 @@ class Queue(Runs):
             policy = flows.get(agent)
             # Only the first agent's lock is waited for: this transaction holds none yet.
             if policy is not None and policy.claim_time:
-                item = self._flow_head(agent, policy, wanted[agent], host, not tried)
+                item = self._flow_head(agent, policy, wanted[agent], host, not tried, claimed)
             else:
                 item = self._lock_head(head, wanted[agent], host, wait=not tried)
             tried = True
@@ -414,6 +430,13 @@ class Queue(Runs):
         if item.flow is not None:
             item.flow = loads(item.flow)
         return item
+
+    @guarded
+    def item_state(self, item_id: int) -> str | None:
+        """The state of work item ``item_id`` (``ITEM_STATES``), None when there is none."""
+        sql = self._statement(("item_state",), lambda: "SELECT state FROM work_items WHERE id = ?")
+        row = self._exec(sql, (item_id,)).fetchone()
+        return None if row is None else row[0]
 
     @guarded
     def has_queued(self) -> bool:

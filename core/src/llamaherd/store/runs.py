@@ -18,6 +18,7 @@ from typing import Any
 
 import peewee as pw
 
+from llamaherd.inbound import loads
 from llamaherd.store.connection import (
     Connection,
     StoreError,
@@ -28,7 +29,7 @@ from llamaherd.store.connection import (
     marks,
 )
 from llamaherd.store.schema import JSONText, dumps
-from llamaherd.surrogates import loads
+from llamaherd.write_budget import CALL_BYTES, TRANSCRIPT_COPIES
 
 RUN_STATES = ("queued", "running", "waiting", "done", "error", "timeout", "killed")
 FINAL_STATES = ("done", "error", "timeout", "killed")
@@ -110,11 +111,21 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
         "status_messages": q(
             'SELECT id, "at", "text" FROM status_messages WHERE run_id = ? ORDER BY id'
         ),
+        # What ``llamaherd.write_budget`` charges: a lock row's uri, a call's context and the
+        # transcript count twice (a key's index; the callee's queued trigger; the copy being
+        # rewritten), a call as two records.
         "run_writes": q(
             "SELECT (SELECT COUNT(*) FROM run_events WHERE run_id = ?) + "
-            "(SELECT COUNT(*) FROM status_messages WHERE run_id = ?), "
+            "(SELECT COUNT(*) FROM status_messages WHERE run_id = ?) + "
+            "(SELECT COUNT(*) FROM locks WHERE run_id = ?) + "
+            "(SELECT 2 * COUNT(*) FROM calls WHERE caller_run = ?), "
             "(SELECT COALESCE(SUM(LENGTH(data)), 0) FROM run_events WHERE run_id = ?) + "
-            '(SELECT COALESCE(SUM(LENGTH("text")), 0) FROM status_messages WHERE run_id = ?)'
+            '(SELECT COALESCE(SUM(LENGTH("text")), 0) FROM status_messages WHERE run_id = ?) + '
+            "(SELECT COALESCE(SUM(2 * LENGTH(uri)), 0) FROM locks WHERE run_id = ?) + "
+            f"(SELECT COALESCE(SUM(2 * LENGTH(context) + {CALL_BYTES}), 0) FROM calls "
+            "WHERE caller_run = ?) + "
+            f"(SELECT COALESCE({TRANSCRIPT_COPIES} * LENGTH(transcript), 0) FROM runs "
+            "WHERE id = ?)"
         ),
     }
 
@@ -416,9 +427,10 @@ class Runs(Connection):
 
     @guarded
     def run_writes(self, run_id: str) -> tuple[int, int]:
-        """How many events and status messages the run has, and their characters (what its
-        write budget counts: ``llamaherd.write_budget``)."""
-        records, size = self._exec(self._sql.run_writes, (run_id,) * 4).fetchone()
+        """What the store holds of the run as its write budget counts it
+        (``llamaherd.write_budget``): records (events, status messages, lock rows, calls) and
+        characters (theirs and its transcript's)."""
+        records, size = self._exec(self._sql.run_writes, (run_id,) * 9).fetchone()
         return int(records), int(size)
 
     @guarded

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee as pw
 
+from llamaherd.inbound import loads
 from llamaherd.store import migrations
 from llamaherd.store.connection import (
     DATABASE_ERRORS,
@@ -31,7 +32,6 @@ from llamaherd.store.connection import (
     explain,
     guarded,
 )
-from llamaherd.surrogates import loads
 
 if TYPE_CHECKING:
     from llamaherd.types import TableSet

@@ -208,9 +208,9 @@ def _usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
 
-    def count(key: str) -> int:
+    def count(key: str) -> int:  # as reported: core refuses a count that cannot be right
         value = usage.get(key)
-        return value if isinstance(value, int) else 0
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
     # input_tokens counts only what came after the last cache breakpoint; the prompt is all three.
     read, written = count("cache_read_input_tokens"), count("cache_creation_input_tokens")

@@ -35,8 +35,7 @@ from llamaherd_cron.pattern import CronPattern
 
 log = logging.getLogger("llamaherd.cron")
 
-# Longest real-time sleep under a fake clock (tests: it may jump at any moment), and how soon a
-# tick whose emit failed (the database was unavailable) is tried again.
+# How soon a tick whose emit failed (the database was unavailable) is tried again.
 POLL_SECONDS = 0.5
 # Longest sleep on the wall clock: a clock stepped back or forward is noticed within it (an
 # idle scheduler wakes no more often than once a minute).
@@ -342,7 +341,6 @@ class CronTrigger:
     def _loop(self, ctx: TriggerContext) -> None:
         """Sleep until the earliest due tick, fire what is due, compute those agents' next
         ticks: nothing runs between ticks, whatever the number of agents."""
-        fake_clock = bool(os.environ.get("AL_FAKE_CLOCK_FILE"))
         while not self._stop.is_set():
             now = ctx.clock()
             with self._lock:  # a reconfigure swaps the plans between passes only
@@ -354,9 +352,8 @@ class CronTrigger:
                     retry = not self._fire_due(ctx, plan, now)
                     self._schedule(agent, now + POLL_SECONDS if retry else plan.following(now))
                 self._changed.clear()
-                wait = (self._heap[0][0] - now) if self._heap else MAX_SLEEP
-            wait = min(wait, POLL_SECONDS if fake_clock else MAX_SLEEP)
-            self._changed.wait(max(wait, 0.01))
+                until = min(self._heap[0][0], now + MAX_SLEEP) if self._heap else now + MAX_SLEEP
+            ctx.sleep(self._changed, until)
 
     def _fire_due(self, ctx: TriggerContext, plan: Plan, now: float) -> bool:
         """Fire the latest tick at or before ``now`` unless handled; False when it must be

@@ -10,7 +10,7 @@ them) can connect from 127.0.0.1 too. Reading and changing need one of:
   once and sets the ``al_auth`` cookie, an HMAC (keyed with the control token) of the
   browser's ``al_session`` id and an expiry. It proves the sign-in without holding the token;
   the sign-in is also kept server-side (``sessions``), so it dies with a sign-out, its expiry
-  or a new control token. Wrong sign-ins are throttled per client (``password``). A
+  or a new control token. Wrong sign-ins are throttled per client and in all (``password``). A
   browser's changes also need its CSRF token (form field
   ``csrf`` or header ``X-CSRF-Token``), HMAC-bound to the same session; an ``Origin`` header,
   when sent, must be this server's own.

@@ -14,22 +14,27 @@ aside (``dashboard-password.exposed``) and the scheduler refuses to start until 
 is set (or the exposed file is removed, to sign in with the control token only).
 
 ``SignInThrottle`` answers a client past ``MAX_FAILURES`` wrong sign-ins within ``WINDOW``
-seconds with 429 and ``Retry-After``; at most ``CONCURRENT_CHECKS`` hashes are computed at
-once, so guessing costs the attacker time and the server bounded memory.
+seconds (every loopback address being one client), or anyone once all clients together made
+``MAX_FAILURES_ALL``, with 429 and ``Retry-After``, counting the sign-ins being checked as
+wrong until they are known; at most ``CONCURRENT_CHECKS`` hashes are computed at once, so
+guessing costs the attacker time and the server bounded memory.
 """
 
 from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import hashlib
 import hmac
+import ipaddress
 import os
 import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 VERIFIER_FILE = "dashboard-password"
@@ -40,6 +45,7 @@ LOG_N, BLOCK, PARALLEL = 15, 8, 1
 MAX_MEMORY = 64 * 1024 * 1024
 SCHEME = "$scrypt$"
 MAX_FAILURES = 5  # wrong sign-ins of one client within WINDOW before it is told to wait
+MAX_FAILURES_ALL = 50  # ... and of all clients together
 WINDOW = 60.0
 MAX_CLIENTS = 10_000  # clients whose failures are remembered (the oldest forgotten first)
 CONCURRENT_CHECKS = 2
@@ -151,31 +157,80 @@ def load_verifier(state_dir: Path) -> str | None:
 
 
 # ---------------------------------------------------------------------- guessing
+def client_key(address: str) -> str:
+    """Who a sign-in comes from, for the throttle: an IPv4 address; an IPv6 one's /64 (one
+    host is given a whole /64); every loopback address (all of 127/8, ``::1``) one client,
+    ``loopback``, since any local process may pick any of them."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 class SignInThrottle:
-    """Wrong sign-ins per client: past ``MAX_FAILURES`` within ``WINDOW`` seconds the client
-    waits (``retry_after``). ``clock`` is injectable (tests)."""
+    """Wrong sign-ins per client (``client_key``) and in all: past ``MAX_FAILURES`` of one
+    client, or ``MAX_FAILURES_ALL`` of all clients together, within ``WINDOW`` seconds, a
+    sign-in waits (``attempt``). An attempt counts from when it starts: those still being
+    checked count as wrong until they are known, so concurrent guesses get no more tries
+    than sequential ones. ``clock`` is injectable (tests)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self._failures: collections.OrderedDict[str, collections.deque[float]] = (
             collections.OrderedDict()
         )
+        self._all: collections.deque[float] = collections.deque()
+        self._checking: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self.checks = threading.BoundedSemaphore(CONCURRENT_CHECKS)
 
-    def retry_after(self, client: str) -> int:
-        """Seconds ``client`` must wait before it may try again (0: it may now)."""
+    @contextlib.contextmanager
+    def attempt(self, address: str) -> Iterator[Attempt]:
+        """One sign-in from ``address``: ``wait`` seconds when it must wait (it is not
+        counted then), else in flight until it ends; ``Attempt.failed`` counts it wrong."""
+        client = client_key(address)
         with self._lock:
-            recent = self._recent(client)
-            if len(recent) < MAX_FAILURES:
-                return 0
-            return max(1, int(recent[0] + WINDOW - self.clock()) + 1)
+            wait = self._wait(client)
+            if not wait:
+                self._checking[client] += 1
+        attempt = Attempt(self, client, wait)
+        try:
+            yield attempt
+        finally:
+            if not wait:
+                with self._lock:
+                    self._checking[client] -= 1
+                    if not self._checking[client]:
+                        del self._checking[client]
+
+    def _wait(self, client: str) -> int:
+        """Seconds before ``client`` may try (0: now): until the oldest wrong try leaves the
+        window, of the client or of all, whichever is full."""
+        now = self.clock()
+        waits = []
+        recent = self._recent(client, now)
+        if len(recent) + self._checking[client] >= MAX_FAILURES:
+            waits.append(recent[0] + WINDOW - now if recent else 1)
+        while self._all and self._all[0] <= now - WINDOW:
+            self._all.popleft()
+        if len(self._all) + sum(self._checking.values()) >= MAX_FAILURES_ALL:
+            waits.append(self._all[0] + WINDOW - now if self._all else 1)
+        return max(1, int(max(waits)) + 1) if waits else 0
 
     def failed(self, client: str) -> int:
-        """Count a wrong sign-in; how many ``client`` made within the window."""
+        """Count a wrong sign-in of ``client`` (a key); how many it made within the window."""
         with self._lock:
-            recent = self._recent(client)
-            recent.append(self.clock())
+            now = self.clock()
+            recent = self._recent(client, now)
+            recent.append(now)
+            self._all.append(now)
             self._failures[client] = recent
             self._failures.move_to_end(client)
             while len(self._failures) > MAX_CLIENTS:
@@ -186,9 +241,24 @@ class SignInThrottle:
         with self._lock:
             self._failures.pop(client, None)
 
-    def _recent(self, client: str) -> collections.deque[float]:
+    def _recent(self, client: str, now: float) -> collections.deque[float]:
         recent = self._failures.get(client, collections.deque())
-        now = self.clock()
         while recent and recent[0] <= now - WINDOW:
             recent.popleft()
         return recent
+
+
+@dataclass
+class Attempt:
+    """A sign-in in flight (``SignInThrottle.attempt``)."""
+
+    throttle: SignInThrottle
+    client: str
+    wait: int  # seconds to wait before trying (0: it is being tried)
+
+    def failed(self) -> int:
+        """It was wrong: how many wrong ones its client made within the window."""
+        return self.throttle.failed(self.client)
+
+    def succeeded(self) -> None:
+        self.throttle.succeeded(self.client)

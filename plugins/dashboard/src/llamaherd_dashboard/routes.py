@@ -52,6 +52,7 @@ STREAM_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxie
 LIVE_POLL = 0.5  # seconds between looks at the store's change marker
 LIVE_GAP = 1.0  # at most one page update per this many seconds
 LIVE_REFRESH = 15.0  # send the page anyway after this long ("5m ago" moves on)
+SIGN_IN_BODY = 16 * 1024  # bytes of the sign-in form
 
 # No framing (the Run and Kill buttons must not be clickjacked), no inline or foreign scripts.
 PAGE_HEADERS = {
@@ -229,7 +230,18 @@ async def run_page(request: Request, params: dict[str, str], query: dict[str, st
     # The live stream re-renders the page without its conversation: that arrives entry by entry.
     with_log = not params.get("live")
     data = await run_in_threadpool(views.run, _engine(request), params["run_id"], with_log)
-    return None if data is None else ("run.html", {"events": [], **data})
+    if data is None:
+        return None
+    models = sorted(_engine(request).project.config.get("models") or {})
+    return "run.html", {"events": [], "models": models, "recorded": query.get("recorded"), **data}
+
+
+async def replay_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
+    """A replay started from a run's page: going on (the page refreshes), or its side by side."""
+    replay = _replays(request).get(params["token"])
+    if replay is None or replay.run_id != params["run_id"]:
+        return None
+    return "replay.html", {"replay": replay, "run_id": replay.run_id}
 
 
 async def deliveries_page(request: Request, params: dict[str, str], query: dict[str, str]) -> Built:
@@ -251,6 +263,7 @@ PAGES: list[tuple[re.Pattern[str], Builder]] = [
     (re.compile(r"/"), overview_page),
     (re.compile(r"/runs"), runs_page),
     (re.compile(r"/runs/(?P<run_id>[^/]+)"), run_page),
+    (re.compile(r"/runs/(?P<run_id>[^/]+)/replays/(?P<token>[0-9a-f]+)"), replay_page),
     (re.compile(r"/agents/(?P<name>[^/]+)"), agent_page),
     (re.compile(r"/deliveries"), deliveries_page),
 ]
@@ -283,9 +296,10 @@ def _safe_next(target: str) -> str:
 async def login_page(request: Request) -> Response:
     """GET: the form. POST: check the token or password, start a signed-in session, go on.
 
-    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds is answered 429
-    with ``Retry-After`` (before anything is checked); each wrong one is logged with the
-    client's address, never with what was typed."""
+    A client with ``MAX_FAILURES`` wrong sign-ins within ``WINDOW`` seconds (those being
+    checked count), or anyone while all clients together made ``MAX_FAILURES_ALL``, is
+    answered 429 with ``Retry-After`` before anything is checked; each wrong one is logged
+    with the client's address, never with what was typed."""
     if not auth.allowed_host(request):
         return PlainTextResponse(MISDIRECTED, status_code=421)
     target = _safe_next(request.query_params.get("next", "/"))
@@ -294,23 +308,24 @@ async def login_page(request: Request) -> Response:
     reason = await auth.csrf_refusal(request)
     if reason is not None:
         return render(request, "login.html", status_code=403, next=target, error=reason)
-    client, throttle = auth.client_of(request), auth.throttle(request)
-    wait = throttle.retry_after(client)
-    if wait:
-        error = f"too many wrong sign-ins: try again in {wait} s"
-        refused = render(request, "login.html", status_code=429, next=target, error=error)
-        refused.headers["Retry-After"] = str(wait)
-        return refused
-    form = await auth.form_fields(request)
-    if not await run_in_threadpool(auth.password_matches, request, form.get("token", "").strip()):
-        count = throttle.failed(client)
-        log.warning(
-            "dashboard: wrong sign-in from %s (%d within %g s%s)",
-            client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
-        )  # fmt: skip
-        error = "wrong token or password"
-        return render(request, "login.html", status_code=401, next=target, error=error)
-    throttle.succeeded(client)
+    client = auth.client_of(request)
+    with auth.throttle(request).attempt(client) as attempt:
+        if attempt.wait:
+            error = f"too many wrong sign-ins: try again in {attempt.wait} s"
+            refused = render(request, "login.html", status_code=429, next=target, error=error)
+            refused.headers["Retry-After"] = str(attempt.wait)
+            return refused
+        form = await auth.form_fields(request)
+        given = form.get("token", "").strip()
+        if not await run_in_threadpool(auth.password_matches, request, given):
+            count = attempt.failed()
+            log.warning(
+                "dashboard: wrong sign-in from %s (%d within %g s%s)",
+                client, count, WINDOW, "; it must wait now" if count >= MAX_FAILURES else "",
+            )  # fmt: skip
+            error = "wrong token or password"
+            return render(request, "login.html", status_code=401, next=target, error=error)
+        attempt.succeeded()
     response = RedirectResponse(_safe_next(form.get("next", target)), status_code=303)
     await run_in_threadpool(auth.sign_in, request, response)
     log.info("dashboard: signed in from %s", client)
@@ -661,6 +676,89 @@ def _talk(reply: bool) -> Handler:
     return endpoint
 
 
+def _replays(request: Request) -> Any:
+    from llamaherd_dashboard.replays import Replays
+
+    state = request.app.state
+    if getattr(state, "replays", None) is None:
+        state.replays = Replays()
+    return state.replays
+
+
+def _replay_options(fields: dict[str, Any]) -> dict[str, Any]:
+    """What the run page's Replay form asks: a model, a turn to fork after, live."""
+    from llamaherd.api import LlamaherdError
+
+    model = str(fields.get("model") or "").strip() or None
+    turn = str(fields.get("from_turn") or "").strip()
+    if turn and not (turn.isdigit() and 0 < int(turn) < 100_000):
+        raise LlamaherdError(f"from turn: expected a turn number, got {turn[:20]!r}")
+    live = str(fields.get("live") or "").lower() in ("on", "true", "1", "yes")
+    return {"model": model, "from_turn": int(turn) if turn else None, "live": live}
+
+
+@mutation
+async def replay_run(request: Request) -> Response:
+    """Replay a finished run (as ``al replay``) in the background; its page shows the side by
+    side when it is done."""
+    from llamaherd.api import FINAL, LlamaherdError
+
+    found = await _find_run(request)
+    if found is None:
+        return failed(request, 404, _no_run(request))
+    if found.state not in FINAL:
+        return failed(request, 409, f"run {found.id} is {found.state}: replay it once it has ended")
+    try:
+        options = _replay_options(await _fields(request))
+        token = _replays(request).start(_engine(request), found.id, options)
+    except LlamaherdError as exc:
+        return failed(request, 400, str(exc))
+    except LookupError as exc:
+        return failed(request, 429, str(exc))
+    where = f"/runs/{quote(found.id)}/replays/{token}"
+    return done(request, {"replay": token, "page": where}, where, status=202)
+
+
+@api
+async def api_replay(request: Request) -> Response:
+    replay = _replays(request).get(request.path_params["token"])
+    if replay is None:
+        return JSONResponse(
+            {"error": "no such replay (they are kept in memory, not stored)"}, status_code=404
+        )
+    answer = {
+        "run": replay.run_id,
+        "state": replay.state,
+        "error": replay.error,
+        "result": replay.result,
+    }
+    return JSONResponse(answer)
+
+
+@mutation
+async def record_run(request: Request) -> Response:
+    """Save a finished run as a test case (as ``al record``), under its agent's ``tests/``."""
+    from llamaherd.api import FINAL, LlamaherdError
+    from llamaherd.api import record_run as record
+
+    found = await _find_run(request)
+    if found is None:
+        return failed(request, 404, _no_run(request))
+    if found.state not in FINAL:
+        return failed(request, 409, f"run {found.id} is {found.state}: save it once it has ended")
+    engine = _engine(request)
+    try:
+        name = str((await _fields(request)).get("name") or "").strip() or None
+        written, notes = await run_in_threadpool(
+            record, engine.project, engine.registry, engine.store, found.id, name
+        )
+    except LlamaherdError as exc:
+        return failed(request, 409, str(exc))
+    files = [engine.project.relative(path) for path in written]
+    back = f"/runs/{quote(found.id)}?recorded={quote(files[0])}"
+    return done(request, {"written": files, "notes": notes}, back, status=201)
+
+
 @mutation
 async def replay_delivery(request: Request) -> Response:
     """Route a recorded webhook delivery again (the webhooks plugin's control API)."""
@@ -685,6 +783,7 @@ ROUTES = [
     Route("/agents/{name}", page(agent_page), methods=["GET"]),
     Route("/runs", page(runs_page), methods=["GET"]),
     Route("/runs/{run_id}", page(run_page), methods=["GET"]),
+    Route("/runs/{run_id}/replays/{token}", page(replay_page), methods=["GET"]),
     Route("/deliveries", page(deliveries_page), methods=["GET"]),
     Route("/login", login_page, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
@@ -707,6 +806,9 @@ ROUTES = [
     Route("/api/runs/{run_id}/deny", _suspension_answer(False), methods=["POST"]),
     Route("/api/runs/{run_id}/reply", _talk(True), methods=["POST"]),
     Route("/api/runs/{run_id}/say", _talk(False), methods=["POST"]),
+    Route("/api/runs/{run_id}/replay", replay_run, methods=["POST"]),
+    Route("/api/runs/{run_id}/record", record_run, methods=["POST"]),
+    Route("/api/replays/{token}", api_replay, methods=["GET"]),
     Route("/api/deliveries/{receipt}/replay", replay_delivery, methods=["POST"]),
 ]
 
@@ -720,6 +822,9 @@ def add_routes(app: Any) -> None:
         app.state.refusals.append(refusal)
         return
     static = StaticFiles(packages=[("llamaherd_dashboard", "static")])
+    # The sign-in form is read before anyone is known: it takes what a token or password,
+    # the CSRF value and the page to go on to need, and no more.
+    app.state.body_limits["/login"] = SIGN_IN_BODY
     app.router.routes.extend(
         [*ROUTES, Mount("/static/dashboard", app=static, name="dashboard-static")]
     )

@@ -33,6 +33,9 @@ class DockerCheck:
 
     def _engine(self, engine: Any, agents: list[Any], project: Any, runtime: Any) -> list[Finding]:
         subject = f"Docker daemon {engine.where}"
+        unchecked = engine.unchecked()
+        if unchecked is not None:  # al doctor runs none of an agent's commands
+            return [Finding.warning(subject, unchecked)]
         try:
             client = engine.client()
         except SandboxError as exc:

@@ -127,6 +127,13 @@ class LocalEngine:
             self._client = connect()
         return self._client
 
+    def unchecked(self) -> str | None:
+        """Why a check of the configuration does not connect (never, here)."""
+        return None
+
+    def option_warnings(self) -> list[str]:
+        return []
+
     def handle(self) -> dict[str, Any]:
         return {}
 
@@ -153,6 +160,14 @@ class RemoteEngine:
     @property
     def where(self) -> str:
         return self.name
+
+    def unchecked(self) -> str | None:
+        """Why a check of the configuration (``al validate``, ``al doctor``) does not connect:
+        the agent's ssh options would run a command on this machine."""
+        return self.target.unchecked()
+
+    def option_warnings(self) -> list[str]:
+        return self.target.option_warnings()
 
     def client(self) -> Any:
         """The SDK's client over the forwarded socket (SandboxError: one line, when the host

@@ -121,13 +121,19 @@ def project_text(path: Path) -> str:
     return read_project_text(path)
 
 
+# An agent's test cases, their cassettes and payloads (``al test``) never go into its image:
+# recording a case must not rebuild it. Last, so that no pattern of .dockerignore brings
+# them back.
+TEST_FILES = ("tests/*.toml", "tests/*.json")
+
+
 def ignore_patterns(root: Path) -> list[str]:
-    """The patterns of ``root/.dockerignore`` (none when it is absent)."""
+    """The patterns of ``root/.dockerignore`` (none when it is absent), then ``TEST_FILES``."""
     ignore = root / ".dockerignore"
     if not ignore.is_file():
-        return []
+        return list(TEST_FILES)
     lines = (line.strip() for line in project_text(ignore).splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
+    return [line for line in lines if line and not line.startswith("#")] + list(TEST_FILES)
 
 
 def context_files(root: Path) -> list[str]:

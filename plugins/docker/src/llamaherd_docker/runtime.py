@@ -345,6 +345,12 @@ class ContainerRuntime:
             engine = self.engine(agent)
         except ConfigError as exc:
             return [exc]
+        return engine.option_warnings() + self._engine_warnings(agent, project, engine)
+
+    def _engine_warnings(self, agent: Any, project: Any, engine: Engine) -> list[str]:
+        unchecked = engine.unchecked()
+        if unchecked is not None:
+            return [f"warning: Docker engine {engine.where}: {unchecked}"]
         try:
             self.client(agent)
         except SandboxError as exc:

@@ -268,9 +268,9 @@ def _usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
 
-    def count(key: str) -> int:
+    def count(key: str) -> int:  # as reported: core refuses a count that cannot be right
         value = usage.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
     prompt = count("promptTokenCount") + count("toolUsePromptTokenCount")
     return Usage(

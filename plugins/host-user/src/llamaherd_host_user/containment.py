@@ -64,12 +64,13 @@ class CgroupContainment:
         self.path = path
 
     @classmethod
-    def create(cls, run_id: str) -> CgroupContainment | None:
-        """Make the run's cgroup; None when there is no writable cgroup2 hierarchy."""
+    def create(cls, relative: Path) -> CgroupContainment | None:
+        """Make the run's cgroup at ``relative`` under ``CGROUP_PARENT``; None when there is no
+        writable cgroup2 hierarchy."""
         mount = cgroup2_mount()
         if mount is None:
             return None
-        path = mount / CGROUP_PARENT / run_id
+        path = mount / CGROUP_PARENT / relative
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import pwd
@@ -48,6 +49,43 @@ class Identity:
         if os.geteuid() != 0:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": list(self.groups)}
+
+
+# Groups whose members can become root, or read what root keeps secret, on a usual Linux host
+# (by name; gid 0 is root's whatever its name): an agent's processes given one can take the
+# machine. ``al validate`` warns; a fetched config that sets any group is asked about (``al add``).
+ROOT_EQUIVALENT_GROUPS: dict[str, str] = {
+    "root": "root's own group",
+    "sudo": "may become root with sudo",
+    "wheel": "may become root with sudo or su",
+    "admin": "may become root with sudo",
+    "adm": "reads the system's logs",
+    "systemd-journal": "reads the system's journal",
+    "disk": "reads and writes every disk directly",
+    "kmem": "reads the kernel's memory",
+    "shadow": "reads the password hashes",
+    "docker": "controls the Docker daemon, which runs as root",
+    "lxd": "starts privileged containers",
+    "incus-admin": "starts privileged containers",
+    "libvirt": "starts virtual machines with the host's devices",
+    "staff": "writes /usr/local, where root's PATH looks first",
+}
+
+
+def root_equivalent(group: str) -> tuple[str, str] | None:
+    """(its name, what it allows) when ``group`` (a name or a gid) is one of
+    ``ROOT_EQUIVALENT_GROUPS``; gid 0 is root's whatever this host calls it."""
+    name: str | None = group
+    if group.isdigit():
+        name = _group_name(int(group)) or ("root" if int(group) == 0 else None)
+    what = ROOT_EQUIVALENT_GROUPS.get(name or "")
+    return (name, what) if name and what else None
+
+
+def _group_name(gid: int) -> str | None:
+    with contextlib.suppress(KeyError):
+        return grp.getgrgid(gid).gr_name
+    return None
 
 
 def _group_id(name: str | int, where: str) -> int:

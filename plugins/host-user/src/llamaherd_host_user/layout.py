@@ -17,24 +17,36 @@
 
 Without root (``run_as`` = the current user) the base is ``/tmp/al-runs-<uid>/`` (0700), since
 ``/tmp/al-runs`` may belong to root.
+
+``/tmp`` is everyone's: another local user can make ``/tmp/al-runs`` first (after a reboot,
+before the first run), and every host-user run then failed, its agent held in ``error``. So that
+name is used only while it is a directory of ours; else the runs go to a private base,
+``/tmp/al-runs-<uid>-<random>/``, made by ``mkdtemp`` (a name nobody can guess, created
+atomically). Nothing needs to record it: the kernel does, as its owner (no other user can make
+a directory that is ours), so the next run and the next start's orphan sweep find it again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
 import socket
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from llamaherd.api import SandboxError
 
-ROOT_BASE = Path("/tmp/al-runs")
+log = logging.getLogger("llamaherd.host_user")
+
+TMP = Path("/tmp")
+ROOT_BASE = TMP / "al-runs"
 PRIVATE_SUFFIX = ".al"
 ASIDE_SUFFIX = PRIVATE_SUFFIX + ".new"
 OWNER_FILE = "owner.json"
@@ -48,20 +60,73 @@ def safe_run_id(run_id: str) -> str:
     return run_id
 
 
+SCOPE_PREFIX = "base-"  # the cgroup directory of one runs base's runs (``base_scope``)
+
+
 def runs_base() -> Path:
-    """The directory holding every run's working dir, created safely if missing."""
+    """The directory holding every run's working dir: ``/tmp/al-runs`` (``-<uid>`` without
+    root), created if missing, unless another user has that name; then a private one."""
     uid = os.geteuid()
-    base = ROOT_BASE if uid == 0 else Path(f"{ROOT_BASE}-{uid}")
-    mode = 0o711 if uid == 0 else 0o700
+    preferred = _preferred_base(uid)
     with contextlib.suppress(FileExistsError):
-        base.mkdir(mode=mode)
-    info = base.lstat()
-    # /tmp is world-writable: someone else may have planted this name first.
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
-        raise SandboxError(
-            f"host-user: {base} is not a directory owned by uid {uid}; remove it and retry"
-        )
-    if stat.S_IMODE(info.st_mode) != mode:
+        preferred.mkdir(mode=_base_mode(uid))
+    if _ours(preferred, uid):
+        return _private_mode(preferred, uid)
+    found = _private_bases(uid)
+    if found:
+        return _private_mode(found[0], uid)
+    made = Path(tempfile.mkdtemp(prefix=_private_prefix(uid), dir=TMP))
+    log.warning(
+        "host-user: %s is not a directory of uid %d (another user made it first): runs use %s",
+        preferred,
+        uid,
+        made,
+    )
+    return _private_mode(made, uid)
+
+
+def run_bases() -> list[Path]:
+    """Every base of this user's runs (what an orphan sweep looks through): ``/tmp/al-runs``
+    when it is ours, and the private ones made while it was not."""
+    uid = os.geteuid()
+    preferred = _preferred_base(uid)
+    return ([preferred] if _ours(preferred, uid) else []) + _private_bases(uid)
+
+
+def _preferred_base(uid: int) -> Path:
+    return ROOT_BASE if uid == 0 else Path(f"{ROOT_BASE}-{uid}")
+
+
+def _base_mode(uid: int) -> int:
+    return 0o711 if uid == 0 else 0o700
+
+
+def _private_prefix(uid: int) -> str:
+    return f"{ROOT_BASE.name}-{uid}-"
+
+
+def _ours(path: Path, uid: int) -> bool:
+    """A directory (not a link to one) owned by ``uid``: in the sticky /tmp, nobody else can
+    have made it, nor move or remove it."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid
+
+
+def _private_bases(uid: int) -> list[Path]:
+    prefix = _private_prefix(uid)
+    with os.scandir(TMP) as entries:
+        names = [entry.name for entry in entries if entry.name.startswith(prefix)]
+    return [TMP / name for name in sorted(names) if _ours(TMP / name, uid)]
+
+
+def _private_mode(base: Path, uid: int) -> Path:
+    """``base``, its mode made what the layout needs (0711 for root: agent users reach their
+    own working dir by name, and list nothing)."""
+    mode = _base_mode(uid)
+    if stat.S_IMODE(base.lstat().st_mode) != mode:
         base.chmod(mode)
     return base
 
@@ -86,10 +151,24 @@ def owner_record(project: str | None, keep_workdir: bool) -> dict[str, object]:
     }
 
 
+def base_scope(base: Path) -> str:
+    """The name of ``base``'s cgroup scope: its device and inode, so schedulers that see other
+    ``/tmp``s (a systemd ``PrivateTmp``, containers sharing the cgroup tree) never take each
+    other's runs' cgroups for their own."""
+    info = base.stat()
+    return f"{SCOPE_PREFIX}{info.st_dev:x}-{info.st_ino:x}"
+
+
 @dataclass(frozen=True)
 class Layout:
     base: Path
     run_id: str
+
+    @property
+    def cgroup(self) -> Path:
+        """The run's cgroup, relative to the cgroup tree's llamaherd directory: in its base's
+        scope (``base_scope``)."""
+        return Path(base_scope(self.base)) / self.run_id
 
     @property
     def workdir(self) -> Path:

@@ -22,7 +22,9 @@ from llamaherd_host_user.layout import (
     ASIDE_SUFFIX,
     PRIVATE_SUFFIX,
     Layout,
+    base_scope,
     held_by_other_live_process,
+    run_bases,
     runs_base,
     safe_run_id,
 )
@@ -76,14 +78,14 @@ class Settings:
         )
 
 
-def _containment(run_id: str, uid: int, cgroup: str | None = None) -> Containment:
+def _containment(layout: Layout, uid: int, cgroup: str | None = None) -> Containment:
     if cgroup is not None:
         path = Path(cgroup)
         if path.is_dir():
             return CgroupContainment(path)
-    elif (created := CgroupContainment.create(run_id)) is not None:
+    elif (created := CgroupContainment.create(layout.cgroup)) is not None:
         return created
-    return ProcContainment(uid, run_id)
+    return ProcContainment(uid, layout.run_id)
 
 
 class HostUserRuntime:
@@ -101,15 +103,26 @@ class HostUserRuntime:
         identities.resolve(settings.run_as, settings.groups, settings.where)
 
     def validate(self, agent: Any, project: Any) -> list[str]:
-        """``al validate``: a warning when the project's ``shared/`` files cannot be shown at
-        /app/static/shared in this agent's runs (``shared.py``)."""
+        """``al validate``: a warning for each group as good as root (``groups``), and when
+        the project's ``shared/`` files cannot be shown at /app/static/shared in this agent's
+        runs (``shared.py``)."""
+        warnings = []
+        for group in Settings.of(agent).groups:
+            found = identities.root_equivalent(group)
+            if found is not None:
+                name, what = found
+                shown = name if name == group else f"{group} ({name})"
+                warnings.append(
+                    f"warning: groups: {shown}: {what}, so the agent's processes can take this "
+                    "host or read its secrets; remove it unless the agent needs that"
+                )
         why = shared.unavailable()
-        if why is None or not (project.root / "shared").is_dir():
-            return []
-        return [
-            f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
-            f"/app/static/shared: {why}"
-        ]
+        if why is not None and (project.root / "shared").is_dir():
+            warnings.append(
+                f"warning: shared/: host-user runs of {agent.name} cannot see these files at "
+                f"/app/static/shared: {why}"
+            )
+        return warnings
 
     def warnings(self, agent: Any, project: Any = None) -> list[str]:
         """Problems worth a warning in ``al validate`` that do not stop a run."""
@@ -132,7 +145,7 @@ class HostUserRuntime:
             _remove(layout, ident.uid)  # left over by a start that crashed half-way
         try:
             provision(layout, ident, spec, settings.keep_workdir)
-            containment = _containment(spec.run_id, ident.uid)
+            containment = _containment(layout, ident.uid)
         except OSError as exc:
             _remove(layout, ident.uid)
             raise SandboxError(f"host-user: cannot prepare run {spec.run_id}: {exc}") from None
@@ -155,20 +168,26 @@ class HostUserRuntime:
             layout.write_owner(keep_workdir=keep_workdir)
         else:
             provision_private(layout, ident, spec, keep_workdir)
-        containment = _containment(layout.run_id, ident.uid, handle.get("cgroup"))
+        containment = _containment(layout, ident.uid, handle.get("cgroup"))
         env = build_env(layout, ident, spec)
         return HostUserSandbox(layout, ident, containment, env, keep_workdir)
 
     def cleanup_orphans(self, live_run_ids: set[str], project: Any = None) -> int:
         """Remove ``project``'s sandboxes (processes, private area, working dir, cgroup) of runs
-        not live.
+        not live, in every base of this user's runs (``run_bases``).
 
         Left alone: other projects' sandboxes (``/tmp/al-runs`` is shared by every project on
         the host, and ``live_run_ids`` speaks for one), live runs, sandboxes another running
         scheduler process owns, and working dirs kept with ``keepWorkdir``.
         """
         root = str(project.root) if project is not None else None
-        base = runs_base()
+        bases = run_bases()
+        removed = sum(self._clean_base(base, live_run_ids, root) for base in bases)
+        self._remove_stray_cgroups(bases, live_run_ids)
+        return removed
+
+    @staticmethod
+    def _clean_base(base: Path, live_run_ids: set[str], root: str | None) -> int:
         removed = 0
         for entry in os.scandir(base):
             if entry.name.startswith(".") and entry.name.endswith(ASIDE_SUFFIX):
@@ -193,19 +212,23 @@ class HostUserRuntime:
             uid = layout.workdir.stat().st_uid if layout.workdir.exists() else -1
             _remove(layout, uid, bool(owner.get("keep_workdir")))
             removed += 1
-        self._remove_stray_cgroups(base, live_run_ids)
         return removed
 
     @staticmethod
-    def _remove_stray_cgroups(base: Path, live_run_ids: set[str]) -> None:
+    def _remove_stray_cgroups(bases: list[Path], live_run_ids: set[str]) -> None:
+        """Remove the cgroups of runs in ``bases`` that are not live and whose private area is
+        gone (a run killed between the two). Only those: a cgroup in another base's scope is
+        another scheduler's, whose runs this one cannot see (another ``/tmp``)."""
         mount = cgroup2_mount()
         parent = mount / CGROUP_PARENT if mount else None
         if parent is None or not parent.is_dir() or os.geteuid() != 0:
             return
-        for entry in os.scandir(parent):
-            stray = entry.is_dir() and entry.name not in live_run_ids
-            if stray and not Layout(base, entry.name).private.exists():
-                CgroupContainment(Path(entry.path)).remove()
+        for base in bases:
+            scope = parent / base_scope(base)
+            for entry in os.scandir(scope) if scope.is_dir() else ():
+                stray = entry.is_dir() and entry.name not in live_run_ids
+                if stray and not Layout(base, entry.name).private.exists():
+                    CgroupContainment(Path(entry.path)).remove()
 
 
 def _remove_stale_aside(layout: Layout, live_run_ids: set[str], root: str | None) -> int:
@@ -231,8 +254,10 @@ def _remove(layout: Layout, uid: int, keep_workdir: bool = False) -> None:
     """Kill a run's processes and delete its cgroup, private area and working dir (unless
     kept)."""
     mount = cgroup2_mount()
-    cgroup = mount / CGROUP_PARENT / layout.run_id if mount else None
-    if cgroup is not None and cgroup.is_dir():
+    # In its base's scope, or (made by a version before scopes) right under the parent.
+    found = [mount / CGROUP_PARENT / at for at in (layout.cgroup, layout.run_id)] if mount else []
+    cgroup = next((path for path in found if path.is_dir()), None)
+    if cgroup is not None:
         CgroupContainment(cgroup).remove()
     elif uid >= 0:
         ProcContainment(uid, layout.run_id).remove()

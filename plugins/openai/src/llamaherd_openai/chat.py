@@ -164,7 +164,9 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A count as the API reported it, any number (core refuses one that cannot be right:
+    ``llamaherd.usage``); 0 when absent."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
 def _usage(usage: Any, reports_cost: bool) -> Usage:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,11 +232,13 @@ def complete(
 
 
 def _script_path(model: ModelConfig, options: dict[str, Any]) -> Path | None:
-    """The script to replay; None means default behaviour (no script.toml in the folder)."""
+    """The script to replay; None means default behaviour (no script.toml in the folder).
+    Anything at its name is the script: a directory, a FIFO or a dangling link there is
+    refused by ``load_script`` (``read_project_file``), never taken for "no script"."""
     name = model.extra.get("script")
     agent_dir = options.get("agent_dir")
     path = Path(agent_dir or ".") / (name or DEFAULT_SCRIPT)
-    if path.is_file():
+    if os.path.lexists(path):
         return path
     if name:  # asked for by name: its absence is an error, not a silent default
         raise ConfigError(str(path), "", f"script file of model {model.name!r} not found")

@@ -41,6 +41,9 @@ class SshCheck:
 
 def _host(masters: SshMasters, target: SshTarget, cwd: str, agents: list[str]) -> Finding:
     subject = f"ssh host {target.label} ({', '.join(agents)})"
+    unchecked = target.unchecked()
+    if unchecked is not None:  # al doctor runs none of an agent's commands
+        return Finding.warning(subject, unchecked)
     master = masters.get(target)
     try:
         master.connect()

@@ -24,7 +24,7 @@ from typing import Any
 
 import peewee as pw
 
-from llamaherd.api import ConfigError, Store, Tables, TableSet
+from llamaherd.api import ConfigError, Hold, Store, Tables, TableSet
 from llamaherd_ssh.settings import Host, Settings
 
 NAME = "ssh"
@@ -171,22 +171,24 @@ class Pool:
                 host=host, up=up, error=error, since=now, checked_at=now
             ).on_conflict_ignore().execute()
 
-    def down(self, hosts: Sequence[Host]) -> set[str]:
-        """The hosts of ``hosts`` that failed to connect less than ``RETRY_DOWN_AFTER`` ago."""
+    def down(self, hosts: Sequence[Host]) -> dict[str, float]:
+        """The hosts of ``hosts`` that failed to connect less than ``RETRY_DOWN_AFTER`` ago,
+        each with when it may be tried again (the store's clock)."""
         t = self._t()
         cutoff = self.store.clock() - RETRY_DOWN_AFTER
         with self.store.guard():
-            rows = t.HostState.select(t.HostState.host).where(
+            rows = t.HostState.select(t.HostState.host, t.HostState.checked_at).where(
                 t.HostState.host.in_([h.key for h in hosts])
                 & (t.HostState.up == False)  # noqa: E712 (peewee builds SQL from ==)
                 & (t.HostState.checked_at > cutoff)
             )
-            return {row.host for row in rows}
+            return {row.host: row.checked_at + RETRY_DOWN_AFTER for row in rows}
 
-    def blocked(self, hosts: Sequence[Host]) -> str | None:
+    def blocked(self, hosts: Sequence[Host]) -> Hold | None:
         """Why no host of ``hosts`` can take a run now (each full, or down less than
-        ``RETRY_DOWN_AFTER`` ago), or None when one can. Leases of runs that are no longer
-        running or waiting do not count (their slots are taken back at the next placement)."""
+        ``RETRY_DOWN_AFTER`` ago), and when a down one may be tried again; None when one can.
+        Leases of runs that are no longer running or waiting do not count (their slots are
+        taken back at the next placement)."""
         t = self._t()
         down = self.down(hosts)
         with self.store.guard():
@@ -208,7 +210,8 @@ class Pool:
                 return None
             else:
                 why.append(f"{host.key} {used[host.key]}/{host.capacity}")
-        return f"every host of its pool is full or down ({', '.join(why)})"
+        reason = f"every host of its pool is full or down ({', '.join(why)})"
+        return Hold(reason, min(down.values(), default=None))
 
     def views(self, hosts: Sequence[Host]) -> list[HostView]:
         t = self._t()
@@ -242,7 +245,7 @@ class PoolAdmission:
     name = "ssh"
     description = "An ssh pool agent's runs wait while every host of its pool is full or down."
 
-    def hold(self, agent: Any, store: Any, now: float) -> str | None:
+    def hold(self, agent: Any, store: Any, now: float) -> Hold | None:
         if agent.runtime.get("type") != "ssh":
             return None
         try:

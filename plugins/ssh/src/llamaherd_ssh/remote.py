@@ -11,6 +11,8 @@
         tmp/                        $TMPDIR
         work/                       the working dir (kept with keepWorkdir)
         gw.sock                     the scheduler's gateway, forwarded over the connection
+                                    (when that path is too long for a socket: a link to
+                                    /tmp/al-gw-<random>.sock, removed with the run dir)
 
 Each script is run by ``SshMaster.script``/``popen`` with ``/bin/sh``; every value in it is
 quoted here (``shlex.quote``), and secrets only ever appear in the scripts, which travel on the
@@ -141,15 +143,33 @@ def signal_script(sig: str, marker: str, groups: Iterable[int] = (), run_dir: st
     return f"sig={q(sig)}\nmarker={q(marker)}\ndir={q(run_dir)}\ngroups={q(ids)}\n{_SIGNAL}"
 
 
+# The gateway socket of a run whose dir's path is too long for one lives in /tmp (``SOCKETS``),
+# named by a link at ``gw.sock``: removed through it (only ever such a name: the agent, which
+# can change the link, can remove nothing its login user could not remove anyway).
+SOCKETS = "/tmp/al-gw-"
+_UNLINK_SOCKET = """link={link}
+if [ -h "$link" ]; then
+  target=$(readlink -- "$link")
+  case "$target" in {sockets}*/*) ;; {sockets}*.sock) rm -f -- "$target" ;; esac
+fi
+"""
+
+
+def link_socket_script(run_dir: str, socket_path: str) -> str:
+    """Name the run's gateway socket, kept in /tmp for a long run dir, at ``gw.sock``."""
+    return f"ln -s -- {q(socket_path)} {q(run_dir + '/gw.sock')}\n"
+
+
 def remove_script(marker: str, run_dir: str, keep_workdir: bool) -> str:
-    """Kill what is left of the run, then remove its dir (all but ``work/`` when kept) and the
-    runs dir if that left it empty."""
+    """Kill what is left of the run, then remove its gateway socket, its dir (all but
+    ``work/`` when kept) and the runs dir if that left it empty."""
+    unlink = _UNLINK_SOCKET.format(link=q(run_dir + "/gw.sock"), sockets=q(SOCKETS))
     remove = (
         f"cd -- {q(run_dir)} 2>/dev/null && rm -rf -- bin credentials tmp owner.json gw.sock"
         if keep_workdir
         else f"rm -rf -- {q(run_dir)}\nrmdir -- {q(str(Path(run_dir).parent))} 2>/dev/null"
     )
-    return f"{signal_script('KILL', marker, (), run_dir)}{remove}\ntrue\n"
+    return f"{signal_script('KILL', marker, (), run_dir)}{unlink}{remove}\ntrue\n"
 
 
 def list_script(cwd: str) -> str:

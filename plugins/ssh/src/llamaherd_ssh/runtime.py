@@ -35,7 +35,7 @@ from llamaherd.api import (
 )
 from llamaherd_ssh import remote
 from llamaherd_ssh.pool import BUSY_RETRY, RETRY_DOWN_AFTER, Pool
-from llamaherd_ssh.sandbox import SshSandbox
+from llamaherd_ssh.sandbox import Leftovers, SshSandbox
 from llamaherd_ssh.settings import SCHEMA, Host, Settings
 
 log = logging.getLogger("llamaherd.ssh")
@@ -52,7 +52,7 @@ TRANSIENT = ("unreachable",)
 
 def _socket_path(run_dir: str) -> str:
     path = f"{run_dir}/gw.sock"
-    return path if len(path) <= MAX_SOCKET_PATH else f"/tmp/al-gw-{secrets.token_hex(8)}.sock"
+    return path if len(path) <= MAX_SOCKET_PATH else f"{remote.SOCKETS}{secrets.token_hex(8)}.sock"
 
 
 def _env(spec: SandboxSpec, run_dir: str, socket_path: str) -> dict[str, str]:
@@ -90,6 +90,7 @@ class SshRuntime:
 
     def __init__(self) -> None:
         self.masters = SshMasters()
+        self.leftovers = Leftovers()
 
     # ------------------------------------------------------------------ config
     def validate(self, agent: Any, project: Any) -> list[Any]:
@@ -98,12 +99,7 @@ class SshRuntime:
             settings = Settings.of(agent)
         except ConfigError as exc:
             return [exc]
-        warnings = [
-            f"warning: {host.key}: ssh_options {option} switches host key checking off: "
-            "anyone between here and the host can pose as it"
-            for host in settings.hosts
-            for option in host.target.insecure_options()
-        ]
+        warnings = [line for host in settings.hosts for line in host.target.option_warnings()]
         if (project.root / "shared").is_dir():
             warnings.append(
                 f"warning: shared/: ssh runs of {agent.name} see these files at "
@@ -203,6 +199,7 @@ class SshRuntime:
     ) -> SshSandbox:
         master = self.masters.get(host.target)
         master.connect()
+        self.leftovers.remove(master)  # the host is back: what a lost run left goes first
         owner = {
             "project": str(spec.project.root),
             "machine": socket.gethostname(),
@@ -215,6 +212,8 @@ class SshRuntime:
         run_dir = out.decode(errors="replace").strip().splitlines()[-1]
         socket_path = _socket_path(run_dir)
         try:
+            if not socket_path.startswith(f"{run_dir}/"):  # named in the run dir: removed with it
+                master.script(remote.link_socket_script(run_dir, socket_path))
             master.forward(f"gateway:{spec.run_id}", "-R", f"{socket_path}:{spec.gateway_socket}")
         except BaseException:
             with contextlib.suppress(SshError):
@@ -228,6 +227,7 @@ class SshRuntime:
             socket=socket_path,
             keep_workdir=settings.keep_workdir,
             release=release,
+            leftovers=self.leftovers,
         )
 
     def attach(self, handle: dict[str, Any], spec: SandboxSpec | None) -> SshSandbox | None:
@@ -256,6 +256,7 @@ class SshRuntime:
             socket=socket_path,
             keep_workdir=bool(handle.get("keep_workdir")),
             release=release,
+            leftovers=self.leftovers,
         )
         if not sandbox.alive():
             return None

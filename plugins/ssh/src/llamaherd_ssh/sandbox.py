@@ -82,6 +82,44 @@ def _drain_in_background(proc: subprocess.Popen[bytes], fds: list[int]) -> None:
     threading.Thread(target=drain, name=f"al-ssh-drain-{proc.pid}", daemon=True).start()
 
 
+class Leftovers:
+    """Run dirs whose cleanup could not reach their host (it was lost mid-run), by host: each
+    is removed, with what still runs of it, before the next run starts there. Without this a
+    dir (and its copy of the run's credentials) stayed on the host while the same scheduler ran
+    new runs there, until the next start's orphan sweep."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_host: dict[Any, dict[str, tuple[str, bool]]] = {}  # target -> dir -> (id, keep)
+
+    def add(self, master: SshMaster, run_id: str, run_dir: str, keep_workdir: bool) -> None:
+        with self._lock:
+            self._by_host.setdefault(master.target, {})[run_dir] = (run_id, keep_workdir)
+        log.warning(
+            "run %s: its dir on %s stays until the host answers again (removed before the next "
+            "run there)",
+            run_id,
+            master.target.label,
+        )
+
+    def remove(self, master: SshMaster) -> None:
+        """Remove what lost runs left on ``master``'s host (those it cannot remove now are
+        kept for the next time)."""
+        with self._lock:
+            pending = self._by_host.pop(master.target, {})
+        for run_dir, (run_id, keep_workdir) in pending.items():
+            try:
+                master.script(remote.remove_script(f"AL_RUN_ID={run_id}", run_dir, keep_workdir))
+            except SshError as exc:
+                with self._lock:
+                    self._by_host.setdefault(master.target, {})[run_dir] = (run_id, keep_workdir)
+                log.warning(
+                    "run %s: its dir on %s is still there: %s", run_id, master.target.label, exc
+                )
+                continue
+            log.info("run %s: its dir left on %s is removed", run_id, master.target.label)
+
+
 class SshSandbox:
     """A run's private dir on a host, and the sessions running its commands there."""
 
@@ -95,6 +133,7 @@ class SshSandbox:
         socket: str | None = None,
         keep_workdir: bool = False,
         release: Callable[[], None] | None = None,
+        leftovers: Leftovers | None = None,
     ):
         self.master = master
         self.id = run_id
@@ -104,6 +143,7 @@ class SshSandbox:
         self.socket = socket
         self.keep_workdir = keep_workdir
         self._release = release
+        self._leftovers = leftovers
         self._marker = f"AL_RUN_ID={run_id}"
         self._running: dict[str, int | None] = {}  # exec id -> its process group, once known
         self._lock = threading.Lock()
@@ -292,11 +332,16 @@ class SshSandbox:
 
     def cleanup(self) -> None:
         """Kill what is left, remove the run's dir (its work dir kept with ``keepWorkdir``),
-        close the gateway forward and free the run's place on the host."""
+        close the gateway forward and free the run's place on the host. A host that cannot be
+        reached keeps the dir until it can (``Leftovers``)."""
         self._cleaned = True
         try:
             self.master.cancel(f"gateway:{self.id}")
             self._script(remote.remove_script(self._marker, self.run_dir, self.keep_workdir))
+        except SshError:
+            if self._leftovers is not None:
+                self._leftovers.add(self.master, self.id, self.run_dir, self.keep_workdir)
+            raise
         finally:
             if self._release is not None:
                 self._release()

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import WebhookReply, body_digest, clean_text, unrouted
+from llamaherd.api import (
+    OverLimit,
+    WebhookReply,
+    admit_json,
+    body_digest,
+    json_too_deep,
+    unrouted,
+)
 from llamaherd_webhooks.matching import entry_matches, filters_of
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -265,12 +272,12 @@ class Ingest:
         return self.routes.candidates(name)
 
     def pick(
-        self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes | None
+        self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes
     ) -> SourceConfig | Outcome:
         """The source a delivery to a type's URL belongs to: the only one; else the first
         whose secret verifies its signature; else the only one taking unsigned deliveries;
         else the first (which refuses it, 401)."""
-        if len(candidates) == 1 or body is None:
+        if len(candidates) == 1:
             return candidates[0]
         lowered = {k.lower(): v for k, v in headers.items()}
         for config in candidates:
@@ -289,16 +296,14 @@ class Ingest:
             )
         return unsigned[0] if unsigned else candidates[0]
 
-    def take(
-        self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes | None
-    ) -> Outcome:
+    def take(self, candidates: list[SourceConfig], headers: dict[str, str], body: bytes) -> Outcome:
         """``pick`` the source among ``candidates``, then ``receive`` the delivery."""
         config = self.pick(candidates, headers, body)
         return config if isinstance(config, Outcome) else self.receive(config, headers, body)
 
-    def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes | None) -> Outcome:
-        """Process one delivery (``body`` None: it exceeded the size limit and was not read).
-        Never raises: a failure is a 4xx (503 while the store is unavailable)."""
+    def receive(self, config: SourceConfig, headers: dict[str, str], body: bytes) -> Outcome:
+        """Process one delivery. Never raises: a failure is a 4xx (503 while the store is
+        unavailable)."""
         try:
             step = self.examine(config, {k.lower(): v for k, v in headers.items()}, body)
             if isinstance(step, Outcome):
@@ -308,7 +313,7 @@ class Ingest:
             return self._failed(config, exc)
 
     async def receive_async(
-        self, config: SourceConfig, headers: dict[str, str], body: bytes | None
+        self, config: SourceConfig, headers: dict[str, str], body: bytes
     ) -> Outcome:
         """``receive`` on an event loop, ``headers`` lower-cased already: everything but the
         write runs here, the write on the store's writer (``Store.write_async``)."""
@@ -333,20 +338,25 @@ class Ingest:
         return Outcome(422, {"error": "delivery could not be processed"})
 
     def examine(
-        self, config: SourceConfig, headers: dict[str, str], body: bytes | None
+        self, config: SourceConfig, headers: dict[str, str], body: bytes
     ) -> Outcome | Write:
-        """Everything about a delivery that needs no database, in order: its size, its
+        """Everything about a delivery that needs no database, in order: its size (the
+        server took up to the largest of the sources a type's URL may stand for), its
         signature (before anything of the body is parsed), its fields, the agents it matches.
         What is left is one write (receipt, dedupe, queued items, all in one transaction)."""
-        if body is None or len(body) > config.max_body:
+        if len(body) > config.max_body:
             return self._reject(
                 config, headers, b"", 413, f"body larger than {config.max_body} bytes"
             )
         if not config.allow_unsigned and not self._verified(config, headers, body):
             return self._reject(config, headers, body, 401, "missing or bad signature")
         try:
-            # Lone surrogates ("\ud800" in the JSON) made U+FFFD: stored, they break listings.
-            fields = clean_text(config.source.parse(headers, body))
+            # Lone surrogates ("\ud800") made U+FFFD and NaN null (stored, they break
+            # listings), a body nested too deep or holding too long a number refused.
+            fields = admit_json(config.source.parse(headers, body))
+        except (OverLimit, RecursionError) as exc:  # RecursionError: the parser gave up
+            why = f"body {exc if isinstance(exc, OverLimit) else json_too_deep()}"
+            return self._reject(config, headers, body, 422, why, config.allow_unsigned)
         except ValueError as exc:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)

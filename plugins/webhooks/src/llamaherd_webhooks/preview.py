@@ -42,17 +42,30 @@ def _entry_event(entry: dict[str, Any]) -> str | None:
 
 
 def _parse(
-    config: SourceConfig, entry: dict[str, Any], headers: dict[str, str], body: bytes
+    config: SourceConfig,
+    entry: dict[str, Any],
+    headers: dict[str, str],
+    body: bytes,
+    event: str | None = None,
+    delivery: str = PREVIEW_DELIVERY,
+    where: str = "--payload",
 ) -> dict[str, Any]:
-    """The source's own fields for this delivery, with the headers a sender would add."""
+    """The source's own fields for this delivery, with the headers a sender would add (for
+    ``event``, default the entry's first, and ``delivery``)."""
     sign = getattr(config.source, "request_headers", None)
-    synthetic = sign(body, _entry_event(entry), PREVIEW_DELIVERY, None) if sign else {}
+    synthetic = sign(body, event or _entry_event(entry), delivery, None) if sign else {}
     try:
-        return config.source.parse(
+        fields = config.source.parse(
             {**{k.lower(): v for k, v in synthetic.items()}, **headers}, body
         )
     except ValueError as exc:
-        raise LlamaherdError(f"--payload: source {config.name!r} cannot parse it: {exc}") from None
+        raise LlamaherdError(f"{where}: source {config.name!r} cannot parse it: {exc}") from None
+    if unrouted(fields):
+        raise LlamaherdError(
+            f"source {config.name!r} acknowledges this delivery ({unrouted(fields)}) "
+            "without running anything"
+        )
+    return fields
 
 
 def preview_event(agent: Agent, registry: Registry, payload: dict[str, Any]) -> TriggerEvent:
@@ -68,11 +81,6 @@ def preview_event(agent: Agent, registry: Registry, payload: dict[str, Any]) -> 
         if not isinstance(config, SourceConfig):
             raise LlamaherdError(f"webhooks[{entries.index(entry)}].source: {config.body['error']}")
         fields = _parse(config, entry, headers, body)
-        if unrouted(fields):
-            raise LlamaherdError(
-                f"source {config.name!r} acknowledges this delivery ({unrouted(fields)}) "
-                "without running anything"
-            )
         if entry_matches(entry, config.name, fields, filters_of(config.source)):
             return make_event(agent.name, config.name, config.kind, fields)
         first = first or (config, fields)
@@ -85,3 +93,49 @@ def preview_event(agent: Agent, registry: Registry, payload: dict[str, Any]) -> 
         config.name,
     )
     return make_event(agent.name, config.name, config.kind, fields)
+
+
+TEST_DELIVERY = "test"
+
+
+def case_event(agent: Agent, registry: Registry, spec: dict[str, Any]) -> TriggerEvent:
+    """The event a test case's delivery gives ``agent``: ``payload`` (a body, or a recorded
+    delivery with its headers) from ``source`` as ``event`` with id ``delivery``, parsed by
+    the source and matched against the agent's ``[[webhooks]]`` entries as a real delivery is.
+    One that matches none is an error: a real delivery would not run the agent."""
+    entries = [e for e in agent.config.get("webhooks") or [] if isinstance(e, dict)]
+    wanted = spec.get("source")
+    if wanted is not None:
+        entries = [e for e in entries if e.get("source") == wanted]
+    if not entries:
+        source = f" from source {wanted!r}" if wanted is not None else ""
+        raise LlamaherdError(f"agent {agent.name!r} has no [[webhooks]] entry{source}")
+    headers, body = recorded(spec.get("payload") or {})
+    headers.update({str(k).lower(): str(v) for k, v in (spec.get("headers") or {}).items()})
+    delivery = str(spec.get("delivery") or TEST_DELIVERY)
+    for entry in entries:
+        config = resolve_source(agent.project, registry, str(entry.get("source")))
+        if not isinstance(config, SourceConfig):
+            raise LlamaherdError(f"source: {config.body['error']}")
+        fields = _parse(config, entry, headers, body, spec.get("event"), delivery, "payload")
+        if entry_matches(entry, config.name, fields, filters_of(config.source)):
+            return make_event(agent.name, config.name, config.kind, fields)
+    raise LlamaherdError(
+        f"the delivery matches none of {agent.name}'s [[webhooks]] entries: a real one would "
+        "not run it"
+    )
+
+
+def case_trigger(trigger: dict[str, Any]) -> dict[str, Any]:
+    """The ``[trigger]`` table that gives a stored webhook run's event back: its source, its
+    event, its delivery id and the body it was delivered with."""
+    fields = trigger.get("payload") or {}
+    spec: dict[str, Any] = {
+        "kind": "webhook",
+        "source": trigger.get("source") or fields.get("source"),
+    }
+    for key in ("event", "delivery"):
+        if fields.get(key) is not None:
+            spec[key] = str(fields[key])
+    spec["payload"] = fields.get("payload", {})
+    return spec

@@ -6,11 +6,13 @@ with that URL: when no source is named so, a delivery there goes to the source o
 several, the one whose secret verifies the signature: ``Ingest.pick``).
 
 A delivery is the hot path: ``WebhookEndpoint`` is a plain ASGI handler (``app.state.raw_routes``)
-rather than a framework route. It reads the body within the source's size limit, then verifies,
-parses and matches it on the event loop (``Ingest.examine``: no database), and hands the one
-write (receipt, dedupe, queued items) to the store's writer, awaiting its commit: one hand-over
-off the loop. A body above ``LOOP_BODY`` goes whole to the thread pool instead (verifying and
-parsing it would hold up the loop).
+rather than a framework route. The server admits its body within the source's ``maxBodyBytes``
+(``WebhookEndpoint.body_limit``, with every body under the server's budget and deadline:
+``llamaherd.http_guard``); the endpoint reads it, then verifies, parses and matches it on the
+event loop (``Ingest.examine``: no database), and hands the one write (receipt, dedupe, queued
+items) to the store's writer, awaiting its commit: one hand-over off the loop. A body above
+``LOOP_BODY`` goes whole to the thread pool instead (verifying and parsing it would hold up the
+loop).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ PREFIX = "/webhooks/"
 # goes to the thread pool whole.
 LOOP_BODY = 64 * 1024
 JSON_HEADERS = [(b"content-type", b"application/json")]
+# What a POST to a name that is no source may send (it is answered 404 unread).
+NO_SOURCE_BODY = 64 * 1024
 
 
 class WebhookEndpoint:
@@ -73,6 +77,7 @@ class WebhookEndpoint:
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.engine = app.state.engine
         self._routes: Routes | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -95,10 +100,18 @@ class WebhookEndpoint:
             routes = self._routes = Routes(engine.project, engine.registry)
         return routes
 
+    def body_limit(self, path: str) -> int:
+        """What ``/webhooks/<name>`` takes (``app.state.body_limits``): the largest
+        ``maxBodyBytes`` of the sources the name may stand for."""
+        candidates = self.routes(self.engine).candidates(path[len(PREFIX) :])
+        if isinstance(candidates, Outcome):
+            return NO_SOURCE_BODY
+        return max(config.max_body for config in candidates)
+
     async def _take(self, scope: dict[str, Any], receive: Any, name: str) -> tuple[Outcome, bool]:
         """The outcome, and whether part of the body was left unread (then the connection is
         closed after the answer)."""
-        engine = self.app.state.engine
+        engine = self.engine
         client = scope.get("client")
         ingest = Ingest(
             engine, self.app.state.webhook_rejects, client[0] if client else "", self.routes(engine)
@@ -110,15 +123,13 @@ class WebhookEndpoint:
         for key, value in scope["headers"]:  # lower-cased by the server; the first one wins
             headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
         try:
-            body = await read_body(receive, headers, max(c.max_body for c in candidates))
+            body = await read_body(receive)
         except Disconnected:
             gone = "the client disconnected before sending the whole body"
             return Outcome(400, {"error": gone}), True
-        if body is None or len(body) > LOOP_BODY:
+        if len(body) > LOOP_BODY:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(
-                None, ingest.take, candidates, headers, body
-            ), body is None
+            return await loop.run_in_executor(None, ingest.take, candidates, headers, body), False
         config = ingest.pick(candidates, headers, body)
         if isinstance(config, Outcome):
             return config, False
@@ -129,25 +140,17 @@ class Disconnected(Exception):
     """The client went away before sending the whole body."""
 
 
-async def read_body(receive: Any, headers: dict[str, str], limit: int) -> bytes | None:
-    """The request body from ASGI ``receive``, or None as soon as it is known to exceed
-    ``limit`` bytes (by its Content-Length, before a byte is read); ``Disconnected`` when the
-    client went away first."""
-    declared = headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
+async def read_body(receive: Any) -> bytes:
+    """The request body from ASGI ``receive`` (the server bounds it: ``body_limit``);
+    ``Disconnected`` when the client went away first."""
     message = await receive()
     body = message.get("body", b"")
     if message["type"] == "http.request" and not message.get("more_body"):
-        return body if len(body) <= limit else None  # the common case: one message
-    chunks, size = [body], len(body)
+        return body  # the common case: one message
+    chunks = [body]
     while message["type"] == "http.request" and message.get("more_body"):
         message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
+        chunks.append(message.get("body", b""))
     if message["type"] != "http.request":
         raise Disconnected
     return b"".join(chunks)
@@ -214,10 +217,11 @@ async def replay(request: Request) -> Response:
 
 def add_routes(app: Any) -> None:
     """Mount the webhook routes on the scheduler's Starlette app. Their bodies are bounded
-    by each source's ``maxBodyBytes`` (``read_body``), not the server's default limit."""
-    app.state.body_limits[PREFIX] = None
+    by each source's ``maxBodyBytes`` (``WebhookEndpoint.body_limit``)."""
+    endpoint = WebhookEndpoint(app)
+    app.state.body_limits[PREFIX] = endpoint.body_limit
     app.state.webhook_rejects = RejectThrottle()
-    app.state.raw_routes[PREFIX] = WebhookEndpoint(app)
+    app.state.raw_routes[PREFIX] = endpoint
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
     app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))
     app.router.routes.append(

@@ -175,6 +175,20 @@ class WebhooksTrigger:
         assert self.registry is not None, "the registry binds every trigger type"
         return preview_event(agent, self.registry, payload)
 
+    def case_event(self, agent: Agent, spec: dict[str, Any]) -> TriggerEvent:
+        """The event of a test case's delivery (``al test``): as ``preview``, from the case's
+        ``source``, ``event``, ``delivery`` and ``payload`` (``llamaherd_webhooks.preview``)."""
+        from llamaherd_webhooks.preview import case_event
+
+        assert self.registry is not None, "the registry binds every trigger type"
+        return case_event(agent, self.registry, spec)
+
+    def case_trigger(self, trigger: dict[str, Any]) -> dict[str, Any]:
+        """The ``[trigger]`` of a test case ``al record`` writes for a stored webhook run."""
+        from llamaherd_webhooks.preview import case_trigger
+
+        return case_trigger(trigger)
+
     def start(self, ctx: TriggerContext) -> None:
         """Nothing to run: deliveries come in through the HTTP routes."""
 

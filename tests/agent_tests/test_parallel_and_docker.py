@@ -1,0 +1,151 @@
+"""`al test -n N` runs cases at once, each in a sandbox of its own; a Docker agent's cases run
+in containers (its real runtime)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """
+[[turns]]
+tool_calls = [{ name = "bash", arguments = { command = "pwd" } }]
+[[turns]]
+text = "done"
+"""
+CASE = """
+[trigger]
+kind = "manual"
+prompt = "case {n}"
+[model]
+live = true   # the scripted model: offline
+[expect]
+state = "done"
+max_turns = 2
+"""
+
+
+def test_cases_run_in_parallel_each_in_its_own_sandbox(project, tmp_path):
+    log = tmp_path / "starts.log"
+    # Each hook notes its run and sandbox, then waits until four runs have started: were the
+    # cases not run four at a time, the first would give up after 30 s and fail its case.
+    hook = (
+        f'echo "$AL_RUN_ID $(pwd)" >> {log}; i=0; '
+        f'while [ "$(wc -l < {log})" -lt 4 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; '
+        f'[ "$(wc -l < {log})" -ge 4 ]'
+    )
+    project.add_scripted_agent("worker", f"[hooks]\npre = [{json.dumps(hook)}]\n", SCRIPT)
+    for n in range(20):
+        project.write(f"agents/worker/tests/case-{n:02}.toml", CASE.format(n=n))
+
+    tested = project.al("test", "-n", "4", "--json", timeout=180)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    found = json.loads(tested.stdout)
+    assert found["passed"] == 20 and found["failed"] == found["errors"] == 0
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert len({run for run, _ in lines}) == 20, "one run per case"
+    assert len({workdir for _, workdir in lines}) == 20, "one sandbox per case"
+    assert not list((project.root / ".al" / "tests").iterdir()), "the private stores are gone"
+
+
+def test_a_case_with_no_file_to_read_is_a_collection_error(project):
+    project.add_scripted_agent("worker", "", SCRIPT)
+    project.write(
+        "agents/worker/tests/typo.toml", '[trigger]\nkind = "manual"\n[expect]\nstat = "done"\n'
+    )
+    tested = project.al("test", "worker")
+    assert tested.returncode == 2, tested.stdout + tested.stderr
+    assert 'agents/worker/tests/typo.toml: expect.stat: unknown key (did you mean "state"?)' in (
+        tested.stderr
+    )
+    assert project.al("test", "-k", "nothing-matches").returncode == 5
+
+
+@pytest.mark.parametrize(
+    "misuse",
+    [["--update", "--live"], ["--update", "--repeat", "2"], ["-n", "0"], ["nobody"]],
+)
+def test_a_misused_al_test_exits_2(project, misuse):
+    from click.testing import CliRunner
+
+    from llamaherd.cli import AppContext, ErrorHandlingGroup
+    from llamaherd.commands.testing import test_command
+
+    # A group of its own holding `al test` alone: loading every command here would write the
+    # environment's command manifest from this process.
+    group = ErrorHandlingGroup()
+    group.add_command(test_command)
+    project.add_scripted_agent("worker", "", SCRIPT)
+    used = CliRunner().invoke(group, ["test", *misuse], obj=AppContext(project.root))
+    assert used.exit_code == 2, used.output
+
+
+DOCKER_IMAGE = "local/debian-python:bookworm"
+AL = Path(sys.executable).with_name("al")
+
+
+@pytest.mark.docker
+def test_a_docker_agents_cases_run_in_containers(project):
+    built = subprocess.run(
+        [str(AL), "setup", "docker", "--base-image", DOCKER_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    project.add_agent(
+        "boxed",
+        'models = ["scripted"]\nruntime = { type = "container" }\n'
+        '[hooks]\npre = ["test -f /.dockerenv && echo in-a-container"]\n',
+    )
+    project.write("agents/boxed/script.toml", SCRIPT)
+    for n in range(2):
+        project.write(
+            f"agents/boxed/tests/case-{n}.toml",
+            CASE.format(n=n)
+            + '[[expect.commands]]\ncommand = { glob = "test -f /.dockerenv*" }\n'
+            + 'output = { contains = "in-a-container" }\n'
+            + '[[expect.commands]]\ncommand = "pwd"\noutput = "/tmp/work"\n',
+        )
+    tested = project.al("test", "boxed", "-n", "2", "--json", timeout=300)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert json.loads(tested.stdout)["passed"] == 2
+
+
+def test_repeat_reports_each_cases_pass_rate_and_spend(project):
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write("\n[models.scripted.pricing]\ninput = 3.0\noutput = 15.0\n")
+    project.add_scripted_agent(
+        "flaky",
+        "",
+        """
+        [[turns]]
+        tool_calls = [{ name = "bash", arguments = { command = "test $((RANDOM % 2)) = 0 && echo heads || echo tails" } }]
+        [[turns]]
+        tool_calls = [{ name = "return_value", arguments = { value = "{{ last_result }}" } }]
+        [[turns]]
+        text = "flipped"
+        """,
+    )
+    project.write(
+        "agents/flaky/tests/coin.toml",
+        '[trigger]\nkind = "manual"\n[model]\nlive = true\n[expect]\nreturn = "heads"\n',
+    )
+    project.write(
+        "agents/flaky/tests/steady.toml",
+        '[trigger]\nkind = "manual"\n[model]\nlive = true\n[expect]\nmax_turns = 3\n',
+    )
+    tested = project.al("test", "--live", "--repeat", "6", "-n", "3", "--json")
+    assert tested.returncode in (0, 1), tested.stdout + tested.stderr
+    rows = {row["id"]: row for row in json.loads(tested.stdout)["repeat"]}
+    coin = rows["flaky/coin"]
+    assert coin["runs"] == 6 and coin["pass_rate"] == coin["passed"] / 6
+    assert coin["turns"] == 3.0 and coin["tokens"] > 0
+    assert coin["cost_usd"] > 0 and coin["total_cost_usd"] == pytest.approx(6 * coin["cost_usd"])
+    assert rows["flaky/steady"]["pass_rate"] == 1.0
+    table = project.al("test", "flaky", "-k", "steady", "--live", "--repeat", "2")
+    assert table.returncode == 0, table.stdout + table.stderr
+    assert "flaky/steady" in table.stdout and "2/2" in table.stdout and "100%" in table.stdout
