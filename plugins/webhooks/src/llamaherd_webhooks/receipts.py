@@ -43,6 +43,9 @@ def define(db: pw.Database) -> Sequence[type[pw.Model]]:
         result = pw.TextField()
         matched = JSONText()
         body_digest = pw.TextField(null=True)  # sha256 of a verified body (dedupe_bodies)
+        # The event as the source parsed it (a generic sender's may be in the body): None for
+        # a dead letter, which is never parsed.
+        event = pw.TextField(null=True)
 
         class Meta:
             database = db
@@ -66,6 +69,18 @@ def _v2_body_digest(db: pw.Database, tables: Tables) -> None:
     Delivery._schema.create_indexes(safe=True)
 
 
+def _v3_event(db: pw.Database, tables: Tables) -> None:
+    """Receipts keep the event their source parsed (listings showed only a header's)."""
+    from playhouse.migrate import SchemaMigrator, migrate
+
+    if "event" not in {column.name for column in db.get_columns("deliveries")}:
+        migrate(
+            SchemaMigrator.from_database(db).add_column(
+                "deliveries", "event", tables.Delivery.event
+            )
+        )
+
+
 def prune(tables: Tables, cutoff: float) -> int:
     """Receipts older than ``cutoff`` go with the rest of the history."""
     return tables.Delivery.delete().where(tables.Delivery.at < cutoff).execute()
@@ -73,9 +88,9 @@ def prune(tables: Tables, cutoff: float) -> int:
 
 TABLES = TableSet(
     name=NAME,
-    version=2,
+    version=3,
     define=define,
-    migrations=[(2, _v2_body_digest)],
+    migrations=[(2, _v2_body_digest), (3, _v3_event)],
     prune=prune,
     description="Receipts of webhook deliveries, dead letters included.",
 )
@@ -87,7 +102,7 @@ _SEEN = "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
 _SEEN_BODY = "SELECT 1 FROM deliveries WHERE source = ? AND body_digest = ? LIMIT 1"
 _RECORD = (
     'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched, '
-    "body_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "body_digest, event) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 # A source's dead letters beyond its newest MAX_DEAD_LETTERS, or older than the cutoff.
 _TRIM = (
@@ -120,13 +135,14 @@ class Receipts:
         result: str,
         matched: list[str],
         body_digest: str | None = None,
+        event: str | None = None,
     ) -> bool:
         """Keep a receipt; False when (source, delivery_id) was already recorded."""
         Delivery = self._model()
         params = (
             source, delivery_id, self.store.clock(), Delivery.headers.db_value(headers),
             Delivery.body.db_value(bytes(body)), status, result,
-            Delivery.matched.db_value(list(matched)), body_digest,
+            Delivery.matched.db_value(list(matched)), body_digest, event,
         )  # fmt: skip
         recorded = self.store.write(self._inserted, Delivery, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
@@ -160,8 +176,9 @@ class Receipts:
     def recent(
         self, limit: int = 50, dead_letters: bool = False, offset: int = 0
     ) -> list[dict[str, Any]]:
-        """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
-        result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
+        """Receipts, newest first: {id, source, delivery_id, at, event, headers, body (bytes),
+        status, result, matched}; ``dead_letters`` keeps only those answered with status >=
+        400."""
         Delivery = self._model()
         query = Delivery.select().order_by(Delivery.id.desc()).limit(limit).offset(offset)
         if dead_letters:
@@ -177,7 +194,7 @@ class Receipts:
         return None if found is None else _receipt(found)
 
 
-_FIELDS = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
+_FIELDS = ("id", "source", "delivery_id", "at", "event", "headers", "status", "result", "matched")
 
 
 def _receipt(row: Any) -> dict[str, Any]:
