@@ -65,7 +65,9 @@ def wait_answers(model: FakeModel, since: float, count: int) -> float:
             if len(answers) >= count:
                 return sorted(answers)[count - 1]
             if time.perf_counter() > deadline:
-                raise SystemExit(f"only {len(answers)} of {count} runs answered in {PATIENCE:.0f} s")
+                raise SystemExit(
+                    f"only {len(answers)} of {count} runs answered in {PATIENCE:.0f} s"
+                )
             model.changed.wait(1.0)
 
 

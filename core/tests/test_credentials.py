@@ -357,6 +357,7 @@ def test_ls_shows_fields_and_agents_never_values(registry, tmp_path):
             "fields": [],
             "stored": False,
             "agents": ["worker"],
+            "used_by": ["worker"],
         },
         {
             "type": "demo_pair",
@@ -364,6 +365,7 @@ def test_ls_shows_fields_and_agents_never_values(registry, tmp_path):
             "fields": ["key", "user"],
             "stored": True,
             "agents": [],
+            "used_by": [],
         },
         {
             "type": "demo_token",
@@ -371,6 +373,7 @@ def test_ls_shows_fields_and_agents_never_values(registry, tmp_path):
             "fields": ["token"],
             "stored": True,
             "agents": ["worker"],
+            "used_by": ["worker"],
         },
     ]
     table = invoke("--project", str(project), "creds", "ls")

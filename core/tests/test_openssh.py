@@ -86,3 +86,20 @@ def test_failures_are_one_line_with_a_kind(stderr: str, kind: str, says: str) ->
     assert error.kind == kind
     assert says in str(error) and str(error).startswith("ssh agent@h:2222: ")
     assert "\n" not in str(error)
+
+
+def test_a_host_key_fix_names_the_known_hosts_file_the_target_reads() -> None:
+    """Issue 42 item 17: with ``ssh_options.UserKnownHostsFile`` (its first file, as ssh reads
+    and ``ssh-keygen -f`` edits it), the message and both fixes name that file; ``~/`` is left
+    for the shell to expand."""
+    target = SshTarget.of(
+        {"host": "h", "port": 2222, "ssh_options": {"UserKnownHostsFile": "~/.ssh/agents hosts2"}},
+        "runtime",
+    )
+    changed = str(failure(target, "Host key for [h]:2222 has changed and you have requested"))
+    assert "does not match the one in ~/.ssh/agents (ssh_options.UserKnownHostsFile)" in changed
+    assert changed.endswith("(ssh-keygen -f ~/.ssh/agents -R '[h]:2222')")
+    unknown = str(failure(target, "Host key verification failed."))
+    assert unknown.endswith("(ssh-keyscan -p 2222 h >> ~/.ssh/agents)")
+    odd = SshTarget.of({"host": "h", "ssh_options": {"UserKnownHostsFile": "/k/it's"}}, "r")
+    assert str(failure(odd, "Host key verification failed.")).endswith(">> '/k/it'\"'\"'s')")

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from llamaherd.testing import require_service
+
 CORPUS = Path(__file__).parent / "projects"
 PROJECTS = sorted(p.name for p in CORPUS.iterdir() if (p / "agents").is_dir())
 
@@ -97,6 +99,7 @@ def docker() -> Iterator[Any]:
     """A client, once ``al-agent:latest`` is built (as ``al setup docker`` does)."""
     from llamaherd_docker.daemon import connect
 
+    require_service("docker")
     client = connect()
     done = subprocess.run(
         [str(AL), "setup", "docker", "--base-image", DEBIAN_IMAGE],

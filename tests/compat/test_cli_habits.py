@@ -138,8 +138,17 @@ def test_prompt_shows_what_a_real_webhook_run_gets(tmp_path, al):
     assert result.stderr == ""  # it matches the agent's filters
 
     # A bare body: the event is the one the agent listens for; a miss is said on stderr.
-    fixture.write_text(json.dumps({"action": "opened", "issue": {"number": 1}}))
+    bare_body = {"action": "opened", "issue": {"number": 1}, "repository": {"full_name": "a/b"}}
+    fixture.write_text(json.dumps(bare_body))
     bare = al("prompt", "dev", "--trigger", "webhook", "--payload", str(fixture), cwd=project.root)
     assert bare.returncode == 0, bare.stderr
     assert "event: issues\naction: opened\n" in bare.stdout
     assert "matches none of dev's [[webhooks]] entries" in bare.stderr
+
+    # A body without what its event needs runs nothing (issue 42 item 2): said, not shown.
+    fixture.write_text(json.dumps({"action": "opened", "issue": {"number": 1}}))
+    lacking = al(
+        "prompt", "dev", "--trigger", "webhook", "--payload", str(fixture), cwd=project.root
+    )
+    assert lacking.returncode == 2
+    assert "(incomplete payload: no repository) without running anything" in lacking.stderr

@@ -56,6 +56,21 @@ class Terminal:
         return code
 
 
+def test_new_refuses_a_provider_it_cannot_write(al, tmp_path):
+    """Issue 42 item 12: ``--provider bogus`` is a usage error naming the choices (nothing is
+    written), not a project that fails ``al validate``."""
+    from llamaherd.plugins import registry
+
+    result = al("new", "proj", "--no-interactive", "--provider", "antropic", cwd=tmp_path)
+    assert result.returncode == 2
+    choices = ", ".join(f'"{name}"' for name in sorted(registry().providers))
+    assert result.stderr == (
+        f"error: --provider: expected one of {choices}, got 'antropic' "
+        '(did you mean "anthropic"?)\n'
+    )
+    assert not (tmp_path / "proj").exists()
+
+
 def test_new_without_prompts_takes_provider_and_model(al, tmp_path):
     result = al("new", "proj", "--no-interactive", "--provider", "anthropic", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -180,8 +195,13 @@ def test_logs_all_date_and_instance(tmp_path):
     today = project.al("logs", "dev", "-d", date.today().isoformat())
     assert today.returncode == 0, today.stderr
     assert today.stdout.index(f"--- run {first.id}") < today.stdout.index(f"--- run {second.id}")
+    # A day without runs is an answer (issue 42 item 11): exit 0, said on stdout (on stderr
+    # with --json, which then prints nothing).
     empty = project.al("logs", "dev", "--date", "2000-01-01")
-    assert empty.returncode != 0 and "no runs on that day" in empty.stderr
+    assert (empty.returncode, empty.stdout) == (0, "agent dev has no runs on 2000-01-01\n")
+    quiet = project.al("logs", "dev", "--date", "2000-01-01", "--json")
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert quiet.stderr == "agent dev has no runs on 2000-01-01\n"
 
     shown = project.al("logs", first.id).stdout
     everything = project.al("logs", first.id, "-a").stdout
@@ -207,3 +227,31 @@ def test_doctor_strict_makes_config_warnings_errors(tmp_path):
     strict_cloud = [f for f in findings["strict"] if f["subject"].startswith("config.toml: cloud")]
     assert strict_cloud[0]["status"] == "error"
     assert strict.returncode == 1 and json.loads(strict.stdout)["ok"] is False
+
+
+def test_creds_ls_says_which_webhook_sources_and_models_use_a_credential(tmp_path):
+    """Issue 42 item 18: USED BY names the webhook sources a secret signs (under either
+    spelling of its instance) and the models a key is for, beside the agents."""
+    from llamaherd.testing import OfflineProject
+
+    project = OfflineProject(tmp_path / "proj", creds=tmp_path / "creds", timeout=60)
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(
+            '\n[webhooks.gh]\ntype = "github"\ncredential = "ci"\n'
+            '[webhooks.x]\ntype = "twitter"\nx_twitter_api = "bot"\n'
+            '[webhooks.open]\ntype = "github"\nallowUnsigned = true\n'
+            '[models.sonnet]\nprovider = "anthropic"\nmodel = "claude-sonnet-4-5"\n'
+        )
+    project.add_scripted_agent("dev", 'models = ["sonnet"]\ncredentials = ["github_token"]\n')
+    CredentialStore(tmp_path / "creds").write("github_webhook_secret", "ci", {"secret": "s"})
+    rows = json.loads(project.al("creds", "ls", "--json", check=True).stdout)
+    assert {(r["type"], r["instance"]): (r["used_by"], r["stored"]) for r in rows} == {
+        ("anthropic_key", "default"): (["models.sonnet"], False),
+        ("github_token", "default"): (["dev"], False),
+        ("github_webhook_secret", "ci"): (["webhooks.gh"], True),
+        ("x_twitter_api", "bot"): (["webhooks.x"], False),
+    }
+    table = project.al("creds", "ls", check=True).stdout
+    assert [line.split()[-1] for line in table.splitlines() if "github_webhook_secret" in line] == [
+        "webhooks.gh"
+    ]

@@ -111,3 +111,16 @@ def test_reading_the_binding_costs_al_stat_no_project_load(project, scheduler, t
     imported = imported_by("--project", str(project.root), "stat", "--json", env=env)
     assert "llamaherd.environments" in imported
     assert not {"llamaherd.project", "llamaherd.plugins", "yaml"} & imported
+
+
+def test_al_validate_checks_the_project_as_an_environment_makes_it(project):
+    """Issue 42 item 11: ``al validate -E NAME`` (and ``$AL_ENV``) validate the layered config:
+    a bad value only the environment sets is found there, not without it."""
+    envs = Path(project.env["AL_ENVIRONMENTS_DIR"])
+    (envs / "broken.toml").write_text("[models.scripted]\nscript = 7\n")
+    assert project.al("validate").returncode == 0
+    for args, env in ((("-E", "broken"), {}), ((), {"AL_ENV": "broken"})):
+        checked = project.al("validate", *args, env=env)
+        assert checked.returncode == 2, checked.stdout + checked.stderr
+        assert "models.scripted.script" in checked.stdout + checked.stderr
+    assert project.al("validate", "-E", "staging").returncode == 0

@@ -9,7 +9,6 @@ command's output (trailing whitespace trimmed), a failure by ``[Error: …]``, s
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
 import subprocess
@@ -120,9 +119,8 @@ def test_host_user_as_the_current_user(tmp_path):
     check_run(project)
 
 
+@pytest.mark.root
 def test_host_user_as_a_separate_os_user(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create and switch to the agent user")
     from llamaherd_host_user.identity import useradd_command
 
     try:
@@ -204,3 +202,23 @@ def test_a_link_out_of_the_project_is_left_out_with_a_warning(tmp_path):
         result.stdout + result.stderr
     )
     assert "rules.md" not in result.stdout + result.stderr  # inside the project: staged
+
+
+def test_al_prompt_lists_the_context_commands_a_run_would_run(tmp_path):
+    """Issue 42 item 14: ``al prompt`` claims the exact prompts; the markers it cannot run (they
+    run in the run's sandbox at its start) are listed after them, each as written, and said to
+    be replaced by their output."""
+    project = make_project(tmp_path / "proj", tmp_path / "creds")
+    shown = project.al("prompt", "dev", check=True).stdout
+    section = shown[shown.index("=== context commands ===") :].splitlines()
+    assert section[1].startswith("8 !`command` marker(s) in the body above: each runs in the run")
+    assert section[2:] == [
+        "  !`cat /app/static/shared/conventions.md`",
+        "  !`cat /app/static/shared/team/review-policy.md`",
+        "  !`ls -A /app/static/shared | tr '\\n' ' '`",
+        "  !`cat staged.txt`",
+        '  !`echo "$GREETING"`',
+        "  !`cat /nonexistent/file`",
+        '  !`echo "$GITHUB_TOKEN"`',
+        "  !`state off`",
+    ]

@@ -133,3 +133,16 @@ def test_every_console_block_runs_as_shown(tmp_path: Path, offline: None) -> Non
     finally:
         if demo.exists():
             subprocess.run(["bash", "-c", "al stop"], cwd=demo, env=env, capture_output=True)
+
+
+def test_where_it_first_opens_the_dashboard_it_says_how_to_sign_in(tmp_path: Path) -> None:
+    """Issue 42 item 9: the paragraph that first gives the dashboard's address says to sign in
+    with the control token and where the scheduler keeps it (the file core writes)."""
+    from llamaherd.auth import control_token
+
+    text = QUICKSTART.read_text()
+    first = text.index("http://127.0.0.1:8080/")
+    section = text[text.rindex("\n\n", 0, first) : text.index("\n## ", first)]
+    assert "sign in" in section and "`.al/control-token`" in section
+    control_token(tmp_path / ".al")
+    assert (tmp_path / ".al" / "control-token").is_file()

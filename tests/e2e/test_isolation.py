@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pwd
 import subprocess
 
@@ -23,8 +22,6 @@ def ensure_user(name: str) -> None:
 
 @pytest.mark.root
 def test_model_key_is_not_readable_from_the_sandbox(project, fake_model, chat_reply):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create the agent user")
     ensure_user(AGENT_USER)
     # The key is assembled inside the shell and given to grep on a pipe, so no command line
     # (bash -c, grep) carries it: only a real leak can match.

@@ -104,6 +104,22 @@ def test_signed_pull_request_runs_the_matching_agent_only(project, start):
     assert kinds == [("closer", "manual"), ("reviewer", "webhook")], "no other run, and only one"
 
 
+def test_a_webhook_runs_script_reads_the_bodys_fields_as_documented(project, start):
+    """Issue 42 item 10: in script.toml, ``{{ payload.<key> }}`` of a webhook run reads the
+    delivery's body (``payload.status``) and its fields (``payload.event``,
+    ``payload.number``), as writing-agents.md shows; ``payload.payload`` stays the body."""
+    script = (
+        '[[turns]]\ntool_calls = [{ name = "return_value", arguments = { value = '
+        '"{{ payload.status }}|{{ payload.event }}|{{ payload.number }}|{{ payload.source }}|'
+        '{{ payload.payload.status }}" } }]\n[[turns]]\ntext = "ok"\n'
+    )
+    project.add_scripted_agent("reader", REVIEWER, script=script)
+    scheduler = start()
+    assert deliver(scheduler.url, {**PR_OPENED, "status": "green"}).status_code == 202
+    [run] = wait_until(lambda: [r for r in runs(project, "reader") if r.state == "done"])
+    assert run.return_value == "green|pull_request|7|github|green"
+
+
 def test_waiting_run_resumed_by_a_matching_delivery(project, start):
     project.add_scripted_agent(
         "waiter",

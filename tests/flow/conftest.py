@@ -19,7 +19,13 @@ from typing import Any
 import pytest
 import requests
 
-from llamaherd.testing import OfflineProject, SchedulerProcess, postgres_schema, wait_until
+from llamaherd.testing import (
+    OfflineProject,
+    SchedulerProcess,
+    postgres_schema,
+    require_service,
+    wait_until,
+)
 
 SECRET = "flow-test-secret"
 START = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
@@ -106,11 +112,9 @@ def checkouts(
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A fresh schema on the test PostgreSQL server (skipped without AL_TEST_POSTGRES_URL)."""
-    server = os.environ.get("AL_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
-    with postgres_schema(server, prefix="flow_") as (_, url):
+    """A fresh schema on the test PostgreSQL server (skipped without one: require_service)."""
+    require_service("postgres")
+    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"], prefix="flow_") as (_, url):
         yield url
 
 

@@ -39,10 +39,14 @@ batch = { maxSize = 10, timeout = "3s" }
 """
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+SQLITE, POSTGRES = "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)
+POSTGRES_ALONE = pytest.param("postgres-alone", marks=pytest.mark.postgres)
+
+
+@pytest.fixture(params=[SQLITE, POSTGRES])
 def herd(request, tmp_path, credentials, start, kit):
     """``herd(agents)``: (projects, schedulers) on the real clock: one scheduler on SQLite, or
-    two on one PostgreSQL database (one checkout each)."""
+    two on one PostgreSQL database (one checkout each; ``postgres-alone``: one)."""
 
     def make(agents):
         if request.param == "sqlite":
@@ -52,7 +56,8 @@ def herd(request, tmp_path, credentials, start, kit):
             projects = [project]
         else:
             url = request.getfixturevalue("pg_url")
-            projects = kit.checkouts(tmp_path, None, credentials, url, agents=agents)
+            hosts = 1 if request.param == "postgres-alone" else 2
+            projects = kit.checkouts(tmp_path, None, credentials, url, agents=agents, hosts=hosts)
         return projects, [start(project) for project in projects]
 
     return make
@@ -154,6 +159,7 @@ def test_kill_9_in_a_debounce_window_runs_once_a_period_after_the_restart(
     assert len(runs_of(projects[0])) == 1
 
 
+@pytest.mark.parametrize("herd", [SQLITE, POSTGRES_ALONE, POSTGRES], indirect=True)
 def test_interleaved_bursts_on_many_keys_run_once_per_key(herd, kit, runs_of):
     """5 keys x 20 interleaved deliveries, 20 bursts (each its own keys, so they overlap in
     time: claims of closing windows race the folds of later bursts), from 8 senders."""

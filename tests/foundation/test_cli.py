@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from llamaherd.install import needs
 from llamaherd.testing import fake_distribution
 
 FIRST_PARTY = [
@@ -99,9 +100,10 @@ def test_missing_plugins_and_typos_are_named(al, tmp_project):
     no_traceback(result)
     assert result.returncode == 2
     assert result.stdout.splitlines() == [
-        'config.toml: models.main.provider: provider "anthropic" needs the llamaherd-anthropic plugin (pip install llamaherd-anthropic)',
-        "agents/hello/config.toml: schedule: needs the llamaherd-cron plugin (pip install llamaherd-cron)",
-        'agents/hello/config.toml: runtime.type: runtime "container" (the default) needs the llamaherd-docker plugin (pip install llamaherd-docker)',
+        f'config.toml: models.main.provider: provider "anthropic" {needs("llamaherd-anthropic")}',
+        f"agents/hello/config.toml: schedule: {needs('llamaherd-cron')}",
+        'agents/hello/config.toml: runtime.type: runtime "container" (the default) '
+        + needs("llamaherd-docker"),
         'agents/hello/config.toml: scael: unknown key (did you mean "scale"?)',
     ]
 

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from llamaherd.install import needs
 from llamaherd.project import Agent, Project
 from llamaherd.schema import schemas, validate_project
 
@@ -62,8 +63,7 @@ def test_first_party_provider_not_installed_names_the_distribution(project, make
     kinds["providers"] = [thing("openai")]
     problems = lines(project, make_registry(**kinds))
     assert problems == [
-        'config.toml: models.main.provider: provider "anthropic" needs the llamaherd-anthropic '
-        "plugin (pip install llamaherd-anthropic)"
+        f'config.toml: models.main.provider: provider "anthropic" {needs("llamaherd-anthropic")}'
     ]
 
 
@@ -72,8 +72,8 @@ def test_default_runtime_without_docker_names_llamaherd_docker(project, make_reg
     kinds["runtimes"] = [thing("host-user")]
     project.add_agent("hello", 'models = ["main"]\n')
     assert lines(project, make_registry(**kinds)) == [
-        'agents/hello/config.toml: runtime.type: runtime "container" (the default) needs the '
-        "llamaherd-docker plugin (pip install llamaherd-docker)"
+        'agents/hello/config.toml: runtime.type: runtime "container" (the default) '
+        + needs("llamaherd-docker")
     ]
 
 
@@ -128,8 +128,8 @@ def test_trigger_keys_without_their_plugin_name_the_distribution(project, make_r
     kinds["trigger_types"] = []
     project.add_agent("hello", AGENT + '[[webhooks]]\nsource = "gh"\n')
     assert lines(project, make_registry(**kinds)) == [
-        "agents/hello/config.toml: schedule: needs the llamaherd-cron plugin (pip install llamaherd-cron)",
-        "agents/hello/config.toml: webhooks: needs the llamaherd-webhooks plugin (pip install llamaherd-webhooks)",
+        f"agents/hello/config.toml: schedule: {needs('llamaherd-cron')}",
+        f"agents/hello/config.toml: webhooks: {needs('llamaherd-webhooks')}",
     ]
 
 
@@ -161,7 +161,7 @@ def test_credential_refs(project, make_registry):
     assert lines(project, make_registry()) == [
         f"{prefix}[3]: expected a string, got 5",
         f'{prefix}[0]: unknown credential type "github_tokn" (installed: git_ssh, github_token) (did you mean "github_token"?)',
-        f'{prefix}[1]: credential type "anthropic_key" needs the llamaherd-anthropic plugin (pip install llamaherd-anthropic)',
+        f'{prefix}[1]: credential type "anthropic_key" {needs("llamaherd-anthropic")}',
         f"{prefix}[2]: invalid credential instance name 'b:c': expected letters, digits, '_', '-' or '.', not starting with '.' or '-'",
     ]
 
@@ -352,4 +352,57 @@ def test_trigger_types_validate_their_own_keys(project, make_registry):
         "ValueError: parser exploded",
         "agents/hello/config.toml: schedule: bad cron field 'x'",
         "agents/typed/config.toml: schedule: expected a string, got 5",
+    ]
+
+
+def test_schema_and_a_trigger_types_findings_come_in_one_pass(project, make_registry):
+    """Issue 42 item 16: a schema error under one of a trigger type's keys no longer hides
+    what the type finds under another (``timezone = 5`` and a bad ``schedule``); what it finds
+    under the key the schema reported is left out (said once); a ConfigWarning is a warning."""
+    from llamaherd.types import ConfigError, ConfigWarning
+
+    def check(agent):
+        file = str(agent.config_file)
+        return [
+            ConfigError(file, "schedule", "hour 25 is out of range 0-23"),
+            ConfigError(file, "timezone", "not a zone"),  # the schema said it already
+            ConfigWarning(file, "schedule", "never fires"),
+        ]
+
+    kinds = standard_kinds()
+    schema = {"schedule": {"type": "string"}, "timezone": {"type": "string"}}
+    kinds["trigger_types"] = [thing("cron", schema, validate=check)]
+    project.add_agent("both", AGENT.replace("[runtime]", "timezone = 5\n[runtime]"))
+    assert lines(project, make_registry(**kinds)) == [
+        "agents/both/config.toml: timezone: expected a string, got 5",
+        "agents/both/config.toml: schedule: hour 25 is out of range 0-23",
+        "warning: agents/both/config.toml: schedule: never fires",
+    ]
+
+
+def test_one_webhooks_entrys_schema_error_does_not_hide_anothers_misplaced_filter(
+    tmp_path, offline_project
+):
+    """Issue 42 item 16 through ``al validate``, with the installed plugins: entry 0's schema
+    error and entry 1's filter of another source type, and a bad schedule beside a timezone of
+    the wrong type, all in one run."""
+    from llamaherd.plugins import registry
+
+    if not {"cron", "webhooks"} <= set(registry().trigger_types):
+        pytest.skip("needs the llamaherd-cron and llamaherd-webhooks plugins")
+    with (offline_project.root / "config.toml").open("a") as fh:
+        fh.write('\n[webhooks.gh]\ntype = "github"\nallowUnsigned = true\n')
+    offline_project.add_scripted_agent(
+        "hooked",
+        'schedule = "0 25 * * *"\ntimezone = 5\n'
+        '[[webhooks]]\nsource = "gh"\nevents = 5\n[[webhooks]]\nsource = "gh"\nchannels = ["C1"]\n',
+    )
+    said = offline_project.al("validate")
+    assert said.returncode == 2
+    errors = [line for line in said.stdout.splitlines() if not line.startswith("warning")]
+    assert sorted(line.split(": ")[1] for line in errors) == [
+        "schedule",
+        "timezone",
+        "webhooks[0].events",
+        "webhooks[1].channels",
     ]

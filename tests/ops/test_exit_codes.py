@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -140,6 +141,7 @@ SCENARIOS = [
     Case(("validate",), USAGE, _broken_config),
     Case(("run", "worker"), USAGE, _broken_config),
     Case(("start", "--headless"), USAGE, _broken_config),
+    Case(("start", "--detach"), USAGE, _broken_config),
     # the operation failed
     Case(("run", "worker"), FAILED, _failing_agent),
     Case(("run", "worker"), FAILED, _off),  # the agent's state refuses it
@@ -182,3 +184,35 @@ def test_exit_code(case: Case, tmp_path: Path) -> None:
     assert result.returncode == case.code, result.stdout + result.stderr
     if case.code:  # and it says why, without a traceback
         assert "Traceback" not in result.stderr and (result.stdout + result.stderr).strip()
+
+
+def test_al_start_detached_on_a_broken_project_says_what_al_start_says(tmp_path: Path) -> None:
+    """Issue 42 item 7: the same exit code (2) and the same lines on stderr (each config error,
+    then why it stopped; only the times and the process id differ), never "listed above" with
+    nothing above."""
+    project = OfflineProject(tmp_path / "proj", creds=tmp_path / "creds", timeout=90)
+    _broken_config(project)
+    (project.root / "agents/worker/config.toml").write_text(
+        (project.root / "agents/worker/config.toml").read_text() + 'schedule = "0 25 * * *"\n'
+    )
+
+    def said(*args: str) -> tuple[int, list[str]]:
+        result = project.al("start", *args)
+        lines = [
+            re.sub(r"^\S+ \S+ (ERROR|WARNING) \S+: ", "", line)
+            for line in result.stderr.splitlines()
+        ]
+        return result.returncode, [
+            re.sub(r"^scheduler \S+ starting", "scheduler starting", line) for line in lines
+        ]
+
+    foreground, detached = said("--headless"), said("--detach")
+    assert foreground == detached
+    code, lines = detached
+    assert code == USAGE
+    assert 'config.toml: maxRerunz: unknown key (did you mean "maxReruns"?)' in lines[1]
+    assert "agents/worker/config.toml: schedule: hour 25 is out of range 0-23" in lines
+    assert (
+        lines[-1]
+        == "error: the project config has errors (listed above); fix them, then `al validate`"
+    )

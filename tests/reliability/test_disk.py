@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ text = "done"
 """
 SECRET = "disk-secret"
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs and uses chattr: root")
+pytestmark = pytest.mark.root  # mounts a tmpfs and uses chattr
 
 
 @contextlib.contextmanager

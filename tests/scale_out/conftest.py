@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from llamaherd.testing import postgres_schema
+from llamaherd.testing import postgres_schema, require_service
 
 PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
 
@@ -16,7 +16,6 @@ PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A database URL whose search_path is a fresh schema on the test server, dropped after."""
-    if not PG_URL:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set (bash .ci/postgres.sh starts a server)")
+    require_service("postgres")
     with postgres_schema(PG_URL, prefix="scale_") as (_, url):
         yield url

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from llamaherd.install import install_command, needs
 from llamaherd.testing import fake_distribution, wait_until
 
 RELAY = """
@@ -132,12 +133,10 @@ def test_without_a_plugin_env_names_the_distribution(project, tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == textwrap.dedent(
         "error: --env prod: reaching a deployed scheduler needs a plugin such as "
-        "llamaherd-deploy (pip install llamaherd-deploy)"
+        f"llamaherd-deploy ({install_command('llamaherd-deploy')})"
     )
     push = al("push", "prod", cwd=tmp_path, AL_LOAD_PLUGINS="")
-    assert (
-        "`al push` needs the llamaherd-deploy plugin (pip install llamaherd-deploy)" in push.stderr
-    )
+    assert f"`al push` {needs('llamaherd-deploy')}" in push.stderr
 
 
 def test_a_local_read_is_unchanged_by_the_option(project):

@@ -41,12 +41,22 @@ CREDENTIALS = {
 BODIES = {
     "github": (
         "issues",
-        {"action": "opened", "issue": {"id": 1, "number": 7}, "repository": {"id": 9}},
+        {
+            "action": "opened",
+            "issue": {"id": 1, "number": 7},
+            "repository": {"id": 9, "full_name": "acme/app"},
+        },
     ),
     "sentry": ("issue", {"action": "created", "data": {"issue": {"id": "42"}}}),
     "linear": (
         "Issue",
-        {"action": "create", "type": "Issue", "data": {"id": "i-1"}, "webhookTimestamp": 0},
+        {
+            "action": "create",
+            "type": "Issue",
+            "organizationId": "org-1",
+            "data": {"id": "i-1"},
+            "webhookTimestamp": 0,
+        },
     ),
 }
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from llamaherd.api import unrouted
 from llamaherd.plugins import registry
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "peer_webhooks.json").read_text())
@@ -32,10 +33,9 @@ FIELD_NAMES: dict[str, dict[str, str | None]] = {
     "discord": {"repo": "guild", "branch": "channel"},
     "twitter": {"repo": "user"},
 }
-# Deliveries Action Llama drops without a word that we receive (and match by their filters): a
-# GitHub event without a repository (organization and app events), a Linear one without an
-# organization id, a Mintlify one without an action.
-WE_RECEIVE = {("github", "no-repository"), ("linear", "no-organization"), ("mintlify", "no-action")}
+# Deliveries the peer drops that are requests of the service's protocol, which a source
+# answers itself (``ignore``): the rest of what it drops lacks what its event needs.
+ANSWERED = {("github", "ping"), ("slack", "url_verification"), ("discord", "ping")}
 
 
 def _source(name: str) -> Any:
@@ -69,7 +69,7 @@ def ids(vector: dict[str, Any]) -> str:
 @pytest.mark.parametrize("vector", [v for v in VECTORS if v["context"]], ids=ids)
 def test_the_trigger_context_has_the_peers_fields(vector):
     fields = _parse(vector)
-    assert not fields.get("ignore")
+    assert unrouted(fields) is None
     different = {}
     for key, value in vector["context"].items():
         if FIELD_NAMES[vector["source"]].get(key, key) is None:
@@ -83,15 +83,15 @@ def test_the_trigger_context_has_the_peers_fields(vector):
 
 
 @pytest.mark.parametrize("vector", [v for v in VECTORS if not v["context"]], ids=ids)
-def test_what_the_peer_drops(vector):
-    if (vector["source"], vector["id"]) in WE_RECEIVE:
-        assert not _parse(vector).get("ignore")
-        return
-    try:
-        fields = _parse(vector)
-    except ValueError:
-        return  # refused as a bad request
-    assert fields.get("ignore") is True
+def test_what_the_peer_drops_is_acknowledged_and_routed_nowhere(vector):
+    """Issue 42 item 2: a delivery the peer's provider drops (its ``parseEvent`` returns null)
+    is one our source routes nowhere: answered itself (a ping, a challenge), or incomplete."""
+    fields = _parse(vector)
+    reason = unrouted(fields)
+    if (vector["source"], vector["id"]) in ANSWERED:
+        assert fields.get("ignore") is True
+    else:
+        assert reason is not None and reason.startswith("incomplete payload: no "), reason
 
 
 @pytest.mark.parametrize("vector", [v for v in VECTORS if v["matches"]], ids=ids)
@@ -140,3 +140,81 @@ def test_a_delivery_over_http_carries_the_peers_fields_in_its_trigger_block(webh
             text = shown if isinstance(shown, str) else json.dumps(shown)
             assert f"{ours}: {text}" in block, (vector["id"], key)
         assert block[-1].startswith("A webhook event just fired.")
+
+
+GITHUB_SECRET = "It's a Secret to Everybody"
+SIGNED = """
+[webhooks.gh]
+type = "github"
+[webhooks.lin]
+type = "linear"
+"""
+CATCH_ALL = """
+[[webhooks]]
+source = "gh"
+[[webhooks]]
+source = "lin"
+"""
+
+
+def test_signed_incomplete_deliveries_are_acknowledged_recorded_and_run_nothing(webhook_server):
+    """Issue 42 item 2, over HTTP with valid signatures: a GitHub delivery without
+    ``repository``, an ``issues`` one without ``issue``, a Linear one without
+    ``organizationId``: 200, no run queued for an agent that takes every delivery, the reason
+    in the delivery's record. A complete delivery beside them is queued."""
+    from llamaherd_webhooks.receipts import Receipts
+
+    for name in ("github", "linear"):
+        _source(name)
+    server = webhook_server(
+        SIGNED,
+        {"everything": CATCH_ALL},
+        {
+            ("github_webhook_secret", "default"): {"secret": GITHUB_SECRET},
+            ("linear_webhook_secret", "default"): {"secret": GITHUB_SECRET},
+        },
+    )
+    repo = {"full_name": "acme/app"}
+    sent = [
+        ("gh", {"action": "opened", "issue": {"number": 1}}, "issues", "no repository"),
+        ("gh", {"action": "opened", "repository": repo}, "issues", "no issue"),
+        ("lin", {"action": "create", "type": "Issue", "data": {"title": "x"}}, None,
+         "no organizationId"),
+    ]  # fmt: skip
+    for source, payload, event, reason in sent:
+        answer = server.send(source, payload, secret=GITHUB_SECRET, event=event)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["matched"] == 0
+        assert answer.json()["reason"] == f"incomplete payload: {reason}"
+    assert server.depth() == {}
+    complete = {"action": "opened", "repository": repo, "issue": {"number": 2}}
+    assert server.send("gh", complete, secret=GITHUB_SECRET, event="issues").status_code == 202
+    assert server.depth() == {"everything": 1}
+    results = [
+        (r["source"], r["status"], r["result"]) for r in Receipts(server.engine.store).recent()
+    ]
+    assert sorted(results) == sorted(
+        [("gh", 202, "matched")] + [(s, 200, f"incomplete payload: {r}") for s, _, _, r in sent]
+    )
+
+
+def test_a_github_signature_without_its_prefix_is_refused(webhook_server):
+    """Issue 42 item 3: GitHub always sends ``sha256=<hex>``; the bare hex of the right MAC
+    is 401, and nothing is queued."""
+    _source("github")
+    server = webhook_server(
+        SIGNED,
+        {"everything": CATCH_ALL},
+        {("github_webhook_secret", "default"): {"secret": GITHUB_SECRET}},
+    )
+    complete = {"action": "opened", "repository": {"full_name": "acme/app"}, "issue": {}}
+    signed = server.source("gh").request_headers(
+        json.dumps(complete).encode(), "issues", "d-1", GITHUB_SECRET
+    )
+    bare = signed["X-Hub-Signature-256"].removeprefix("sha256=")
+    answer = server.send(
+        "gh", complete, secret=GITHUB_SECRET, event="issues", headers={"X-Hub-Signature-256": bare}
+    )
+    assert answer.status_code == 401, answer.text
+    assert server.depth() == {}
+    assert server.send("gh", complete, secret=GITHUB_SECRET, event="issues").status_code == 202

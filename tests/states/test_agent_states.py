@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import re
 import subprocess
 import sys
@@ -410,8 +409,6 @@ def test_a_call_dropped_by_hibernation_is_settled_for_its_caller(tmp_path, sched
 
 @pytest.mark.root
 def test_sandbox_failure_holds_the_agent_in_error_until_al_run(tmp_path, scheduler):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create the agent's OS user")
     user = f"alst{uuid.uuid4().hex[:8]}"
     project = OfflineProject(tmp_path / "proj")
     with (project.root / "config.toml").open("a") as fh:
@@ -519,20 +516,66 @@ def test_kill9_requeues_with_a_recovery_notice_and_honours_on_interrupted(tmp_pa
     user = next(m for m in store.get_run(again.id).transcript if m.get("role") == "user")["content"]
     notice = user.split("<recovery-notice>")[1].split("</recovery-notice>")[0]
     assert _notice_line(notice, "Interrupted run") == first.id
-    assert _notice_line(notice, "Interrupted run started") == iso(first.started_at)
-    assert _notice_line(notice, "Its last recorded progress") == iso(last_progress)
+    _check_outage_times(notice, first, last_progress, killed_at, restarted)
+    assert user.index("<recovery-notice>") < user.index("triggered manually")
+
+
+def _check_outage_times(
+    text: str, run, last_progress: float, killed_at: float, restarted: float
+) -> None:
+    """The times of an outage as a recovery notice says them, checked against what happened:
+    ``run`` started, made its last progress, its scheduler was killed, another started."""
+    assert _notice_line(text, "Interrupted run started") == iso(run.started_at)
+    assert _notice_line(text, "Its last recorded progress") == iso(last_progress)
 
     def stamp(label: str) -> float:
-        text = _notice_line(notice, label)
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        found = _notice_line(text, label)
+        return datetime.strptime(found, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
     now, since = stamp("Now"), stamp("System down since")
     assert restarted - 1 <= now <= time.time()
     assert last_progress - 1 <= since <= killed_at  # its scheduler's last heartbeat
-    down = float(_notice_line(notice, "System down for").removeprefix("about ").removesuffix(" s"))
+    down = float(_notice_line(text, "System down for").removeprefix("about ").removesuffix(" s"))
     # From its last heartbeat to the recovery (a loaded machine may take seconds to restart).
     assert restarted - killed_at - 1 <= down <= now - last_progress + 2
-    assert user.index("<recovery-notice>") < user.index("triggered manually")
+
+
+def test_an_adopted_runs_cut_off_call_says_the_outage_as_a_recovery_notice_would(
+    tmp_path, scheduler
+):
+    """Issue 42 item 4: after ``kill -9`` of its scheduler, a run whose sandbox lives is
+    adopted by the next one; the tool call the crash cut off is answered with the times a
+    ``<recovery-notice>`` gives (when the run started, its last progress, since when the system
+    was down, now, the downtime), recorded at the adoption as the run's ``adopted`` event."""
+    script = f"""
+    [[turns]]
+    tool_calls = [{{name = "bash", arguments = {{command = "touch {tmp_path}/begun && sleep 60"}}}}]
+    [[turns]]
+    text = "done"
+    """
+    project = OfflineProject(tmp_path / "proj")
+    add_agent(project, "worker", script=script)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "worker"}).status_code == 202
+    first = wait_until(lambda: [r for r in runs_of(store, "worker") if r.sandbox])[0]
+    wait_until(lambda: (tmp_path / "begun").exists())
+    sched.kill9()
+    killed_at = time.time()
+    last_progress = store.events(first.id)[-1]["at"]
+    time.sleep(2.0)  # the scenario: the system stays down a while (not a wait for anything)
+
+    restarted = time.time()
+    scheduler(project)
+    wait_until(lambda: store.get_run(first.id).state == "done", timeout=30)
+    assert len(runs_of(store, "worker")) == 1, "adopted, not requeued"
+    (adopted,) = [e["data"] for e in store.events(first.id) if e["type"] == "adopted"]
+    assert adopted["interrupted_run"] == first.id and adopted["down_seconds"] >= 2
+    result = next(m for m in store.get_run(first.id).transcript if m.get("role") == "tool")
+    assert result["is_error"] and result["content"].startswith(
+        "interrupted before a result was recorded: the scheduler running this run stopped"
+    )
+    _check_outage_times(result["content"], first, last_progress, killed_at, restarted)
 
 
 def test_foreground_run_is_answered_without_a_scheduler(tmp_path):
@@ -554,3 +597,38 @@ def test_foreground_run_is_answered_without_a_scheduler(tmp_path):
             foreground.kill()
     assert foreground.returncode == 137, output
     assert store.get_run(run.id).state == "killed" and store.agent_state("looper") == "off"
+
+
+WAIT_FOR_DEPLOY = """
+[[turns]]
+tool_calls = [{name = "wait_for_trigger", arguments = {filter = {type = "webhooks", event = "deploy"}, timeout = "60s"}}]
+[[turns]]
+text = "deployed"
+"""
+
+
+def test_an_agent_whose_only_run_waits_is_shown_waiting(tmp_path, scheduler):
+    """Issue 42 item 5: ``al stat`` (JSON and table; the terminal view draws the same table, in
+    cyan) says ``waiting``, not ``idle`` with a waiting run beside it; once the run resumes
+    and ends, ``idle`` again."""
+    from llamaherd.termview import STATE_STYLES
+
+    project = OfflineProject(tmp_path / "proj")
+    with (project.root / "config.toml").open("a") as fh:
+        fh.write(HOOKS)
+    add_agent(project, "deployer", script=WAIT_FOR_DEPLOY)
+    sched = scheduler(project)
+    store = project.store()
+    assert sched.post("/control/run", {"agent": "deployer"}).status_code == 202
+    (run,) = wait_until(lambda: [r for r in runs_of(store, "deployer") if r.state == "waiting"])
+    row = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert (row["state"], row["active"], row["waiting"]) == ("waiting", 0, 1)
+    table = project.al("stat", check=True).stdout
+    assert [line.split()[:2] for line in table.splitlines() if line.startswith("deployer")] == [
+        ["deployer", "waiting"]
+    ]
+    assert STATE_STYLES["waiting"] == "cyan"
+    assert post_webhook(sched.url, {"event": "deploy"}).json()["resumed"] == [run.id]
+    wait_until(lambda: [r for r in runs_of(store, "deployer") if r.state == "done"])
+    row = json.loads(project.al("stat", "--json", check=True).stdout)["agents"][0]
+    assert row["state"] == "idle"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamaherd.store import Store
-from llamaherd.testing import postgres_schema
+from llamaherd.testing import postgres_schema, require_service
 
 PG_URL = os.environ.get("AL_TEST_POSTGRES_URL")
 
@@ -31,8 +31,7 @@ class FakeClock:
 @pytest.fixture(scope="session")
 def pg_schema() -> Iterator[tuple[str, str]]:
     """One schema with the store's tables for the whole session (creating tables is slow)."""
-    if not PG_URL:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
+    require_service("postgres")
     with postgres_schema(PG_URL) as (name, url):
         Store.open(url).close()
         yield name, url

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from llamaherd.install import install_command
 from llamaherd.store import Store, StoreError
 
 # Root ignores file modes; without these capabilities it obeys them like any user.
@@ -165,5 +166,5 @@ def test_a_missing_postgresql_driver_says_how_to_get_it(tmp_path: Path) -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
         "error: database postgresql://al@127.0.0.1:9/al: the PostgreSQL driver (psycopg2) is "
-        "not installed; install it with: pip install 'llamaherd[postgres]'"
+        f"not installed; install it with: {install_command('llamaherd', 'postgres')}"
     )

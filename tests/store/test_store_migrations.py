@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llamaherd.store import Store, migrations
-from llamaherd.testing import postgres_schema
+from llamaherd.testing import postgres_schema, require_service
 
 from .conftest import PG_URL
 
@@ -95,8 +95,8 @@ class Database:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgres" and not PG_URL:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
+    if request.param == "postgres":
+        require_service("postgres")
     return request.param
 
 

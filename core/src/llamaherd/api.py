@@ -19,7 +19,8 @@ What is here, by topic:
   on), ``DoctorCheck`` with ``Finding``/``Fix`` (``al doctor``), ``AdmissionCheck`` (a
   reason to hold an agent's queued runs) and ``Expectation`` with ``CaseRun``/``Unmet`` (a key
   of an agent test case's ``[expect]``);
-- errors shown to users as one line: ``LlamaherdError``, ``ConfigError``, ``SandboxError``
+- errors shown to users as one line: ``LlamaherdError``, ``ConfigError`` (and
+  ``ConfigWarning``, a finding of a plugin's ``validate`` that fails nothing), ``SandboxError``
   (and, from a runtime, ``SandboxBusy``: no room now, put the run back; ``SandboxLost``: the
   sandbox went away with its host),
   ``CredentialError``, ``CredentialInvalid``, ``StoreError``; for providers ``ProviderError``,
@@ -28,10 +29,12 @@ What is here, by topic:
   webhook signatures (``hmac_digest``, ``signature_matches``, ``fresh``,
   ``DEFAULT_TOLERANCE``) and ``HmacSource``, a base for sources signed with an HMAC of the
   body (``body_digest``), with ``pick``, ``clip`` and ``json_object`` for reading payloads
-  into normalised fields, ``clean_text`` (lone UTF-16 surrogates made U+FFFD and numbers
-  that are not finite None, in a value taken from outside) and ``admit_json`` (the same, and
-  ``OverLimit`` when it nests deeper or holds longer integers than any value from outside may;
-  ``json_too_deep()`` is that error for a parser that gave up: ``RecursionError``); provider HTTP
+  into normalised fields, ``absent``/``first_absent`` for what a payload lacks and
+  ``unrouted`` (why a parsed delivery goes to no agent: ignored, or incomplete), ``clean_text``
+  (lone UTF-16 surrogates made U+FFFD and numbers that are not finite None, in a value taken
+  from outside) and ``admit_json`` (the same, and ``OverLimit`` when it nests deeper or holds
+  longer integers than any value from outside may; ``json_too_deep()`` is that error for a
+  parser that gave up: ``RecursionError``); provider HTTP
   (``post_json``, ``http_error``, ``http_timeout``, ``parse_retry_after``, ``scrub``,
   ``INVALID_ARGUMENTS``, ``ModelKey``); credentials (``CredentialStore``, ``parse_ref``,
   ``format_ref``, ``check_name``, ``credential_files``, and for web services'
@@ -45,7 +48,8 @@ What is here, by topic:
   ``ControlClient`` (a running scheduler's control API), ``scheduler_info``, ``pid_alive``; for deployment
   (``llamaherd-deploy``): ``validate_project``/``Problem`` (check a project before shipping
   it), ``referenced_credentials`` (exactly the credentials it uses), ``describe_plugins``/
-  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs), and
+  ``PluginInfo`` and ``agents_using`` (which installed distributions it needs),
+  ``shared_entries`` (the ``shared/`` files runs see), and
   environments (``environments_dir``, ``environment_names``, ``environment_file``,
   ``check_environment_name``, ``resolve_environment``/``Binding``, ``bind_environment``,
   ``read_env_toml``/``ENV_TOML``, ``read_environment``, ``deep_merge``, ``is_deployed``);
@@ -133,6 +137,7 @@ if TYPE_CHECKING:
         AuthError,
         CommandFailed,
         ConfigError,
+        ConfigWarning,
         CredentialInvalid,
         Fatal,
         LlamaherdError,
@@ -167,8 +172,18 @@ if TYPE_CHECKING:
     )
     from llamaherd.schema import Problem, validate_project
     from llamaherd.services import ServiceCredential, call_service, check_secret
+    from llamaherd.shared_dir import shared_entries
     from llamaherd.signatures import DEFAULT_TOLERANCE, fresh, hmac_digest, signature_matches
-    from llamaherd.sources import HmacSource, body_digest, clip, json_object, pick
+    from llamaherd.sources import (
+        HmacSource,
+        absent,
+        body_digest,
+        clip,
+        first_absent,
+        json_object,
+        pick,
+        unrouted,
+    )
     from llamaherd.status import (
         FINAL,
         SETTABLE_STATES,
@@ -261,8 +276,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "resolve_environment:resolve",
     ),
     "llamaherd.errors": (
-        "AuthError", "CommandFailed", "ConfigError", "CredentialInvalid", "Fatal",
-        "LlamaherdError", "ProviderError", "RateLimited", "SandboxBusy", "SandboxError",
+        "AuthError", "CommandFailed", "ConfigError", "ConfigWarning", "CredentialInvalid",
+        "Fatal", "LlamaherdError", "ProviderError", "RateLimited", "SandboxBusy", "SandboxError",
         "SandboxLost", "Transient", "Unavailable",
     ),
     "llamaherd.execoutput": ("ExecOutput",),
@@ -281,8 +296,12 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "llamaherd.processes": ("pid_alive",),
     "llamaherd.schema": ("Problem", "validate_project"),
     "llamaherd.services": ("ServiceCredential", "call_service", "check_secret"),
+    "llamaherd.shared_dir": ("shared_entries",),
     "llamaherd.signatures": ("DEFAULT_TOLERANCE", "fresh", "hmac_digest", "signature_matches"),
-    "llamaherd.sources": ("HmacSource", "body_digest", "clip", "json_object", "pick"),
+    "llamaherd.sources": (
+        "HmacSource", "absent", "body_digest", "clip", "first_absent", "json_object", "pick",
+        "unrouted",
+    ),
     "llamaherd.status": (
         "FINAL", "SETTABLE_STATES", "agent_rows", "agent_triggers", "ago", "budget_line",
         "key_line", "next_fire", "run_dict", "serving_status", "until",

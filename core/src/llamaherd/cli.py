@@ -155,7 +155,9 @@ class ErrorHandlingGroup(click.Group):
 
             dist = PROVIDED_BY.get(("commands", args[0])) if args else None
             if dist:
-                ctx.fail(f"`al {args[0]}` needs the {dist} plugin (pip install {dist})")
+                from llamaherd.install import needs
+
+                ctx.fail(f"`al {args[0]}` {needs(dist)}")
             raise
 
 

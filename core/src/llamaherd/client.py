@@ -293,6 +293,7 @@ class ControlClient:
 def open_channel(environment: str, said: str | None = None) -> ControlChannel | None:
     """Ask the plugins for a channel to ``environment``'s scheduler (``said``: how the user
     named it, for the messages; default ``--env NAME``); None when none knows it."""
+    from llamaherd.install import install_command
     from llamaherd.plugins import PROVIDED_BY, get_manager
 
     said = said or f"--env {environment}"
@@ -301,7 +302,7 @@ def open_channel(environment: str, said: str | None = None) -> ControlChannel | 
         dist = PROVIDED_BY[("hooks", "open_control_channel")]
         raise LlamaherdError(
             f"{said}: reaching a deployed scheduler needs a plugin such as {dist} "
-            f"(pip install {dist})"
+            f"({install_command(dist)})"
         )
     try:
         channel = hook(environment=environment)

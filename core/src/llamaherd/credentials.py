@@ -276,31 +276,44 @@ def problems(agent: Any, registry: Any, store: CredentialStore) -> list[ConfigEr
 def referenced(
     project: Any, registry: Any, agents: Iterable[str] | None = None
 ) -> set[tuple[str, str]]:
-    """``(type, instance)`` of every credential the project (or only ``agents``) uses: the
-    agents' ``credentials``, the keys of the models they use, and the signing secrets of the
-    project's webhook sources (with ``agents``: of the sources they subscribe to). What a
-    deployment must carry; nothing else.
+    """``(type, instance)`` of every credential the project (or only ``agents``) uses
+    (``users``). What a deployment must carry; nothing else."""
+    return set(users(project, registry, agents))
 
-    Malformed references are skipped (``al validate`` reports them): call it on a project
-    that validates.
+
+def users(
+    project: Any, registry: Any, agents: Iterable[str] | None = None
+) -> dict[tuple[str, str], list[str]]:
+    """Every credential the project (or only ``agents``) uses, with who uses it: the agents
+    that list it in ``credentials`` (by name), the models they use whose key it is
+    (``models.<name>``), and the webhook sources it signs (``webhooks.<name>``; with
+    ``agents``, of the sources they subscribe to).
+
+    Malformed references are skipped (``al validate`` reports them).
     """
     chosen = [a for name, a in project.agents.items() if agents is None or name in set(agents)]
-    found: set[tuple[str, str]] = set()
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def use(key: tuple[str, str] | None, user: str) -> None:
+        if key is not None and user not in found.setdefault(key, []):
+            found[key].append(user)
+
     for agent in chosen:
         for ref in agent.credentials:
             try:
-                found.add(parse_ref(str(ref)))
+                use(parse_ref(str(ref)), agent.name)
             except CredentialError:
                 continue
     models = _tables(project.config.get("models"))
-    for name in {m for agent in chosen for m in agent.models if isinstance(m, str)}:
+    for name in sorted({m for agent in chosen for m in agent.models if isinstance(m, str)}):
         table = models.get(name)
         provider = registry.providers.get(table.get("provider")) if table else None
         if provider is not None and getattr(provider, "key_required", True):
-            found |= _owned_ref(table, getattr(provider, "credential_type", None), rpartition=True)
+            ref = table.get("credential", DEFAULT_INSTANCE)
+            use(_owned_ref(ref, getattr(provider, "credential_type", None), True), f"models.{name}")
     sources = _tables(project.config.get("webhooks"))
     # The scheduler checks signatures of every source (waits take unsubscribed deliveries too).
-    used = (
+    subscribed = (
         set(sources)
         if agents is None
         else {
@@ -310,11 +323,16 @@ def referenced(
             if isinstance(hook, dict) and isinstance(hook.get("source"), str)
         }
     )
-    for name in used:
-        table = sources.get(name)
-        source = registry.webhook_sources.get(table.get("type")) if table else None
-        if source is not None and not table.get("allowUnsigned", False):
-            found |= _owned_ref(table, getattr(source, "credential_type", None), rpartition=False)
+    for name in sorted(subscribed & set(sources)):
+        table = sources[name]
+        source = registry.webhook_sources.get(table.get("type", "generic"))
+        if source is None or table.get("allowUnsigned", False):
+            continue
+        ctype = getattr(source, "credential_type", None)
+        # Action Llama's spelling names the instance under the credential type's own name.
+        named = table.get(ctype) if ctype else None
+        ref = named if isinstance(named, str) else table.get("credential", DEFAULT_INSTANCE)
+        use(_owned_ref(ref, ctype, False), f"webhooks.{name}")
     return found
 
 
@@ -325,30 +343,30 @@ def _tables(value: Any) -> dict[str, dict[str, Any]]:
     return {name: table for name, table in value.items() if isinstance(table, dict)}
 
 
-def _owned_ref(
-    table: Mapping[str, Any], default_type: str | None, *, rpartition: bool
-) -> set[tuple[str, str]]:
-    """The credential a model or webhook table names with ``credential``: an instance of
-    ``default_type``, or (models only, as ``llamaherd.models`` reads it) ``"type:instance"``."""
-    ref = table.get("credential", DEFAULT_INSTANCE)
+def _owned_ref(ref: Any, default_type: str | None, typed: bool) -> tuple[str, str] | None:
+    """The credential a model or webhook table names: an instance of ``default_type``, or
+    (``typed``: models, as ``llamaherd.models`` reads them) ``"type:instance"``; None when
+    malformed."""
     if not isinstance(ref, str) or not ref:
-        return set()
-    type_name, instance = ref.rpartition(":")[::2] if rpartition else ("", ref)
+        return None
+    type_name, instance = ref.rpartition(":")[::2] if typed else ("", ref)
     type_name = type_name or default_type or ""
     try:
-        return {(check_name("type", type_name), check_name("instance", instance or "default"))}
+        return check_name("type", type_name), check_name("instance", instance or "default")
     except CredentialError:
-        return set()
+        return None
 
 
 def unknown_type_message(type_name: str) -> str:
     """Say which distribution provides a credential type that no installed plugin registers."""
+    from llamaherd.install import install_command
     from llamaherd.plugins import PROVIDED_BY
 
     dist = PROVIDED_BY.get(("credential_types", type_name))
     if dist:
         return (
-            f"unknown credential type {type_name!r}: it is provided by {dist} (pip install {dist})"
+            f"unknown credential type {type_name!r}: it is provided by {dist} "
+            f"({install_command(dist)})"
         )
     return f"unknown credential type {type_name!r}: no installed plugin provides it (see `al creds types`)"
 

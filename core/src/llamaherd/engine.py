@@ -364,26 +364,13 @@ class Engine:
             or trigger.get("recovery")
         ):
             return
+        from llamaherd.recovery import recovery_facts
+
         if events is None:
             events = self.store.events(run.id)
-        now = self.clock()
-        last_progress = events[-1]["at"] if events else run.started_at
-        # Its scheduler's last heartbeat (one a second) dates the crash better than the run's
-        # last event: a run may be quiet for long in a tool call.
-        beats = [h["heartbeat_at"] for h in self.store.hosts() if h["host"] == run.host]
-        if cause is not None:
-            beats = []  # its scheduler lives: the run's own last event dates the loss
-        down_since = max([t for t in (last_progress, *beats) if t is not None], default=now)
-        recovery = {
-            "interrupted_run": run.id,
-            "started_at": run.started_at,
-            "last_progress": last_progress,
-            "down_since": down_since,
-        }
-        if cause is not None:
-            recovery["cause"] = cause
-        if down_until_now:
-            recovery.update(now=now, down_seconds=max(0.0, now - down_since))
+        recovery = recovery_facts(
+            self.store, run, events, self.clock(), cause=cause, down_until_now=down_until_now
+        )
         self.emit(
             TriggerEvent(
                 agent=run.agent,

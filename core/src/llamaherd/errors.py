@@ -36,6 +36,12 @@ class ConfigError(LlamaherdError):
         super().__init__(where + message)
 
 
+class ConfigWarning(ConfigError):
+    """A finding of a plugin's ``validate`` that names its file and key like a ConfigError
+    but fails nothing: ``al validate`` prints it as a warning and exits 0 (a schedule that
+    never fires is allowed, as Action Llama allows it)."""
+
+
 class ProviderError(CommandFailed):
     """A model call failed. Subclasses tell the session whether to retry or abort."""
 

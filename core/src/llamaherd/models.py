@@ -164,11 +164,14 @@ def resolve_model(
         raise ConfigError(file, f"models.{name}.provider", f"required: a provider name ({known})")
     provider = providers.get(provider_name)
     if provider is None:
+        from llamaherd.install import install_command
         from llamaherd.plugins import PROVIDED_BY
 
         dist = PROVIDED_BY.get(("providers", provider_name))
         hint = (
-            f"; install it with `pip install {dist}`" if dist else _close(provider_name, providers)
+            f"; install it with `{install_command(dist)}`"
+            if dist
+            else _close(provider_name, providers)
         )
         raise ConfigError(
             file, f"models.{name}.provider", f"provider {provider_name!r} is not installed{hint}"

@@ -265,26 +265,25 @@ class SshTarget:
 
 
 def failure(target: SshTarget, stderr: str) -> SshError:
-    """A failed connection to ``target`` as one line: what happened and what to do."""
+    """A failed connection to ``target`` as one line: what happened and what to do (a host key
+    fix names the known_hosts file the connection reads: ``ssh_options.UserKnownHostsFile``
+    when the target sets it)."""
     text = stderr.strip()
     where = target.label
-    known = (
-        "the user's ~/.ssh/known_hosts"
-        if not any(n.lower() == "userknownhostsfile" for n, _ in target.options)
-        else "ssh_options.UserKnownHostsFile"
-    )
+    known, file_option = known_hosts(target)
     if "IDENTIFICATION HAS CHANGED" in text or "has changed and you have requested" in text:
         return SshError(
             f"ssh {where}: the host key does not match the one in {known} (a reinstalled server, "
             "or someone in between): check the server's key, then replace the entry "
-            f"(ssh-keygen -R {shlex.quote(_known_name(target))})",
+            f"(ssh-keygen{file_option} -R {shlex.quote(_known_name(target))})",
             "host-key",
         )
     if "host key is known" in text or "Host key verification failed" in text:
         return SshError(
             f"ssh {where}: the host key is not in {known} (host keys are never accepted "
             "unseen): check its fingerprint, then add it (ssh-keyscan"
-            f"{f' -p {target.port}' if target.port else ''} {target.host} >> ~/.ssh/known_hosts)",
+            f"{f' -p {target.port}' if target.port else ''} {target.host} >> "
+            f"{_shell_path(_known_file(target) or DEFAULT_KNOWN_HOSTS)})",
             "unknown-host",
         )
     if "Permission denied" in text:
@@ -298,6 +297,34 @@ def failure(target: SshTarget, stderr: str) -> SshError:
     reason = lines[-1] if lines else "the connection failed"
     reason = reason.removeprefix("ssh: ")
     return SshError(f"ssh {where}: unreachable: {reason}", "unreachable")
+
+
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+
+
+def _known_file(target: SshTarget) -> str | None:
+    """The known_hosts file the target's ``ssh_options.UserKnownHostsFile`` names first (the
+    one ssh reads first and ``ssh-keygen -f`` edits), else None (ssh's default)."""
+    for name, value in target.options:
+        if name.lower() == "userknownhostsfile" and value.split():
+            return value.split()[0]
+    return None
+
+
+def known_hosts(target: SshTarget) -> tuple[str, str]:
+    """(how a message names the known_hosts file ``target`` reads, the ``-f FILE`` option of
+    ``ssh-keygen`` for it: empty for ssh's default file)."""
+    file = _known_file(target)
+    if file is None:
+        return f"the user's {DEFAULT_KNOWN_HOSTS}", ""
+    return f"{file} (ssh_options.UserKnownHostsFile)", f" -f {_shell_path(file)}"
+
+
+def _shell_path(path: str) -> str:
+    """``path`` for a shell command line, a leading ``~/`` left for the shell to expand."""
+    if path.startswith("~/"):
+        return "~/" + shlex.quote(path[2:])
+    return shlex.quote(path)
 
 
 def _known_name(target: SshTarget) -> str:

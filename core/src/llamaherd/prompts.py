@@ -153,12 +153,6 @@ def environment_block(env: Environment) -> str:
 
 def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     """``<recovery-notice>``: the interrupted run's times, now, and how long the system was down."""
-    started = recovery.get("started_at")
-    progress = recovery.get("last_progress") or started
-    down = recovery.get("down_seconds")
-    since = recovery.get("down_since", progress)
-    if down is None and since is not None:  # requeued as its scheduler stopped: down until now
-        down = max(0.0, now - float(since))
     lines = [
         "An earlier run for this same trigger was interrupted (scheduler crash or host "
         "restart). Check what it already did before acting, so you do not repeat side "
@@ -168,6 +162,20 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
         lines.append(f"Interrupted run: {recovery['interrupted_run']}")
     if recovery.get("cause"):
         lines.append(f"Cause: {recovery['cause']}")
+    return block("recovery-notice", "\n".join(lines + recovery_times(recovery, now)))
+
+
+def recovery_times(recovery: dict[str, Any], now: float) -> list[str]:
+    """The lines of an interruption's times (``llamaherd.recovery.recovery_facts``): when the
+    run started, its last recorded progress, since when the system was down, now, and how
+    long it was down (until ``now`` when the facts do not say)."""
+    started = recovery.get("started_at")
+    progress = recovery.get("last_progress") or started
+    down = recovery.get("down_seconds")
+    since = recovery.get("down_since", progress)
+    if down is None and since is not None:  # requeued as its scheduler stopped: down until now
+        down = max(0.0, now - float(since))
+    lines = []
     if started is not None:
         lines.append(f"Interrupted run started: {_iso(float(started))}")
     if progress is not None:
@@ -177,7 +185,7 @@ def recovery_notice(recovery: dict[str, Any], now: float) -> str:
     lines.append(f"Now: {_iso(now)}")
     if down is not None:
         lines.append(f"System down for: about {float(down):.0f} s")
-    return block("recovery-notice", "\n".join(lines))
+    return lines
 
 
 def trigger_block(trigger: dict[str, Any], registry: Registry) -> str:

@@ -85,6 +85,7 @@ def given_model(provider: str | None, model: str | None) -> ModelChoice | None:
         if model is not None:
             raise LlamaherdError("--model needs --provider (anthropic, openai, ...)")
         return None
+    check_provider(provider)
     if provider == "scripted":
         return None
     if model is None:
@@ -92,6 +93,26 @@ def given_model(provider: str | None, model: str | None) -> ModelChoice | None:
             raise LlamaherdError(f"--model: required with --provider {provider}")
         model = MODELS[provider][0][0]
     return ModelChoice(provider, model)
+
+
+def check_provider(provider: str) -> None:
+    """LlamaherdError (exit 2) unless ``provider`` is an installed model provider: an unknown
+    name lists the installed ones, a first-party one not installed names its plugin. So
+    ``al new`` never writes a project that fails ``al validate``."""
+    from llamaherd.install import needs
+    from llamaherd.plugins import PROVIDED_BY, registry
+    from llamaherd.schema import did_you_mean, one_of
+
+    installed = registry().providers
+    if provider in installed:
+        return
+    dist = PROVIDED_BY.get(("providers", provider))
+    if dist:
+        raise LlamaherdError(f"--provider: {provider!r} {needs(dist)}")
+    raise LlamaherdError(
+        f"--provider: expected {one_of(installed)}, got {provider!r}"
+        + did_you_mean(provider, installed)
+    )
 
 
 def ask_key(choice: ModelChoice) -> str | None:

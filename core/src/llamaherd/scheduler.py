@@ -658,6 +658,7 @@ class Scheduler(Engine):
                 continue
             if startup and self._local(run.host) and self.runner.attach(run):
                 log.info("adopted run %s", run.id)
+                self._record_adoption(run)
             elif not orphan and not run.sandbox and not run.transcript:
                 # Claimed, then its scheduler died before its sandbox was recorded: no command
                 # of it ran, so it starts now as itself rather than end error/interrupted
@@ -668,6 +669,15 @@ class Scheduler(Engine):
                 continue
             self.store.update_run(run.id, host=self.host)
             self.start_thread(self.store.get_run(run.id))
+
+    def _record_adoption(self, run: Any) -> None:
+        """The outage's facts as the run's ``adopted`` event (before its dead scheduler's
+        heartbeat is forgotten): the tool call the crash cut off is answered with them."""
+        from llamaherd.recovery import ADOPTED, recovery_facts
+
+        events = self.store.events(run.id)
+        facts = recovery_facts(self.store, run, events, self.clock(), down_until_now=True)
+        self.store.add_event(run.id, ADOPTED, facts)
 
     def _dead_hosts(self) -> set[str]:
         """Hosts presumed dead: a stale heartbeat, or a process of this machine that is gone."""

@@ -15,8 +15,9 @@ A fragment is a JSON Schema object (``{"type": "object", "properties": {...}}``)
 
 Checks a schema cannot express belong to the plugin: a runtime may define
 ``validate(agent, project)`` (docker: is the daemon up?) and a trigger type ``validate(agent)``
-(cron: does the expression parse?). Each returns a list of ConfigErrors or messages (a message
-starting ``warning:`` is a warning); ``al validate`` prints them with everything else.
+(cron: does the expression parse?). Each returns a list of ConfigErrors, ConfigWarnings or
+messages (a message starting ``warning:`` is a warning); ``al validate`` prints them with
+everything else.
 
 ``al schema`` prints the documents built here (draft 2020-12, tagged tables expressed with
 ``if``/``then`` and ``unevaluatedProperties``). Validation does the tag dispatch itself with one
@@ -45,7 +46,7 @@ from jsonschema.exceptions import ValidationError
 
 from llamaherd import compat, schedlog
 from llamaherd.budgets import budget_schema
-from llamaherd.errors import ConfigError, LlamaherdError
+from llamaherd.errors import ConfigError, ConfigWarning, LlamaherdError
 from llamaherd.flow import FLOW_SCHEMA
 from llamaherd.models import THINKING_LEVELS
 from llamaherd.plugins import PROVIDED_BY
@@ -716,8 +717,10 @@ def dotted(path: Iterable[Any]) -> str:
 
 def missing_plugin(kind: str, name: str, label: str) -> str | None:
     """``<label> needs the <dist> plugin`` when a first-party distribution provides ``name``."""
+    from llamaherd.install import needs
+
     dist = PROVIDED_BY.get((kind, name))
-    return None if dist is None else f"{label} needs the {dist} plugin (pip install {dist})"
+    return None if dist is None else f"{label} {needs(dist)}"
 
 
 class _Checker:
@@ -1024,9 +1027,9 @@ class _Checker:
             dist = PROVIDED_BY.get(("agent_keys", key))
             if dist:
                 found.add(key)
-                self.add(
-                    file, key, f"needs the {dist} plugin (pip install {dist})", agent=agent.name
-                )
+                from llamaherd.install import needs
+
+                self.add(file, key, needs(dist), agent=agent.name)
         return found
 
     def runtime_checks(self, agent: Agent, file: str, runtime: Any) -> None:
@@ -1046,34 +1049,51 @@ class _Checker:
             )
 
     def trigger_checks(self, agent: Agent, file: str) -> None:
-        """Let each trigger type check its own keys, unless the schema already reported them."""
-        reported = {re.split(r"[.\[]", p.key)[0] for p in self.problems if p.agent == agent.name}
+        """Let each trigger type check its own keys, in the same pass as the schema: what it
+        finds under a key the schema already reported (or inside it) is left out, the rest
+        reported (``schedule`` is checked while ``timezone = 5`` is an error too)."""
+        reported = [p.key for p in self.problems if p.agent == agent.name]
         for trigger in self.registry.trigger_types.values():
             check = getattr(trigger, "validate", None)
             keys = set(fragment(trigger)[0])
             used = sorted(keys & set(agent.config))
-            if check is not None and used and not keys & reported:
-                self.plugin_check(agent, file, f'trigger type "{trigger.name}"', used[0], check)
+            if check is not None and used:
+                label = f'trigger type "{trigger.name}"'
+                self.plugin_check(agent, file, label, used[0], check, reported=reported)
 
     def plugin_check(
-        self, agent: Agent, file: str, label: str, key: str, check: Any, *args: Any
+        self,
+        agent: Agent,
+        file: str,
+        label: str,
+        key: str,
+        check: Any,
+        *args: Any,
+        reported: Collection[str] = (),
     ) -> None:
-        """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors, or messages
-        (``"warning: ..."`` for warnings). A plugin that raises is reported, never propagated."""
+        """Report what a plugin's ``validate(agent, ...)`` returns: ConfigErrors (a
+        ConfigWarning is a warning), or messages (``"warning: ..."`` for warnings); but not
+        what touches a key of ``reported`` (the schema said it already). A plugin that raises
+        is reported, never propagated, unless the schema reported a key of this agent (the
+        plugin likely tripped on that value)."""
         try:
             results = list(check(agent, *args) or [])
         except Exception as exc:
-            self.add(
-                file,
-                key,
-                f"{label} could not check this agent: {type(exc).__name__}: {exc}",
-                agent=agent.name,
-            )
+            if not reported:
+                self.add(
+                    file,
+                    key,
+                    f"{label} could not check this agent: {type(exc).__name__}: {exc}",
+                    agent=agent.name,
+                )
             return
         for item in results:
+            if isinstance(item, ConfigError) and _touches(item.key, reported):
+                continue
             if isinstance(item, ConfigError):
                 where = self.project.relative(Path(item.file))
-                self.add(where, item.key, item.message, agent=agent.name)
+                warning = isinstance(item, ConfigWarning)
+                self.add(where, item.key, item.message, agent=agent.name, warning=warning)
                 continue
             text = str(item)
             warning = text.startswith("warning:")
@@ -1208,6 +1228,17 @@ class _Checker:
                 agent=agent.name,
                 warning=True,
             )
+
+
+def _touches(key: str, reported: Collection[str]) -> bool:
+    """Whether ``key`` is one of ``reported``, inside one (``webhooks[1].x`` inside
+    ``webhooks[1]``) or holds one."""
+    return any(
+        key == other
+        or key.startswith((other + ".", other + "["))
+        or other.startswith((key + ".", key + "["))
+        for other in reported
+    )
 
 
 def _tables(value: Any) -> list[tuple[str, Any]]:

@@ -713,14 +713,28 @@ class Session:
         last = self.messages[-1] if self.messages else {}
         if last.get("role") == "assistant":
             answered = {m.get("tool_call_id") for m in self.messages if m["role"] == "tool"}
-            for tc in last.get("tool_calls", []):
-                if tc["id"] not in answered:
-                    self._answer(
-                        tc["id"],
-                        "interrupted before a result was recorded (the "
-                        "scheduler restarted); check whether it took effect",
-                        True,
-                    )
+            cut_off = [tc["id"] for tc in last.get("tool_calls", []) if tc["id"] not in answered]
+            if cut_off:
+                text = self._interruption()
+                for call_id in cut_off:
+                    self._answer(call_id, text, True)
+
+    def _interruption(self) -> str:
+        """The result of a tool call a crash cut off (the run adopted by the next scheduler):
+        what happened and, as a ``<recovery-notice>`` says them, the times of the outage
+        (recorded at the adoption)."""
+        from llamaherd.clock import clock
+        from llamaherd.prompts import recovery_times
+        from llamaherd.recovery import ADOPTED
+
+        events = self.ctx.store.events(self.ctx.run_id)
+        facts = next((e["data"] for e in reversed(events) if e["type"] == ADOPTED), None)
+        lines = [
+            "interrupted before a result was recorded: the scheduler running this run stopped "
+            "(scheduler crash or host restart) and this run was picked up again after it; "
+            "check whether the call took effect before doing it again"
+        ]
+        return "\n".join(lines + (recovery_times(facts, clock()) if facts else []))
 
     def _answer(self, call_id: str, result: Any, is_error: bool) -> None:
         text = result if isinstance(result, str) else json.dumps(result, default=str)

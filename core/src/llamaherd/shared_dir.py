@@ -11,6 +11,7 @@ hand the agent a file of the scheduler's user); the total is bounded.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from llamaherd.errors import LlamaherdError
@@ -22,33 +23,43 @@ MAX_SHARED_FILES = 10_000
 FILE_MODE = 0o444
 
 
-def shared_files(root: Path) -> tuple[list[StagedFile], list[str]]:
-    """The files of ``<root>/shared`` (paths relative to it), and a note for each one left
-    out. LlamaherdError when they exceed MAX_SHARED_BYTES or MAX_SHARED_FILES."""
+def shared_entries(root: Path) -> Iterator[tuple[str, Path, str | None]]:
+    """Each file under ``<root>/shared`` a run considers, in order: (its path relative to
+    ``shared/``, its path, why it is left out or None). Dotfiles and dot-directories are never
+    listed (as Action Llama leaves them out); a symbolic link out of the project is listed with
+    the reason. What runs stage and what ``al push`` ships (``llamaherd.api``) are these."""
     base = root / SHARED_DIR
     if not base.is_dir():
-        return [], []
+        return
     project = root.resolve()
-    files: list[StagedFile] = []
-    skipped: list[str] = []
-    total = 0
     for directory, dirs, names in os.walk(base, followlinks=False):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(n for n in names if not n.startswith(".")):
             path = Path(directory, name)
             relative = path.relative_to(base).as_posix()
             if path.is_symlink() and not path.resolve().is_relative_to(project):
-                skipped.append(f"{relative} links outside the project: left out of every run")
-                continue
-            if not path.is_file():
-                continue
-            content = path.read_bytes()
-            total += len(content)
-            if total > MAX_SHARED_BYTES or len(files) >= MAX_SHARED_FILES:
-                raise LlamaherdError(
-                    f"{SHARED_DIR}/: more than {MAX_SHARED_BYTES // 2**20} MiB or "
-                    f"{MAX_SHARED_FILES} files: every run stages them; keep large data "
-                    "elsewhere (fetch it in a hooks.pre command)"
-                )
-            files.append(StagedFile(relative, content, FILE_MODE))
+                yield relative, path, f"{relative} links outside the project: left out of every run"
+            elif path.is_file():
+                yield relative, path, None
+
+
+def shared_files(root: Path) -> tuple[list[StagedFile], list[str]]:
+    """The files of ``<root>/shared`` (paths relative to it), and a note for each one left
+    out. LlamaherdError when they exceed MAX_SHARED_BYTES or MAX_SHARED_FILES."""
+    files: list[StagedFile] = []
+    skipped: list[str] = []
+    total = 0
+    for relative, path, left_out in shared_entries(root):
+        if left_out:
+            skipped.append(left_out)
+            continue
+        content = path.read_bytes()
+        total += len(content)
+        if total > MAX_SHARED_BYTES or len(files) >= MAX_SHARED_FILES:
+            raise LlamaherdError(
+                f"{SHARED_DIR}/: more than {MAX_SHARED_BYTES // 2**20} MiB or "
+                f"{MAX_SHARED_FILES} files: every run stages them; keep large data "
+                "elsewhere (fetch it in a hooks.pre command)"
+            )
+        files.append(StagedFile(relative, content, FILE_MODE))
     return files, skipped

@@ -13,7 +13,7 @@ from typing import Any
 
 from llamaherd.signatures import hmac_digest, signature_matches
 from llamaherd.types import WebhookFilter
-from llamaherd.waits import lookup
+from llamaherd.waits import MISSING, lookup
 
 # Characters of a free-text field (a message, a comment) kept in the normalised fields; the full
 # text stays in the payload.
@@ -63,6 +63,33 @@ def json_object(body: bytes) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
+def absent(data: Any, path: str) -> bool:
+    """Whether the dotted ``path`` of ``data`` holds nothing a JavaScript sender would count as
+    there (missing, null, false, 0, ""): how Action Llama's providers test what a payload
+    lacks, and so how ``HmacSource.lacks`` does."""
+    value = lookup(data, path)
+    if value is MISSING or value is None or value is False or value == "":
+        return True
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+
+def first_absent(data: Any, *paths: str) -> str | None:
+    """The first of ``paths`` that is ``absent`` from ``data``, else None."""
+    return next((path for path in paths if absent(data, path)), None)
+
+
+def unrouted(fields: dict[str, Any]) -> str | None:
+    """Why a parsed delivery is acknowledged without being routed to any agent or waiting run,
+    else None: the source ``ignore``s it (a ping, a challenge: ``ignored: <event>``), or the
+    payload lacks what its event needs (``lacks``: ``incomplete payload: no repository``, as
+    Action Llama drops such a delivery)."""
+    if fields.get("ignore"):
+        return f"ignored: {fields.get('event')}"
+    if fields.get("lacks"):
+        return f"incomplete payload: no {fields['lacks']}"
+    return None
+
+
 def body_digest(body: bytes) -> str:
     """Stand-in delivery id for senders that send none: the same body is the same delivery."""
     return hashlib.sha256(body).hexdigest()
@@ -105,11 +132,15 @@ REPOSITORY_FILTERS: dict[str, WebhookFilter] = {
 
 class HmacSource:
     """Deliveries signed with an HMAC-SHA256 of the raw body (hex unless ``signature_encoding``
-    says ``base64``), optionally behind a prefix such as ``sha256=``. A subclass sets ``name``,
-    ``description``, ``credential_type`` and ``schema`` (``WebhookSource``)."""
+    says ``base64``), behind a prefix such as ``sha256=`` when ``signature_prefix`` names one
+    (a signature without it is refused, as the services' senders always send it, unless
+    ``signature_prefix_optional``). A subclass sets ``name``, ``description``,
+    ``credential_type`` and ``schema`` (``WebhookSource``), and ``lacks`` when a payload can
+    lack what its event needs."""
 
     signature_header = "X-Signature-256"
     signature_prefix = "sha256="
+    signature_prefix_optional = False
     signature_encoding = "hex"
     delivery_header = "X-Delivery-Id"
     event_header = "X-Event"
@@ -136,6 +167,8 @@ class HmacSource:
         given = headers.get(self.signature_header.lower(), "").strip()
         if self.signature_prefix and given.lower().startswith(self.signature_prefix):
             given = given[len(self.signature_prefix) :]
+        elif self.signature_prefix and not self.signature_prefix_optional:
+            return False  # the bare MAC: not what the sender sends (a prefix says which MAC)
         if self.signature_encoding == "hex":
             given = given.lower()
         message = self.signed_message(headers, body)
@@ -148,7 +181,16 @@ class HmacSource:
         event = headers.get(self.event_header.lower()) or lookup(payload, self.event_field)
         fields = self.normalise(event if isinstance(event, str) else None, payload)
         fields["delivery"] = headers.get(self.delivery_header.lower()) or body_digest(body)
+        lacks = self.lacks(fields["event"], payload)
+        if lacks:
+            fields["lacks"] = lacks
         return fields
+
+    def lacks(self, event: str | None, payload: dict[str, Any]) -> str | None:
+        """What the payload lacks that its ``event`` needs (``"repository"``), else None: such
+        a delivery is acknowledged, recorded as ``incomplete payload: no <what>`` and routed
+        nowhere (``unrouted``). None here: a generic sender's payload has no required shape."""
+        return None
 
     def load_json(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         payload = parse_json(body)

@@ -33,7 +33,8 @@ DISPLAY_STATES = (*OWNER_STATES, "error", "paused")
 
 
 def next_fire(registry: Any, agent: Any, now: float) -> float | None:
-    """The next scheduled fire of ``agent`` from any trigger type that can tell."""
+    """The next scheduled fire of ``agent`` from any trigger type that can tell (``inf``: a
+    schedule that never fires)."""
     for trigger in registry.trigger_types.values():
         fire = getattr(trigger, "next_fire", None)
         if fire is None:
@@ -67,8 +68,11 @@ def agent_rows(
         state = "active" if running else stored
         if stored == "idle" and (paused_all or name in paused):
             state = "paused"
+        elif state == "idle" and mine:
+            state = "waiting"  # its live runs all wait (wait_for_trigger, an answer)
         if agent.disabled and not running:
             state = "disabled"  # scale = 0: nothing fires, queues or runs
+        fire = None if agent.disabled else next_fire(registry, agent, now)
         rows.append(
             {
                 "agent": name,
@@ -83,7 +87,9 @@ def agent_rows(
                 "last_exit": last_exit,
                 "last_finished_at": last_at,
                 "last_duration": _duration(last_at, last_started),
-                "next_fire": None if agent.disabled else next_fire(registry, agent, now),
+                # JSON has no infinity: a schedule that never fires is said apart.
+                "next_fire": fire if fire != math.inf else None,
+                "never_fires": fire == math.inf,
                 "hosts": sorted({run.host for run in mine if run.host}),
                 "runtime": runtime_status(registry, agent, store),
                 **flow_fields(agent, store, registry),

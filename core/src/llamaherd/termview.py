@@ -165,11 +165,17 @@ def agents_table(stat: dict[str, Any]) -> Sheet:
                 f"{row['active']}/{row['scale']}{waiting}",
                 str(row["queued"]),
                 last,
-                until(row["next_fire"]) if running else "-",
+                next_fire_text(row) if running else "-",
                 escape(", ".join(row["hosts"]) or "-"),
             )
         )
     return Sheet.of(["AGENT", "STATE", "ACTIVE", "QUEUED", "LAST", "NEXT FIRE", "HOST"], rows)
+
+
+def next_fire_text(row: dict[str, Any]) -> str:
+    """When the agent's schedule fires next: ``in 5m``, ``never`` (a date that does not
+    exist), ``-`` (no schedule)."""
+    return "never" if row.get("never_fires") else until(row["next_fire"])
 
 
 def active_table(runs: list[dict[str, Any]], now: float) -> Sheet:

@@ -40,6 +40,12 @@ whether a process woke (its threads' context switches); ``chat_reply(text, tool_
 a fixture), an OpenAI Chat Completions body;
 ``postgres_schema(server_url)``, a throwaway PostgreSQL schema (needs psycopg2), and the
 ``database_url`` fixture built on it: each test using it runs on SQLite and on PostgreSQL.
+
+A test that needs a system service the machine may lack (a Docker daemon, PostgreSQL,
+Chromium, an OpenSSH server, root...) carries its marker or calls ``require_service(name)``:
+skipped where it is missing, with one line naming it and the command that brings it up, and
+counted in the run's summary; a failure under ``AL_REQUIRE_SERVICES=1``
+(:mod:`llamaherd.testing_services`).
 """
 
 from __future__ import annotations
@@ -64,6 +70,13 @@ from typing import Any
 
 import pytest
 
+from llamaherd.testing_services import (  # noqa: F401 (pytest hooks)
+    pytest_configure,
+    pytest_runtest_setup,
+    pytest_terminal_summary,
+    require_service,
+    service_unavailable,
+)
 from llamaherd.testing_ssh import gateway_stub, ssh_server, ssh_user, sshd  # noqa: F401 (fixtures)
 
 AL = Path(sys.executable).with_name("al")
@@ -101,10 +114,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/.al/work-queue.db"
         return
-    server = os.environ.get("AL_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
-    with postgres_schema(server) as (_, url):
+    require_service("postgres")
+    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"]) as (_, url):
         yield url
 
 

@@ -2,7 +2,8 @@
 
 Part of ``llamaherd.testing`` (its fixtures are registered with it). Needs root (sshd and
 ``useradd``) and Debian's ``openssh-server``; without them the tests using these fixtures skip,
-except under ``CI`` (which installs both), where they fail.
+naming what is missing, except under ``AL_REQUIRE_SERVICES=1`` (CI), where they fail
+(:mod:`llamaherd.testing_services`).
 
 - ``ssh_server()`` starts an ``sshd`` (its own config and host key, key authentication only,
   no PAM) and returns an :class:`Sshd`: ``port``, ``known_hosts`` (a file holding just its host
@@ -36,7 +37,7 @@ from typing import Any
 
 import pytest
 
-SSHD = Path("/usr/sbin/sshd")
+from llamaherd.testing_services import require_service, sshd_path
 
 
 def free_port() -> int:
@@ -71,11 +72,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _require_root() -> None:
-    if os.geteuid() != 0 or not SSHD.exists():
-        message = "needs root and openssh-server (apt-get install openssh-server)"
-        if os.environ.get("CI"):  # .ci/run installs it: never skip these silently there
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+    require_service("root")
+    require_service("sshd")
 
 
 @dataclass
@@ -95,7 +93,7 @@ class Sshd:
     def start(self) -> None:
         """Start (again, after ``stop``) on the same port with the same host key."""
         self.proc = subprocess.Popen(
-            [str(SSHD), "-D", "-e", "-f", str(self.home / "sshd_config")],
+            [str(sshd_path()), "-D", "-e", "-f", str(self.home / "sshd_config")],
             stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 10

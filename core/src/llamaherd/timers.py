@@ -47,20 +47,12 @@ class Timers:
                 heapq.heappop(heap)
             return heap[0][0] if heap else None
 
-    def expire(self, now: float) -> list[str]:
-        """Disarm and return the names due at or before ``now``: the pass about to run arms
-        again what still stands."""
-        passed = []
+    def expire(self, now: float) -> None:
+        """Disarm the names due at or before ``now``: the pass about to run arms again what
+        still stands."""
         with self._lock:
             heap = self._heap
             while heap and heap[0][0] <= now:
                 at, name = heapq.heappop(heap)
                 if self._due.get(name) == at:
                     del self._due[name]
-                    passed.append(name)
-        return passed
-
-    def due(self) -> dict[str, float]:
-        """Every armed name and its time (what ``al stat`` and the tests may show)."""
-        with self._lock:
-            return dict(self._due)

@@ -22,6 +22,7 @@ from llamaherd.errors import (  # noqa: F401 (re-exported: part of this public m
     AuthError,
     CommandFailed,
     ConfigError,
+    ConfigWarning,
     Conflict,
     CredentialInvalid,
     Fatal,
@@ -548,7 +549,11 @@ class WebhookSource(Protocol):
     def verify(self, headers: dict[str, str], body: bytes, secrets: list[str]) -> bool: ...
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        """Return {"event", "action", "delivery", "payload", ...} normalised fields."""
+        """Return {"event", "action", "delivery", "payload", ...} normalised fields; ValueError
+        for a body that is no delivery at all (400). A delivery acknowledged and routed to no
+        agent carries ``ignore`` (a ping, a challenge: recorded as ``ignored: <event>``) or
+        ``lacks``: what its payload lacks that its event needs (``"repository"``: recorded as
+        ``incomplete payload: no repository``, answered 200, as Action Llama drops it)."""
         ...
 
 
@@ -777,7 +782,7 @@ OPTIONAL_MEMBERS: dict[type, dict[str, Any]] = {
         "while_hibernating": bool,  # its events run a hibernating agent (default False)
         "prompt_block": METHOD,  # (trigger: dict) -> str: the run's trigger block
         "preview": METHOD,  # (agent, payload) -> TriggerEvent: what `al prompt` shows
-        "validate": METHOD,  # (agent) -> list[ConfigError]
+        "validate": METHOD,  # (agent) -> list[ConfigError | ConfigWarning]
         "matches": METHOD,  # (wait_filter, event) -> bool, for wait_for_trigger
         "next_fire": METHOD,  # (agent, now) -> float | None, for `al stat`
         # (registry) -> None: called once the registry holding it is complete, for a type built

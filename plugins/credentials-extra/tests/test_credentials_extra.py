@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import stat
 import subprocess
 import time
@@ -19,6 +18,7 @@ from llamaherd_credentials_extra.services import SERVICE_TYPES
 from llamaherd_credentials_extra.ssh import VpsSsh
 
 from llamaherd.api import CredentialInvalid, CredentialStore, credential_files
+from llamaherd.testing import require_service
 
 TYPES = {t.name: t for t in [*SERVICE_TYPES, GcpServiceAccount(), VpsSsh()]}
 
@@ -358,8 +358,7 @@ def test_gcp_context_names_the_account():
 
 @pytest.fixture
 def keygen(tmp_path):
-    if not shutil.which("ssh-keygen"):
-        pytest.skip("openssh-client is not installed (apt-get install openssh-client)")
+    require_service("ssh_client")
 
     def make(name: str, *args: str) -> tuple[str, str, str]:
         path = tmp_path / name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import UTC, datetime
@@ -189,6 +190,8 @@ def test_next_fire_for_al_stat(project):
     agents = project.load().agents
     assert trigger.next_fire(agents["every5"], at(12, 3)) == at(12, 5)
     assert trigger.next_fire(agents["manual"], at(12, 3)) is None
+    project.add_agent("february", 'schedule = "0 0 31 2 *"\n')
+    assert trigger.next_fire(project.load().agents["february"], at(12, 3)) == math.inf
 
 
 @pytest.mark.parametrize(
@@ -242,7 +245,13 @@ def test_reconfigure_applies_a_live_reload_from_the_next_tick(project, clock, sc
     [
         ("0 25 * * *", "schedule: hour 25 is out of range 0-23"),
         ("*/61 * * * *", "schedule: minute step 61 is out of range 1-60"),
-        ("0 0 30 2 *", "schedule: '0 0 30 2 *' never fires (no such date)"),
+        # The value written is quoted (issue 42 item 13): 70, not 60, the first value past
+        # the range; FRX, not the F of 1-FRX (what MON-FRX reads as once MON is a number).
+        ("1-70 * * * *", "schedule: minute 70 is out of range 0-59"),
+        ("10-70/5 * * * *", "schedule: minute 70 is out of range 0-59"),
+        ("* * * * MON-FRX", "schedule: weekday 'MON-FRX': 'FRX' is not allowed here"),
+        ("* * * JAN-FEX *", "schedule: month 'JAN-FEX': 'FEX' is not allowed here"),
+        ("* * 1-5x * *", "schedule: day of month '1-5x': '5x' is not allowed here"),
     ],
 )
 def test_al_validate_names_the_cron_field(offline_project, schedule, message):
@@ -250,6 +259,36 @@ def test_al_validate_names_the_cron_field(offline_project, schedule, message):
     result = offline_project.al("validate")
     assert result.returncode == 2
     assert f"agents/nightly/config.toml: {message}" in result.stdout + result.stderr
+
+
+def test_a_schedule_that_never_fires_is_a_warning_and_the_agent_runs_by_hand(
+    offline_project, scheduler
+):
+    """Action Llama's idiom for an agent run only by hand or by call (issue 42 item 1):
+    February 31st validates with one warning, the scheduler starts it, ``al stat`` says its
+    next fire is never, and ``al run`` runs it."""
+    offline_project.add_scripted_agent(
+        "manual", 'schedule = "0 0 31 2 *"\n', script='[[turns]]\ntext = "ran by hand"\n'
+    )
+    checked = offline_project.al("validate")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # (The offline project's agents run as the current user: that is warned about too.)
+    warnings = [line for line in checked.stdout.splitlines() if "run_as" not in line]
+    assert warnings == [
+        "warning: agents/manual/config.toml: schedule: '0 0 31 2 *' never fires (no such date): "
+        "the agent runs only when called or by hand",
+        "ok  agents/manual",
+    ]
+    running = scheduler(offline_project)
+    row = running.get("/control/stat").json()["agents"][0]
+    assert (row["next_fire"], row["never_fires"]) == (None, True)
+    table = offline_project.al("stat", check=True).stdout
+    assert [line.split()[5] for line in table.splitlines() if line.startswith("manual")] == [
+        "never"
+    ]
+    offline_project.al("run", "manual", check=True)
+    done = offline_project.wait_run(lambda runs: [r for r in runs if r.state == "done"])
+    assert [(r.agent, r.trigger_kind) for r in done] == [("manual", "manual")]
 
 
 def test_six_field_schedule_fires_every_ten_seconds(project, clock, schedulers):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -288,6 +289,28 @@ def test_live_stream_sends_the_page_and_the_log_then_ends_with_the_run(local: An
     assert any('class="entry turn"' in entry["html"] for entry in logs)
     page = "\n".join(line[6:] for line in blocks[-2].split("\n")[1:])
     assert 'id="run-state"' in page and "done" in page
+
+
+def test_the_deliveries_page_shows_the_event_a_generic_body_names(local: Any) -> None:
+    """Issue 42 item 18: a generic sender that names its event in the body (``eventField``),
+    not in a header: the deliveries page, ``/control/deliveries`` and ``al webhooks ls`` show
+    the event the source parsed."""
+    delivery = f"in-body-{time.time_ns()}"
+    sent = httpx.post(
+        f"{local.url}/webhooks/hooks",
+        content=json.dumps({"event": "push", "ref": "refs/heads/main"}).encode(),
+        headers={"X-Delivery-Id": delivery},
+        timeout=10,
+    )
+    assert sent.status_code == 202 and sent.json()["agents"] == ["slow"], sent.text
+    listed = local.get("/control/deliveries?limit=50").json()["deliveries"]
+    assert [d["event"] for d in listed if d["delivery_id"] == delivery] == ["push"]
+    with browser(local) as client:
+        html = client.get("/deliveries").text
+    (row,) = re.findall(rf"<tr data-delivery=[^\n]*{delivery}[^\n]*", html)
+    assert "<td>push</td>" in row
+    shown = local.sched.project.al("webhooks", "ls", "--limit", "50", check=True).stdout
+    assert [line.split()[3] for line in shown.splitlines() if delivery in line] == ["push"]
 
 
 # ---------------------------------------------------------------------- test and replay

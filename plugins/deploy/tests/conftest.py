@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from llamaherd import testing_wheels as wheelhouse
 from llamaherd.testing_ssh import Sshd, SshUser
 
-sys.path.insert(0, str(Path(__file__).parent))
-import wheelhouse  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' own helpers: fake_cloud
 
 
 @pytest.fixture

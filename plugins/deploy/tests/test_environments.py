@@ -200,3 +200,24 @@ def test_ssh_never_reads_the_destination_as_an_option(tmp_path):
     finally:
         conn.close()
     assert not marker.exists()
+
+
+def test_env_show_and_check_without_a_name_use_the_bound_environment(deploy_al, tmp_path):
+    """Issue 42 item 11: ``al env show`` in a project bound to an environment (``al env set``,
+    or ``$AL_ENV``, or ``-E``) shows that one; unbound, it says how to name one."""
+    project = tmp_path / "proj"
+    (project / "agents").mkdir(parents=True)
+    (project / "config.toml").write_text("")
+    assert deploy_al("env", "add", "staging", "--host", "staging.example").returncode == 0
+    assert deploy_al("env", "add", "prod", "--host", "prod.example").returncode == 0
+    unbound = deploy_al("env", "show", cwd=project)
+    assert unbound.returncode == 2
+    assert "which environment? `al env show NAME`" in unbound.stderr
+    assert "`al env check NAME`" in deploy_al("env", "check", cwd=project).stderr
+    assert deploy_al("env", "set", "staging", cwd=project).returncode == 0
+    shown = deploy_al("env", "show", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == deploy_al("env", "show", "staging").stdout
+    assert "staging.example" in shown.stdout
+    prod = deploy_al("env", "show", cwd=project, extra={"AL_ENV": "prod"}).stdout
+    assert prod == deploy_al("env", "show", "prod").stdout

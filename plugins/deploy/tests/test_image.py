@@ -11,14 +11,14 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import wheelhouse
 
-from llamaherd.testing import wait_until
+from llamaherd import testing_wheels as wheelhouse
+from llamaherd.testing import require_service, service_unavailable, wait_until
 
 pytestmark = pytest.mark.docker
 
 BASE = "local/debian-python:bookworm"
-ROOT = wheelhouse.ROOT
+ROOT = Path(__file__).resolve().parents[3]
 PLUGINS = ["cron", "webhooks", "github", "docker", "host-user", "anthropic", "openai",
            "scripted", "dashboard", "deploy"]  # fmt: skip
 
@@ -46,8 +46,9 @@ def image(tmp_path: Path):
     missing = [d for d in ("llamaherd", *(f"llamaherd-{p}" for p in PLUGINS)) if not installed(d)]
     if missing:
         pytest.skip(f"the image packs {', '.join(missing)}, not installed here")
+    require_service("docker")
     if shutil.which("docker") is None or docker("image", "inspect", BASE, check=False).returncode:
-        pytest.skip(f"needs a Docker daemon with the image {BASE}")
+        service_unavailable("docker", f"the docker command or the image {BASE} is missing")
     context = tmp_path / "context"
     context.mkdir()
     for name in ("Dockerfile", ".dockerignore"):

@@ -16,6 +16,7 @@ from llamaherd_deploy.push import merge_requirements
 
 from llamaherd.api import CredentialStore, LlamaherdError, load_project
 from llamaherd.plugins import registry
+from llamaherd.shared_dir import shared_files
 
 HELPER = Path(plan.__file__).with_name("helper.py")
 
@@ -38,11 +39,13 @@ LAYOUT = {
     "build/out.bin": "x",
     ".al/work-queue.db": "x",  # not ignored here, and still never shipped
     ".env.toml": 'environment = "prod"\n',  # this machine's: the server gets its own
-    # shared/ travels whole as the peer hands it to agents (hidden files left out), whatever
-    # git ignores; hidden ones travel too when git would commit them.
+    # shared/ travels as runs see it (issue 42 item 15): whatever git ignores, and without
+    # what runs leave out (hidden files, hidden directories), even when git would commit it.
     "shared/conventions.md": "# Conventions\n",
     "shared/deep/notes.log": "ignored by git, read by agents\n",
     "shared/.cache/x.log": "x",
+    "shared/.draft.md": "not ignored by git, never seen by a run\n",
+    "shared/deep/.env": "SECRET=1\n",
 }
 SHIPPED = [".gitignore", "agents/a/.gitignore", "agents/a/SKILL.md", "agents/a/tool.sh",
            "agents/b/SKILL.md", "config.toml", "shared/conventions.md",
@@ -57,8 +60,13 @@ def test_files_are_what_git_would_commit(tmp_path, repository):
     if repository:
         subprocess.run(["git", "init", "-q", str(root)], check=True)
         subprocess.run(["git", "-C", str(root), "add", "config.toml"], check=True)
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("not the project's\n")
+    (root / "shared/linked.md").symlink_to(outside)  # runs leave out a link out of the project
     files = plan.project_files(root)
     assert sorted(files) == SHIPPED
+    runs_see = {f"shared/{file.path}" for file in shared_files(root)[0]}
+    assert {rel for rel in files if rel.startswith("shared/")} == runs_see
     assert files["agents/a/tool.sh"].executable and not files["config.toml"].executable
     # A one-agent push: that agent and shared/, which it may read.
     assert sorted(plan.project_files(root, plan.scope_of("a"))) == [

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from llamaherd_discord.source import DiscordSource
 
+from llamaherd.api import unrouted
 from llamaherd.testing import fuzz_webhook_source
 
 
@@ -111,10 +112,17 @@ def test_command_fields():
     )
 
 
-@pytest.mark.parametrize("body", [b"", b"[]", b'{"type": 9}', b'{"type": true}', b'{"type": "2"}'])
-def test_what_is_no_interaction_is_a_bad_request(body):
+@pytest.mark.parametrize("body", [b"", b"[]"])
+def test_what_is_no_json_object_is_a_bad_request(body):
     with pytest.raises(ValueError):
         DiscordSource().parse({}, body)
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"type": 9}', b'{"type": true}', b'{"type": "2"}'])
+def test_an_interaction_of_no_known_type_is_incomplete(body):
+    """As Action Llama: acknowledged and routed nowhere (issue 42 item 2)."""
+    reason = unrouted(DiscordSource().parse({}, body))
+    assert reason is not None and reason.startswith("incomplete payload: no interaction type")
 
 
 def test_ping_is_answered_pong_byte_exact(server):

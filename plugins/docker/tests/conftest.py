@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from llamaherd.api import SandboxError, SandboxSpec, credential_files
+from llamaherd.testing import require_service, service_unavailable
 
 # Built by .ci/docker.sh (../shared/scripts/docker-bootstrap.sh with PYTHON_IMAGE=1).
 DEBIAN_IMAGE = "local/debian-python:bookworm"
@@ -27,16 +28,18 @@ AL = Path(sys.executable).with_name("al")
 
 @pytest.fixture(scope="session")
 def docker_client() -> Any:
-    """A connected client; fails (never skips) every docker test when there is no daemon."""
+    """A connected client: every docker test is skipped where there is no daemon or the local
+    images are missing (failed under AL_REQUIRE_SERVICES=1, as in CI)."""
     from llamaherd_docker.daemon import connect
 
+    require_service("docker")
     try:
         client = connect()
     except SandboxError as exc:
-        pytest.fail(f"{exc} (the docker tests need a daemon: run .ci/docker.sh)", pytrace=False)
+        service_unavailable("docker", str(exc))
     for image in (DEBIAN_IMAGE, BUSYBOX_IMAGE):
         if not client.images.list(name=image):
-            pytest.fail(f"image {image} missing: run .ci/docker.sh", pytrace=False)
+            service_unavailable("docker", f"image {image} missing")
     return client
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from llamaherd_github.credentials import CREDENTIAL_TYPES, GitHubSkill
 
 from llamaherd.api import CredentialInvalid, CredentialStore, credential_files
+from llamaherd.testing import require_service
 
 TYPES = {t.name: t for t in CREDENTIAL_TYPES}
 AL = [sys.executable, "-c", "from llamaherd.cli import main; main()"]
@@ -165,8 +165,7 @@ def test_cli_types_lists_github_types(al_env):
 
 @pytest.fixture
 def ssh_key(tmp_path) -> str:
-    if not shutil.which("ssh-keygen"):
-        pytest.skip("openssh-client is not installed (apt-get install openssh-client)")
+    require_service("ssh_client")
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "test", "-f", str(tmp_path / "k")],
         check=True,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pwd
 import subprocess
 import uuid
@@ -15,6 +14,7 @@ from llamaherd_host_user.runtime import HostUserRuntime
 from llamaherd_host_user.sandbox import HostUserSandbox
 
 from llamaherd.api import SandboxSpec, credential_files, load_project
+from llamaherd.testing import require_service
 
 AGENT_USER = "al-test-agent"
 OTHER_USER = "al-test-agent2"
@@ -31,8 +31,7 @@ def ensure_user(name: str) -> pwd.struct_passwd:
 
 @pytest.fixture(scope="session")
 def agent_users() -> tuple[pwd.struct_passwd, pwd.struct_passwd]:
-    if os.geteuid() != 0:
-        pytest.skip("host-user tests create OS users and need root")
+    require_service("root")  # host-user tests create OS users
     return ensure_user(AGENT_USER), ensure_user(OTHER_USER)
 
 

@@ -12,14 +12,15 @@ import pytest
 from llamaherd_host_user.containment import CGROUP_PARENT, CgroupContainment, cgroup2_mount
 from llamaherd_host_user.layout import base_scope, runs_base
 
-from llamaherd.testing import OfflineProject, wait_until
+from llamaherd.testing import OfflineProject, require_service, service_unavailable, wait_until
 
 
 @pytest.fixture
 def parent() -> Path:
+    require_service("root")
     mount = cgroup2_mount()
-    if os.geteuid() != 0 or mount is None:
-        pytest.skip("needs root and a cgroup2 hierarchy")
+    if mount is None:
+        service_unavailable("cgroup2", "no cgroup2 hierarchy is mounted")
     return mount / CGROUP_PARENT
 
 

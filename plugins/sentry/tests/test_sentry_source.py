@@ -9,6 +9,7 @@ import json
 import pytest
 from llamaherd_sentry.source import SentrySource
 
+from llamaherd.api import unrouted
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "sentry-client-secret"
@@ -116,9 +117,10 @@ def test_odd_bodies(body):
     assert fields["title"] is None
 
 
-def test_a_resourceless_delivery_is_refused():
-    with pytest.raises(ValueError, match="Sentry-Hook-Resource"):
-        SentrySource().parse({}, b"{}")
+def test_a_resourceless_delivery_is_incomplete():
+    """As Action Llama: acknowledged and routed nowhere (issue 42 item 2)."""
+    fields = SentrySource().parse({}, b"{}")
+    assert unrouted(fields) == "incomplete payload: no Sentry-Hook-Resource header"
 
 
 def test_signed_issue_queues_a_run_whose_prompt_has_the_fields(server):

@@ -11,6 +11,7 @@ import time
 import pytest
 from llamaherd_slack.source import SlackSource
 
+from llamaherd.api import unrouted
 from llamaherd.testing import fuzz_webhook_source
 
 SECRET = "slack-signing-secret-for-tests"
@@ -100,12 +101,22 @@ def test_event_fields():
     assert (reaction["title"], reaction["channel"]) == ("thumbsup", "C0G9QF9GZ")
 
 
-@pytest.mark.parametrize(
-    "body", [DOC_BODY, b"{}", b'{"type": "event_callback"}', b'{"type": "block_actions"}']
-)
-def test_what_is_not_the_events_api_is_a_bad_request(body):
+def test_a_slash_command_is_a_bad_request():
     with pytest.raises(ValueError):
-        SlackSource().parse({}, body)
+        SlackSource().parse({}, DOC_BODY)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{}", "no event_callback (type None)"),
+        (b'{"type": "block_actions"}', "no event_callback (type 'block_actions')"),
+        (b'{"type": "event_callback"}', "no event"),
+    ],
+)
+def test_what_is_no_event_callback_is_incomplete(body, reason):
+    """As Action Llama: acknowledged and routed nowhere (issue 42 item 2)."""
+    assert unrouted(SlackSource().parse({}, body)) == f"incomplete payload: {reason}"
 
 
 def test_url_verification_is_answered_byte_exact_and_nothing_queued(server):

@@ -122,10 +122,7 @@ def test_a_host_that_goes_down_is_skipped_and_its_run_requeued(
 def test_two_schedulers_on_postgresql_respect_the_capacities(
     tmp_path, two_hosts, scheduler
 ) -> None:
-    server = os.environ.get("AL_TEST_POSTGRES_URL")
-    if not server:
-        pytest.skip("AL_TEST_POSTGRES_URL is not set")
-    with postgres_schema(server) as (_, url):
+    with postgres_schema(os.environ["AL_TEST_POSTGRES_URL"]) as (_, url):
         first = pool_project(tmp_path / "one", two_hosts, url)
         second = pool_project(tmp_path / "two", two_hosts, url)
         schedulers = [scheduler(first), scheduler(second)]

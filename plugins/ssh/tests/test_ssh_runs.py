@@ -159,8 +159,8 @@ def test_a_crashed_schedulers_leftovers_go_at_the_next_start(tmp_path, host, sch
 @pytest.mark.parametrize(
     ("problem", "expected"),
     [
-        ("unknown host key", "the host key is not in ssh_options.UserKnownHostsFile"),
-        ("changed host key", "the host key does not match the one in"),
+        ("unknown host key", "the host key is not in {file} (ssh_options.UserKnownHostsFile)"),
+        ("changed host key", "does not match the one in {file} (ssh_options.UserKnownHostsFile)"),
         ("refused key", "was refused"),
         ("unreachable", "unreachable: connect to host 127.0.0.1 port 1: Connection refused"),
     ],
@@ -173,6 +173,7 @@ def test_connection_failures_are_one_line_and_a_failed_run(
         empty = tmp_path / "empty_known_hosts"
         empty.write_text("")
         runtime["ssh_options"] = {"UserKnownHostsFile": str(empty)}
+        expected = expected.format(file=empty)
     elif problem == "changed host key":
         other = tmp_path / "other"
         other.mkdir()
@@ -182,6 +183,7 @@ def test_connection_failures_are_one_line_and_a_failed_run(
         wrong = tmp_path / "wrong_known_hosts"
         wrong.write_text(f"[127.0.0.1]:{host.server.port} {(other / 'k.pub').read_text()}")
         runtime["ssh_options"] = {"UserKnownHostsFile": str(wrong)}
+        expected = expected.format(file=wrong)
     elif problem == "refused key":
         runtime["key_path"] = str(tmp_path / "nobody_key")
         import subprocess
@@ -200,6 +202,39 @@ def test_connection_failures_are_one_line_and_a_failed_run(
     assert final.state == "error"
     assert expected in final.reason and "\n" not in final.reason, final.reason
     assert expected in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("problem", ["unknown", "changed"])
+def test_a_host_key_errors_suggested_fix_fixes_the_run(tmp_path, host, problem) -> None:
+    """Issue 42 item 17: the fix the error suggests edits the known_hosts file the agent's
+    ``ssh_options.UserKnownHostsFile`` names (not ~/.ssh/known_hosts): run as written (after
+    the fingerprint check a person does), the next run connects."""
+    import re
+    import subprocess
+
+    known = tmp_path / "agent_known_hosts"
+    if problem == "changed":
+        other = tmp_path / "other"
+        other.mkdir()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other / "k")])
+        known.write_text(f"[127.0.0.1]:{host.server.port} {(other / 'k.pub').read_text()}")
+    else:
+        known.write_text("")
+    runtime = host.runtime()
+    runtime["ssh_options"] = {"UserKnownHostsFile": str(known)}
+    project = ssh_project(tmp_path / "project", host, runtime)
+    failed = project.al("run", "worker", timeout=60)
+    assert failed.returncode != 0
+    said = failed.stdout + failed.stderr
+    (fix,) = set(re.findall(r"\((ssh-key(?:gen|scan) [^()]*)\)", said))
+    assert str(known) in fix and "~/.ssh/known_hosts" not in said
+    subprocess.run(["bash", "-c", fix], check=True, capture_output=True)
+    if problem == "changed":  # removed: now the host is unknown, and that fix adds it
+        again = project.al("run", "worker", timeout=60)
+        (fix,) = set(re.findall(r"\((ssh-keyscan [^()]*)\)", again.stdout + again.stderr))
+        subprocess.run(["bash", "-c", fix], check=True, capture_output=True)
+    done = project.al("run", "worker", timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 LIST_SCRIPT = """

@@ -10,6 +10,7 @@ import json
 import pytest
 from llamaherd_twitter.source import TwitterSource
 
+from llamaherd.api import unrouted
 from llamaherd.testing import fuzz_webhook_source
 
 # The consumer secret and token of X's published CRC examples.
@@ -142,10 +143,17 @@ def test_fields():
     assert follow["title"] == "@TwitterDev followed @Furious_Camper"
 
 
-@pytest.mark.parametrize("body", [b"{}", b'{"for_user_id": "1"}', b"[]", b"nope"])
-def test_a_body_without_events_is_a_bad_request(body):
+@pytest.mark.parametrize("body", [b"[]", b"nope"])
+def test_a_body_that_is_no_json_object_is_a_bad_request(body):
     with pytest.raises(ValueError):
         TwitterSource().parse({}, body)
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"for_user_id": "1"}'])
+def test_a_body_without_events_is_incomplete(body):
+    """As Action Llama: acknowledged and routed nowhere (issue 42 item 2)."""
+    fields = TwitterSource().parse({}, body)
+    assert unrouted(fields) == "incomplete payload: no array of events"
 
 
 def test_signed_tweet_queues_a_run_whose_prompt_has_the_fields(server):

@@ -47,6 +47,9 @@ def test_receipts_recorded_once_and_dead_letters(store: Store) -> None:
     (dead,) = receipts.recent(dead_letters=True)
     assert dead["body"] == b"\x00\xff" and dead["status"] == 401 and dead["at"] == NOW
     assert receipts.recent()[-1]["headers"] == {"X-GitHub-Event": "push"}
+    # The event as the source parsed it (issue 42 item 18); a dead letter has none.
+    assert receipts.record("hooks", "d3", {}, b"{}", 202, "matched", ["a"], event="deploy")
+    assert [r["event"] for r in receipts.recent()] == ["deploy", None, None, None, None]
 
 
 def test_prune_removes_old_receipts_only(store: Store, clock: Clock) -> None:
@@ -81,7 +84,9 @@ def test_receipts_core_kept_are_adopted_with_their_rows(tmp_path: Path) -> None:
     assert receipts.seen("github", "kept")
     assert not receipts.record("github", "kept", {}, b"", 202, "again", [])
     [kept] = receipts.recent()
-    assert kept["body"] == b"{}" and kept["matched"] == ["alpha"]
+    assert kept["body"] == b"{}" and kept["matched"] == ["alpha"] and kept["event"] is None
+    assert receipts.record("github", "new", {}, b"", 202, "matched", [], event="push")
+    assert receipts.recent()[0]["event"] == "push"
 
 
 def test_a_store_opened_without_the_table_set_says_so(tmp_path: Path) -> None:

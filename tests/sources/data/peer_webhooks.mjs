@@ -90,6 +90,20 @@ const cases = [
   }, [{ orgs: ["other-org"] }, { org: "acme" }, { actions: ["created"] }]],
   ["github", "ping", { "x-github-event": "ping" }, { zen: "test", repository: repo }, []],
   ["github", "no-repository", { "x-github-event": "issues" }, {}, []],
+  ["github", "no-repository-name", { "x-github-event": "star" }, { action: "created", repository: {} }, []],
+  ["github", "no-event-header", {}, { action: "opened", repository: repo }, []],
+  ["github", "issues-no-issue", { "x-github-event": "issues" }, { action: "opened", repository: repo }, []],
+  ["github", "issues-null-issue", { "x-github-event": "issues" }, { action: "opened", repository: repo, issue: null }, []],
+  ["github", "pull_request-no-pr", { "x-github-event": "pull_request" }, { action: "opened", repository: repo }, []],
+  ["github", "issue_comment-no-comment", { "x-github-event": "issue_comment" }, {
+    action: "created", repository: repo, issue: { number: 5, title: "t" } }, []],
+  ["github", "issue_comment-no-issue", { "x-github-event": "issue_comment" }, {
+    action: "created", repository: repo, comment: { body: "c" } }, []],
+  ["github", "review-no-review", { "x-github-event": "pull_request_review" }, {
+    action: "submitted", repository: repo, pull_request: { number: 7 } }, []],
+  ["github", "workflow_run-no-run", { "x-github-event": "workflow_run" }, { action: "completed", repository: repo }, []],
+  ["github", "issues-empty-issue", { "x-github-event": "issues" }, {
+    action: "opened", repository: repo, issue: {} }, [{ actions: ["opened"] }]],
   // ---------------------------------------------------------------- sentry
   ["sentry", "event_alert", { "sentry-hook-resource": "event_alert" }, {
     action: "triggered", actor: { name: "Sentry", type: "application" },
@@ -130,6 +144,7 @@ const cases = [
   ["sentry", "event_alert-no-data", { "sentry-hook-resource": "event_alert" }, {
     action: "triggered", actor: { name: "Sentry" },
   }, []],
+  ["sentry", "no-resource-header", {}, { action: "created", data: { issue: { title: "x" } } }, []],
   // ---------------------------------------------------------------- linear
   ["linear", "issue", {}, {
     action: "create", type: "Issue", organizationId: "org-123",
@@ -157,6 +172,11 @@ const cases = [
     action: "remove", type: "Cycle", data: { id: "c1", team: { organization: { id: "org-9" } } },
   }, [{ organizations: ["org-9"] }]],
   ["linear", "no-organization", {}, { action: "create", type: "Issue", data: { title: "x" } }, []],
+  ["linear", "no-action", {}, { type: "Issue", organizationId: "org-1", data: { title: "x" } }, []],
+  ["linear", "no-type", {}, { action: "create", organizationId: "org-1", data: { title: "x" } }, []],
+  ["linear", "no-data", {}, { action: "create", type: "Issue", organizationId: "org-1" }, []],
+  ["linear", "comment-no-issue", {}, {
+    action: "create", type: "Comment", organizationId: "org-1", data: { body: "c" } }, []],
   // ---------------------------------------------------------------- mintlify
   ["mintlify", "succeeded", {}, {
     event: "build", action: "succeeded", project: "docs", branch: "main",
@@ -171,6 +191,7 @@ const cases = [
   ["mintlify", "no-branch", {}, { status: "success", organization: "acme-org" },
    [{ branches: ["main"] }, { branches: ["dev"] }, { projects: ["acme-org"] }]],
   ["mintlify", "no-action", {}, { event: "build", project: "docs" }, []],
+  ["mintlify", "empty-action", {}, { event: "build", action: "", project: "docs" }, []],
   // ---------------------------------------------------------------- slack
   ["slack", "message", {}, {
     type: "event_callback", team_id: "T123",
@@ -195,6 +216,8 @@ const cases = [
     event: { type: "channel_created", channel: { id: "C1", name: "new" } },
   }, [{ channels: ["C1"] }]],
   ["slack", "url_verification", {}, { type: "url_verification", challenge: "abc" }, []],
+  ["slack", "no-event", {}, { type: "event_callback", team_id: "T123" }, []],
+  ["slack", "other-type", {}, { type: "block_actions", team_id: "T123" }, []],
   // ---------------------------------------------------------------- discord
   ["discord", "command", {}, {
     type: 2, id: "i1", guild_id: "G1", channel_id: "C1",
@@ -224,6 +247,8 @@ const cases = [
   ["discord", "no-user", {}, { type: 2, id: "i7", guild_id: "G1", data: { name: "help" } },
    [{ channels: ["C1"] }]],
   ["discord", "ping", {}, { type: 1 }, []],
+  ["discord", "unknown-type", {}, { type: 9, id: "i9" }, []],
+  ["discord", "no-type", {}, { id: "i10" }, []],
   // ---------------------------------------------------------------- twitter
   ["twitter", "tweet_create", {}, {
     for_user_id: "123", tweet_create_events: [{ id_str: "999", text: "Hello @bot",
@@ -287,6 +312,7 @@ const cases = [
   }, []],
   ["twitter", "unknown-key", {}, { for_user_id: "123", tweet_quote_events: [{ id: "1" }] }, []],
   ["twitter", "empty-array", {}, { for_user_id: "123", favorite_events: [] }, []],
+  ["twitter", "no-events", {}, { for_user_id: "123", user_has_blocked: false }, []],
 ];
 
 const out = [];

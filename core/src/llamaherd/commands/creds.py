@@ -140,49 +140,46 @@ def add(app: AppContext, ref: str, from_env: tuple[str, ...], files: tuple[str, 
 # --------------------------------------------------------------------------- ls
 
 
-def _project_agents(app: AppContext) -> list[Any]:
-    """Agents of the current project; none outside a project (a broken one is a warning)."""
+def _project_users(app: AppContext) -> dict[tuple[str, str], list[str]]:
+    """Who in the current project uses each credential (``credentials.users``: agents, models,
+    webhook sources); nothing outside a project (a broken one is a warning)."""
+    from llamaherd.credentials import users
     from llamaherd.project import find_root
 
     if app.project_dir is None and find_root() is None:
-        return []
+        return {}
     try:
-        return list(app.project.agents.values())
+        return users(app.project, app.registry)
     except LlamaherdError as exc:
         click.echo(f"warning: {exc}", err=True)
-        return []
+        return {}
 
 
 def _inventory(app: AppContext, store: CredentialStore) -> list[dict[str, Any]]:
-    rows: dict[tuple[str, str], dict[str, Any]] = {
-        (type_name, instance): {
-            "type": type_name,
-            "instance": instance,
-            "fields": fields,
-            "stored": True,
-            "agents": [],
+    """Each stored credential, and each one the project uses that is not stored, with who
+    uses it (``used_by``; ``agents``: the agents among them)."""
+    stored = {(type_name, instance): fields for type_name, instance, fields in store.list()}
+    used = _project_users(app)
+    agents = set(app.project.agents) if used else set()
+    return [
+        {
+            "type": key[0],
+            "instance": key[1],
+            "fields": stored.get(key, []),
+            "stored": key in stored,
+            "agents": [user for user in used.get(key, []) if user in agents],
+            "used_by": used.get(key, []),
         }
-        for type_name, instance, fields in store.list()
-    }
-    for agent in _project_agents(app):
-        for ref in agent.credentials:
-            try:
-                key = parse_ref(ref)
-            except LlamaherdError:  # `al validate` reports malformed refs
-                continue
-            row = rows.setdefault(
-                key,
-                {"type": key[0], "instance": key[1], "fields": [], "stored": False, "agents": []},
-            )
-            row["agents"].append(agent.name)
-    return [rows[key] for key in sorted(rows)]
+        for key in sorted({*stored, *used})
+    ]
 
 
 @creds.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
 def ls(app: AppContext, as_json: bool) -> None:
-    """List stored credentials (no values) and the agents that use them."""
+    """List stored credentials (no values) and who uses them: agents, models (their key) and
+    webhook sources (their signing secret)."""
     store = CredentialStore()
     rows = _inventory(app, store)
     if as_json:
@@ -200,7 +197,7 @@ def ls(app: AppContext, as_json: bool) -> None:
                 row["type"],
                 row["instance"],
                 ", ".join(row["fields"]) if row["stored"] else "[red]missing[/red]",
-                ", ".join(row["agents"]) or "-",
+                ", ".join(row["used_by"]) or "-",
             )
             for row in rows
         ),

@@ -201,10 +201,15 @@ def logs_command(
             )
         if instance:
             raise click.UsageError("-i/--instance needs the agent: al logs AGENT -i RUN_ID")
-        _scheduler_log(app, keep, lines or 50, as_json, follow_)
+        shown = _scheduler_log(app, keep, lines or 50, as_json, follow_)
+        if not shown and date:
+            click.echo(f"the scheduler's log has no entries on {date}", err=as_json)
         return
     with _reader(app) as reader:
         run_ids = _runs_shown(reader, target, instance, day)
+        if not run_ids:  # -d: a day without runs is an answer, not an error
+            click.echo(f"agent {target} has no runs on {date}", err=as_json)
+            return
         events = [
             (run_id, event)
             for run_id in run_ids
@@ -245,7 +250,7 @@ def _runs_shown(
     reader: Any, target: str, instance: str | None, day: tuple[float, float] | None
 ) -> list[str]:
     """The runs ``al logs TARGET`` prints: one (TARGET, or -i of the agent TARGET), or with
-    -d every run of the agent TARGET created that day, oldest first."""
+    -d every run of the agent TARGET created that day, oldest first (none: [])."""
     if instance:
         reader.check_agent(target)
         run = reader.run(instance)
@@ -256,8 +261,6 @@ def _runs_shown(
         return [run["id"]]
     if day and target in reader.agent_names():
         runs = [r for r in reader.runs(target, 10_000) if day[0] <= r["created_at"] < day[1]]
-        if not runs:
-            raise LlamaherdError(f"agent {target!r} has no runs on that day")
         return [r["id"] for r in reversed(runs)]
     return [_resolve_run(reader, target)]
 
@@ -298,10 +301,10 @@ def _scheduler_log(
     lines: int,
     as_json: bool,
     tail: bool,
-) -> None:
+) -> int:
     """The scheduler's log, ``.al/scheduler.log`` (``al logs`` without a run, as Action Llama
     has it): the last ``lines`` entries that ``keep``; with ``tail``, then new ones as they are
-    written until Ctrl-C."""
+    written until Ctrl-C. Returns how many entries it printed first."""
     from llamaherd import schedlog
 
     path = app.project.state_dir / schedlog.LOG_FILE
@@ -319,9 +322,10 @@ def _scheduler_log(
             try:
                 time.sleep(0.2)
             except KeyboardInterrupt:
-                return
+                break
             more = handle.read().splitlines()
             _echo_entries([e for e in schedlog.entries(more) if keep(e.at, e.text)], as_json)
+    return len(found[-lines:])
 
 
 def _echo_entries(entries: list[Any], as_json: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from llamaherd.cli import AppContext, pass_app
+from llamaherd.cli import AppContext, environment_option, pass_app
 from llamaherd.errors import CommandFailed, ConfigError, LlamaherdError
 
 # --------------------------------------------------------------------------- al plugins
@@ -40,6 +40,21 @@ def plugins_command(as_json: bool, show_all: bool) -> None:
             for row in rows
         ),
     )
+    _not_installed({row["distribution"] for row in rows})
+
+
+def _not_installed(installed: set[str]) -> None:
+    """The distributions of the checkout (or wheelhouse) llamaherd came from that are not
+    installed, each with the command that installs it."""
+    from llamaherd.install import available, installed_from
+
+    missing = {name: command for name, command in available().items() if name not in installed}
+    if not missing:
+        return
+    click.echo(f"\nnot installed, available from {installed_from().path}:")
+    width = max(map(len, missing))
+    for name, command in sorted(missing.items()):
+        click.echo(f"  {name:<{width}}  {command}")
 
 
 def _registers(row: dict[str, Any]) -> str:
@@ -64,11 +79,13 @@ def _registers(row: dict[str, Any]) -> str:
     is_flag=True,
     help="Print the findings as JSON (file, key, message, severity).",
 )
+@environment_option
 @pass_app
 def validate_command(app: AppContext, agents: tuple[str, ...], as_json: bool) -> None:
     """Check the project and agent configs; exit 2 on any error.
 
-    With AGENT names, check only those agents (and the project config).
+    With AGENT names, check only those agents (and the project config). With -E NAME, the
+    project as environment NAME's settings make it.
     """
     from llamaherd.schema import Problem, validate_project
 
@@ -188,6 +205,8 @@ def _template(*parts: str) -> str:
     return files("llamaherd").joinpath("templates", *parts).read_text(encoding="utf-8")
 
 
+# Plugins the scaffold's comments tell how to install (``$install_<name>``).
+SCAFFOLD_PLUGINS = ("anthropic", "cron", "docker")
 # Scaffold files: target path -> template path. Dotfiles are stored without the dot so that
 # packaging tools never skip them.
 NEW_PROJECT_FILES: dict[str, tuple[str, ...]] = {
@@ -221,6 +240,7 @@ def new_command(
     from string import Template
 
     from llamaherd import scaffold
+    from llamaherd.install import install_command
 
     if directory.exists() and any(directory.iterdir()):
         raise LlamaherdError(f"{directory}: exists and is not empty; choose a new directory")
@@ -228,7 +248,12 @@ def new_command(
         interactive = provider is None and click.get_text_stream("stdin").isatty()
     choice = scaffold.ask_model() if interactive else scaffold.given_model(provider, model)
     key = scaffold.ask_key(choice) if interactive and choice else None
-    values = {"user": getpass.getuser(), "models": scaffold.model_table(choice)}
+    values = {
+        "user": getpass.getuser(),
+        "models": scaffold.model_table(choice),
+        # The scaffold's comments say how to install what they mention, as `al validate` would.
+        **{f"install_{name}": install_command(f"llamaherd-{name}") for name in SCAFFOLD_PLUGINS},
+    }
     try:
         for target, template in NEW_PROJECT_FILES.items():
             path = directory / target

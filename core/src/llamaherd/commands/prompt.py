@@ -53,8 +53,10 @@ def register(cli: click.Group) -> None:
     )
     @pass_app
     def prompt(app: AppContext, agent: str, kind: str, payload: Path | None) -> None:
-        """Print the system and user prompts a run of AGENT gets (no credential values), and
-        the flow keys its `[flow]` picks out of the trigger."""
+        """Print the system and user prompts a run of AGENT gets (no credential values), the
+        `` !`command` `` markers of its SKILL.md (run in the run's sandbox when it starts,
+        each replaced by its output), and the flow keys its `[flow]` picks out of the
+        trigger."""
         from llamaherd.commands.scheduler import _load_payload
         from llamaherd.credentials import CredentialStore
         from llamaherd.prompts import build_prompts
@@ -70,7 +72,27 @@ def register(cli: click.Group) -> None:
         click.echo(system)
         click.echo("\n=== user ===")
         click.echo(user)
+        context_commands(target)
         flow_keys(target, trigger)
+
+
+def context_commands(agent: Any) -> None:
+    """The ``!`command``` markers of the agent's SKILL.md body: the system prompt above shows
+    them as written, a run shows each command's output in its place (they run in its sandbox
+    at its start, so a preview cannot run them)."""
+    from llamaherd.injection import MARKER
+
+    commands = MARKER.findall(agent.body)
+    if not commands:
+        return
+    click.echo("\n=== context commands ===")
+    click.echo(
+        f"{len(commands)} !`command` marker(s) in the body above: each runs in the run's "
+        "sandbox when it starts (after hooks.pre) and its output takes its place in the "
+        "system prompt:"
+    )
+    for command in commands:
+        click.echo(f"  !`{command}`")
 
 
 def flow_keys(agent: Any, trigger: dict[str, Any]) -> None:

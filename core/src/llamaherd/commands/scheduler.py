@@ -173,7 +173,10 @@ def start_command(
     project = app.project
     overrides = {"port": port, "bind": bind or ("0.0.0.0" if expose else None)}
     if web_ui and "dashboard" not in get_manager().info:
-        click.echo("warning: --web-ui: no dashboard: pip install llamaherd-dashboard", err=True)
+        from llamaherd.install import install_command
+
+        dashboard = install_command("llamaherd-dashboard")
+        click.echo(f"warning: --web-ui: no dashboard: {dashboard}", err=True)
     if detach:
         _detach(project, overrides, grace)
         return
@@ -212,7 +215,9 @@ def _exit_now(code: int) -> None:
 
 def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
     """Start the scheduler in the background, its output appended to ``.al/scheduler.log``;
-    return once it is up. When it is not, the error is what it wrote to the log."""
+    return once it is up. When it exits instead, what it wrote (the lines ``al start`` would
+    have printed: each config error, then why it stopped) goes to stderr, and ``al`` exits
+    with its exit code (2 for a config error, as ``al start``)."""
     from llamaherd import schedlog
     from llamaherd.local import scheduler_info
 
@@ -249,23 +254,24 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
             )
             return
         if child.poll() is not None:
-            raise CommandFailed(
-                f"the scheduler exited with {child.returncode}: {_start_error(path, offset)}"
+            code = child.returncode if child.returncode > 0 else 1  # < 0: killed by a signal
+            said = _written_since(path, offset) or (
+                f"error: the scheduler exited with {code} and wrote nothing (see .al/scheduler.log)"
             )
+            click.echo(said, err=True)
+            sys.exit(code)
         time.sleep(0.05)
     raise CommandFailed("the scheduler did not come up within 30 s; see .al/scheduler.log")
 
 
-def _start_error(path: Path, offset: int) -> str:
-    """Why a detached scheduler exited: its ``error:`` line, else the last lines it wrote."""
+def _written_since(path: Path, offset: int) -> str:
+    """What a detached scheduler wrote to its log from ``offset`` on, without control
+    characters (it may quote what a config file holds)."""
     from llamaherd.logview import clean
 
     with path.open("rb") as log:
         log.seek(offset)
-        lines = [ln for ln in log.read().decode(errors="replace").splitlines() if ln.strip()]
-    errors = [ln.removeprefix("error: ") for ln in lines if ln.startswith("error: ")]
-    said = errors or lines[-5:] or ["it wrote nothing (see .al/scheduler.log)"]
-    return clean("\n".join(said))
+        return clean(log.read().decode(errors="replace")).strip()
 
 
 def _answers(client: Any) -> bool:

@@ -142,9 +142,11 @@ def connect(url: str, root: str | None, create: bool = True) -> tuple[pw.Databas
     from playhouse import db_url  # late: it loads the PostgreSQL driver, which SQLite never needs
 
     if parts.scheme.startswith("postgres") and not _postgres_driver():
+        from llamaherd.install import install_command
+
         raise StoreError(
             f"database {display_url(url)}: the PostgreSQL driver (psycopg2) is not installed; "
-            "install it with: pip install 'llamaherd[postgres]'"
+            f"install it with: {install_command('llamaherd', 'postgres')}"
         )
     try:
         db = db_url.connect(

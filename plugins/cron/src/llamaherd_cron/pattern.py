@@ -139,7 +139,9 @@ def _range(text: str, field: Field, entry: str) -> tuple[int, int]:
     parts = text.split("-")
     if len(parts) != 2:
         raise CronError(f"{field.name} {entry!r} is not a range (expected a-b)")
-    start, stop = (_number(part, field, entry) for part in parts)
+    # Both ends checked: ``1-70`` names 70, the value written, not 60, the first one past the
+    # field's end.
+    start, stop = (_check(_number(part, field, entry), field) for part in parts)
     if start > stop:
         raise CronError(f"{field.name} range {start}-{stop} runs backwards")
     return start, stop
@@ -202,6 +204,7 @@ class CronPattern:
     @classmethod
     def _parse(cls, expr: str) -> CronPattern:
         sec, minute, hour, day, month, weekday, year = _split_fields(expr)
+        written = dict(zip(FIELDS, (sec, minute, hour, day, month, weekday, year), strict=True))
         last_weekday = day.upper() == "LW"
         last_day = not last_weekday and "L" in day.upper()
         day = "" if last_weekday else day.replace("L", "").replace("l", "")
@@ -219,9 +222,7 @@ class CronPattern:
             )
         raw = dict(zip(FIELDS, (sec, minute, hour, day, month, weekday, year), strict=True))
         for field, text in raw.items():
-            bad = re.sub(f"[0-9,*/\\-{field.allowed}{field.allowed.lower()}]", "", text)
-            if bad:
-                raise CronError(f"{field.name} {text!r}: {bad[0]!r} is not allowed here")
+            _allowed(field, text, written[field])
         days, nearest, bits = set(), set(), [0] * 7
         for entry in _entries(day, DAY, allow_empty=last_day or last_weekday):
             if "W" in entry.upper():
@@ -417,6 +418,23 @@ class CronPattern:
                 return self._time_at_or_before(hour, minute - 1, 59)
             return self._time_at_or_before(hour - 1, 59, 59) if hour > 0 else None
         return hour, minute, second
+
+
+def _allowed(field: Field, text: str, written: str) -> None:
+    """CronError when ``text`` (the field once names became numbers) holds a character the
+    field does not take, quoting the field and the piece of it at fault as they were written
+    (``MON-FRX``: ``FRX``, not the ``F`` of ``1-FRX``)."""
+    pattern = f"[^0-9,*/\\-{field.allowed}{field.allowed.lower()}]"
+    if not re.search(pattern, text):
+        return
+    names = MONTH_NAMES if field is MONTH else DAY_NAMES if field is WEEKDAY else []
+    pieces = [piece for piece in re.split(r"[,/\-#+]", written) if piece]
+    # A piece is read as croner reads the field: names become numbers, ``?`` is ``*``.
+    fault = next(
+        (p for p in pieces if re.search(pattern, _names(p, names, 1 if field is MONTH else 0))),
+        written,
+    )
+    raise CronError(f"{field.name} {written!r}: {fault!r} is not allowed here")
 
 
 def _entries(text: str, field: Field, allow_empty: bool = False) -> list[str]:

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from llamaherd.api import (
     Agent,
     ConfigError,
+    ConfigWarning,
     LlamaherdError,
     TriggerContext,
     TriggerEvent,
@@ -31,7 +32,7 @@ from llamaherd.api import (
     clock,
     parse_duration,
 )
-from llamaherd_cron.pattern import CronError, CronPattern
+from llamaherd_cron.pattern import CronPattern
 
 log = logging.getLogger("llamaherd.cron")
 
@@ -119,14 +120,18 @@ def parse_timezone(name: str | None) -> tzinfo:
         ) from None
 
 
-def check_cron(expr: str) -> CronPattern:
-    """The pattern of ``expr``; ValueError (a CronError) naming the field when it is invalid,
-    or when it never fires (``0 0 30 2 *``)."""
-    pattern = CronPattern.parse(expr)
+def never_fires(config: dict[str, Any]) -> str | None:
+    """Why a valid ``schedule`` never fires (``0 0 31 2 *``: no such date), else None. Not an
+    error: Action Llama accepts such a schedule, and projects use it for an agent that only
+    runs when called or run by hand."""
+    expr = config.get("schedule")
+    if expr is None or config_problems(config):
+        return None
+    pattern = CronPattern.parse(str(expr))
     fires = _ever_fires(pattern) if pattern.years is None else _fires_from(pattern, clock())
-    if not fires:
-        raise CronError(f"{expr!r} never fires (no such date)")
-    return pattern
+    if fires:
+        return None
+    return f"{str(expr)!r} never fires (no such date): the agent runs only when called or by hand"
 
 
 def _fires_from(pattern: CronPattern, now: float) -> bool:
@@ -143,7 +148,7 @@ def _ever_fires(pattern: CronPattern) -> bool:
 def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for every invalid cron key of an agent config."""
     checks: list[tuple[str, Callable[[Any], Any]]] = [
-        ("schedule", lambda v: check_cron(str(v))),
+        ("schedule", lambda v: CronPattern.parse(str(v))),
         ("every", parse_interval),
         ("timezone", parse_timezone),
     ]
@@ -155,7 +160,7 @@ def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:
             continue
         try:
             check(config[key])
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # TypeError: a value of the wrong type
             problems.append((key, str(exc)))
     return problems
 
@@ -246,29 +251,34 @@ class CronTrigger:
 
     # ------------------------------------------------------------ validation and display
     def validate(self, agent: Agent) -> list[ConfigError]:
-        """Problems in the agent's cron keys, each naming its file and key."""
+        """Problems in the agent's cron keys, each naming its file and key; a schedule that
+        never fires is a warning."""
         name, config = _config(agent)
-        return [
+        found = [
             ConfigError(str(agent.config_file), key, message)
             for key, message in config_problems(config)
         ]
+        never = never_fires(config)
+        if never:
+            found.append(ConfigWarning(str(agent.config_file), "schedule", never))
+        return found
 
     def plan(self, agent: Agent) -> Plan | None:
         """The agent's plan (None without schedule/every); ConfigError when it is invalid."""
-        problems = self.validate(agent)
+        problems = [p for p in self.validate(agent) if not isinstance(p, ConfigWarning)]
         if problems:
             raise problems[0]
         return Plan.from_config(*_config(agent))
 
     def next_fire(self, agent: Agent, now: float) -> float | None:
-        """Epoch time of the agent's next tick after ``now`` (for ``al stat``), or None. While
-        the trigger runs, the time it already computed for its timer."""
+        """Epoch time of the agent's next tick after ``now`` (for ``al stat``): ``inf`` when
+        its schedule never fires, None without a schedule. While the trigger runs, the time it
+        already computed for its timer."""
         due = self._next.get(agent.name)
         if due is not None and due > now:
             return due
         plan = self.plan(agent)
-        following = plan.following(now) if plan else math.inf
-        return following if math.isfinite(following) else None
+        return plan.following(now) if plan else None
 
     def prompt_block(self, trigger: dict[str, Any]) -> str:
         return SCHEDULED_TEXT

@@ -554,19 +554,24 @@ async def _fields(request: Request) -> dict[str, Any]:
 
 @mutation
 async def set_state(request: Request) -> Response:
-    """Set an agent's state (``idle``, ``hibernate`` or ``off``), as ``al state`` does."""
+    """Set an agent's state (``idle``, ``hibernate`` or ``off``), as ``al state`` does. The
+    state menu of a paused agent shows ``paused``: choosing ``idle`` there resumes it too (as
+    its Resume button), so the menu is a way out of every state it shows."""
     from llamaherd.api import LlamaherdError, set_agent_state
 
     name, missing = _agent_or_404(request)
     if missing:
         return missing
+    engine = _engine(request)
     try:
         state = str((await _fields(request)).get("state") or "")
         answer = await run_in_threadpool(
-            set_agent_state, _engine(request), name, state, "set from the dashboard"
+            set_agent_state, engine, name, state, "set from the dashboard"
         )
     except LlamaherdError as exc:
         return failed(request, 400, str(exc))
+    if state == "idle" and name in (await run_in_threadpool(engine.store.paused))[1]:
+        answer.update(await run_in_threadpool(_set_paused, engine, name, False))
     return done(request, answer, f"/agents/{quote(name)}")
 
 
@@ -595,15 +600,29 @@ def _pause(paused: bool) -> Handler:
         name, missing = _agent_or_404(request) if "name" in request.path_params else (None, None)
         if missing:
             return missing
-        await run_in_threadpool(engine.store.set_paused, name, paused)
-        wakeup = getattr(engine, "wakeup", None)
-        if wakeup is not None:
-            wakeup.set()
+        answer = await run_in_threadpool(_set_paused, engine, name, paused)
         back = f"/agents/{quote(name)}" if name else "/"
-        return done(request, {"paused": paused, "agent": name}, back)
+        return done(request, answer, back)
 
     endpoint.__name__ = "pause" if paused else "resume"
     return endpoint
+
+
+def _set_paused(engine: Any, name: str | None, paused: bool) -> dict[str, Any]:
+    """Pause or resume ``name`` (None: the scheduler) and wake the dispatcher; the answer
+    says what now happens to its queued work (``note``, shown by the page)."""
+    engine.store.set_paused(name, paused)
+    wakeup = getattr(engine, "wakeup", None)
+    if wakeup is not None:
+        wakeup.set()
+    who = name or "the scheduler"
+    if paused:
+        note = f"{who} paused: triggers still queue, nothing starts until it is resumed"
+    elif name and engine.store.paused()[0]:
+        note = f"{name} resumed, but the whole scheduler is paused: Resume all to start its runs"
+    else:
+        note = f"{who} resumed: queued runs start"
+    return {"paused": paused, "agent": name, "note": note}
 
 
 @mutation

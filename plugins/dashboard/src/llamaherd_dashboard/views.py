@@ -51,13 +51,6 @@ SORTS = {
 }
 
 
-def badge(row: dict[str, Any]) -> str:
-    """The state an agents-table row shows: ``waiting`` when its only live runs wait."""
-    if row["state"] == "idle" and row["waiting"]:
-        return "waiting"
-    return row["state"]
-
-
 def header(engine: Any) -> dict[str, Any]:
     """The scheduler line every page starts with: up/paused/stopped, since, version, config
     current or changed on disk, the hosts sharing the database. All but the pause is taken at
@@ -113,11 +106,11 @@ def overview(engine: Any, sort: str = "agent", text: str = "") -> dict[str, Any]
             statuses[run.agent] = run.status
     rows = []
     for row in agents(engine):
-        if text and text.lower() not in f"{row['agent']} {badge(row)}".lower():
+        if text and text.lower() not in f"{row['agent']} {row['state']}".lower():
             continue
         seen = activity.get(row["agent"]) or {"runs": 0, "per_bucket": [0] * SPARK_HOURS}
         row.update(
-            badge=badge(row),
+            badge=row["state"],
             status=statuses.get(row["agent"]),
             runs_24h=seen["runs"],
             success_rate=_rate(seen),
@@ -197,7 +190,7 @@ def agent(engine: Any, name: str) -> dict[str, Any] | None:
         "runtime": {key: runtime[key] for key in ("type", "run_as") if key in runtime},
         "triggers": [vars(info) for info in agent_triggers(found, now)],
         "credentials": _credentials(engine, found),
-        "status": {**row, "badge": badge(row)},
+        "status": {**row, "badge": row["state"]},
         "settable": SETTABLE_STATES,
         # `al pause AGENT` (resumed here) and `al pause` (the whole scheduler: Resume all).
         "paused": {"agent": name in paused, "all": paused_all},
@@ -307,11 +300,12 @@ def run(engine: Any, run_id: str, with_events: bool = False) -> dict[str, Any] |
 
 
 def delivery_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Receipts from ``/control/deliveries`` with their event name (from the header that
-    carries it, ``X-GitHub-Event``, ``X-Event``...)."""
+    """Receipts from ``/control/deliveries`` with their event name: as the source parsed it
+    (a generic sender's may be in its body), else (a dead letter, a receipt from before it was
+    kept) from the header that carries it (``X-GitHub-Event``, ``X-Event``...)."""
     shown = []
     for row in rows:
         headers = row.get("headers") or {}
-        event = next((v for k, v in headers.items() if k.lower().endswith("-event")), None)
-        shown.append({**row, "event": event, "dead": row["status"] >= 400})
+        header = next((v for k, v in headers.items() if k.lower().endswith("-event")), None)
+        shown.append({**row, "event": row.get("event") or header, "dead": row["status"] >= 400})
     return shown

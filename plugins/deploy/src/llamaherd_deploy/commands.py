@@ -194,10 +194,26 @@ def environment_row(name: str) -> dict[str, Any]:
     }
 
 
+def bound_name(app: AppContext, name: str | None, command: str) -> str:
+    """``name``, else the environment this project is bound to (-E, ``$AL_ENV``,
+    ``.env.toml``); an error saying how to name one when there is none."""
+    if name is not None:
+        return name
+    binding = app.binding()
+    if binding is None:
+        raise LlamaherdError(
+            f"which environment? `al env {command} NAME` (or bind the project: `al env set NAME`)"
+        )
+    return str(binding.name)
+
+
 @env_group.command("show")
-@click.argument("name")
-def env_show(name: str) -> None:
-    """Print environment NAME: its server and the settings it layers over projects."""
+@click.argument("name", required=False)
+@pass_app
+def env_show(app: AppContext, name: str | None) -> None:
+    """Print environment NAME (default: the project's environment): its server and the
+    settings it layers over projects."""
+    name = bound_name(app, name, "show")
     data = environments.read(name)
     path = environments.path_of(name)
     click.echo(f"environment {name} ({path})")
@@ -270,12 +286,15 @@ def env_rm(name: str) -> None:
 
 
 @env_group.command("check")
-@click.argument("name")
-def env_check(name: str) -> None:
-    """Check that NAME's server can take a push: SSH, Python, disk, service manager."""
+@click.argument("name", required=False)
+@pass_app
+def env_check(app: AppContext, name: str | None) -> None:
+    """Check that NAME's server (default: the project's environment's) can take a push: SSH,
+    Python, disk, service manager."""
     from llamaherd_deploy.push import describe_service, server_problems
     from llamaherd_deploy.ssh import Connection
 
+    name = bound_name(app, name, "check")
     env = environments.load(name)
     with Connection(env) as conn:
         click.echo(f"✓ ssh {env.user}@{env.host} port {env.port}")
@@ -311,14 +330,7 @@ def env_logs(app: AppContext, name: str | None, lines: int, follow: bool) -> Non
     environment): its systemd journal, or the supervisor's log file."""
     from llamaherd_deploy.ssh import Connection
 
-    if name is None:
-        binding = app.binding()
-        if binding is None:
-            raise LlamaherdError(
-                "which environment? `al env logs NAME` (or bind the project: `al env set NAME`)"
-            )
-        name = binding.name
-    env = environments.load(name)
+    env = environments.load(bound_name(app, name, "logs"))
     with Connection(env) as conn:
         code = conn.stream("logs", {"base": env.base, "lines": lines, "follow": follow}, click.echo)
     if code != 0 and not follow:

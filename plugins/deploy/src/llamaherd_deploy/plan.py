@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +29,7 @@ from llamaherd.api import (
     format_ref,
     read_env_toml,
     referenced_credentials,
+    shared_entries,
     validate_project,
 )
 
@@ -73,11 +73,13 @@ def local_problems(project: Any, registry: Any, agents: list[str] | None) -> lis
 def project_files(root: Path, scope: list[str] | None = None) -> dict[str, LocalFile]:
     """The project's files as git would commit them (tracked and untracked, minus what any
     ``.gitignore``, ``.git/info/exclude`` or the user's global excludes ignore), whether or not
-    the project is a git repository, and every file under ``shared/`` but hidden ones (as the
-    peer gives them to agents, ignored or not); never ``.al/``, ``.git/`` or ``.env.toml``.
-    ``scope``: path prefixes."""
+    the project is a git repository, except under ``shared/``: there exactly the files runs
+    see (``shared_entries``: hidden ones and links out of the project left out, ignored ones
+    kept); never ``.al/``, ``.git/`` or ``.env.toml``. ``scope``: path prefixes."""
+    shared = _shared_files(root)
+    listed = [rel for rel in _git_listing(root) if rel.split("/")[0] != SHARED]
     found = {}
-    for rel in sorted({*_git_listing(root), *_shared_files(root)}):
+    for rel in sorted({*listed, *shared}):
         parts = rel.split("/")
         if parts[0] in NEVER or (scope and not rel.startswith(tuple(scope))):
             continue
@@ -89,14 +91,8 @@ def project_files(root: Path, scope: list[str] | None = None) -> dict[str, Local
 
 
 def _shared_files(root: Path) -> list[str]:
-    """``shared/...`` paths of the files under the project's ``shared/``, hidden ones (and
-    those in hidden directories) left out, as the peer's ``loadSharedFiles`` reads them."""
-    found = []
-    for directory, dirs, names in os.walk(root / SHARED, followlinks=True):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        rel = Path(directory).relative_to(root).as_posix()
-        found += [f"{rel}/{name}" for name in names if not name.startswith(".")]
-    return found
+    """``shared/...`` paths of the files under the project's ``shared/`` that runs see."""
+    return [f"{SHARED}/{rel}" for rel, _, left_out in shared_entries(root) if left_out is None]
 
 
 def server_env_toml(project: Any, env: Any) -> LocalFile | None:

@@ -126,20 +126,18 @@ class DiscordSource:
         return ok
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        """An interaction's fields; a PING comes back as ``ignore`` (answered, never queued)."""
+        """An interaction's fields; a PING comes back as ``ignore`` (answered, never queued),
+        a type Discord does not define with ``lacks``."""
         payload = json_object(body)
         if payload is None:
             raise ValueError("body is not a JSON object")
         kind = payload.get("type")
+        unrouted = {"delivery": body_digest(body), "payload": payload}
         if isinstance(kind, bool) or (kind != PING and kind not in EVENTS):
-            raise ValueError(f"not a Discord interaction (type {kind!r})")
+            # As Action Llama: acknowledged, routed nowhere.
+            return {**unrouted, "event": None, "lacks": f"interaction type (type {kind!r})"}
         if kind == PING:
-            return {
-                "event": "ping",
-                "ignore": True,
-                "delivery": body_digest(body),
-                "payload": payload,
-            }
+            return {**unrouted, "event": "ping", "ignore": True}
         data = payload.get("data") if isinstance(payload.get("data"), dict) else {}
         command = pick(data, "name") if kind in (2, 4) else None
         # Action and title as Action Llama names them: the command; a component's type and

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
-from llamaherd.api import HmacSource, WebhookFilter, clip
+from llamaherd.api import HmacSource, WebhookFilter, absent, clip, first_absent
 
 
 def _login(obj: Any) -> str | None:
@@ -44,13 +44,22 @@ class GitHubSource(HmacSource):
     event_header = "X-GitHub-Event"
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        """Normalised fields; ``ping`` comes back as ``ignore`` (answered 200, never queued)."""
-        if not headers.get(self.event_header.lower()):
-            raise ValueError("missing X-GitHub-Event header")
+        """Normalised fields; ``ping`` comes back as ``ignore`` (answered 200, never queued),
+        a delivery without an X-GitHub-Event header or its event's objects with ``lacks``."""
         fields = super().parse(headers, body)
-        if fields["event"] == "ping":
+        if not headers.get(self.event_header.lower()):
+            fields["lacks"] = f"{self.event_header} header"
+        elif fields["event"] == "ping":
             fields.update(ignore=True, status=200)
         return fields
+
+    def lacks(self, event: str | None, payload: dict[str, Any]) -> str | None:
+        """What Action Llama's provider drops a delivery for: no ``repository.full_name``
+        (``repository``), or an event without its objects (an ``issues`` event without
+        ``issue``, ``NEEDS``)."""
+        if absent(payload, "repository.full_name"):
+            return "repository"
+        return first_absent(payload, *NEEDS.get(event or "", ()))
 
     def load_json(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """JSON body, or GitHub's form-encoded variant (``payload=<json>``)."""
@@ -92,7 +101,7 @@ class GitHubSource(HmacSource):
             "payload": payload,
         }
         if event in CONTEXTS:
-            context = CONTEXTS[event](payload) or {}
+            context = CONTEXTS[event](payload)
         else:  # any other event: its action, else its name, as the title
             context = {"title": fields["action"] or event}
         return {**fields, **context}
@@ -126,16 +135,14 @@ def _conclusion(payload: dict[str, Any]) -> str | None:
 
 
 # What Action Llama's GitHub provider puts in the trigger context, per event
-# (dist/webhooks/providers/github.js); None when the event lacks its object (Action Llama drops
-# such a delivery; we keep the common fields).
+# (dist/webhooks/providers/github.js). A delivery without the objects its event needs
+# (``NEEDS``) goes to no agent.
 def _item(key: str) -> Any:
     """The context of an ``issues`` or ``pull_request`` event, from its object ``key``; a pull
     request's branch is its head branch."""
 
-    def context(payload: dict[str, Any]) -> dict[str, Any] | None:
+    def context(payload: dict[str, Any]) -> dict[str, Any]:
         item = _object(payload, key)
-        if not item:
-            return None
         found = {
             "number": _int(item.get("number")),
             "title": _str(item.get("title")),
@@ -152,10 +159,8 @@ def _item(key: str) -> Any:
     return context
 
 
-def _issue_comment(payload: dict[str, Any]) -> dict[str, Any] | None:
+def _issue_comment(payload: dict[str, Any]) -> dict[str, Any]:
     issue, comment = _object(payload, "issue"), _object(payload, "comment")
-    if not issue or not comment:
-        return None
     return {
         "number": _int(issue.get("number")),
         "title": _str(issue.get("title")),
@@ -166,10 +171,8 @@ def _issue_comment(payload: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _review(payload: dict[str, Any]) -> dict[str, Any] | None:
+def _review(payload: dict[str, Any]) -> dict[str, Any]:
     pr, review = _object(payload, "pull_request"), _object(payload, "review")
-    if not pr or not review:
-        return None
     return {
         "number": _int(pr.get("number")),
         "title": _str(pr.get("title")),
@@ -193,10 +196,8 @@ def _push(payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _workflow_run(payload: dict[str, Any]) -> dict[str, Any] | None:
+def _workflow_run(payload: dict[str, Any]) -> dict[str, Any]:
     run = _object(payload, "workflow_run")
-    if not run:
-        return None
     prs = run.get("pull_requests")
     first = prs[0] if isinstance(prs, list) and prs and isinstance(prs[0], dict) else {}
     return {
@@ -216,4 +217,12 @@ CONTEXTS = {
     "pull_request_review": _review,
     "push": _push,
     "workflow_run": _workflow_run,
+}
+# The objects each event's delivery must carry to be routed, as Action Llama's provider needs them.
+NEEDS = {
+    "issues": ("issue",),
+    "pull_request": ("pull_request",),
+    "issue_comment": ("issue", "comment"),
+    "pull_request_review": ("pull_request", "review"),
+    "workflow_run": ("workflow_run",),
 }

@@ -12,7 +12,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llamaherd.api import HmacSource, WebhookFilter, clip, clock, fresh, json_object, pick
+from llamaherd.api import (
+    HmacSource,
+    WebhookFilter,
+    absent,
+    clip,
+    clock,
+    first_absent,
+    fresh,
+    json_object,
+    pick,
+)
 
 TOLERANCE = 60.0  # seconds, as Linear's documentation recommends
 EVENTS = {"Issue": "issues", "Comment": "issue_comment"}
@@ -72,11 +82,20 @@ class LinearSource(HmacSource):
             return body
         return json.dumps({**payload, "webhookTimestamp": int(clock() * 1000)}).encode()
 
-    def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
-        fields = super().parse(headers, body)
-        if not fields["event"]:
-            raise ValueError("neither a Linear-Event header nor a type in the body")
-        return fields
+    def lacks(self, event: str | None, payload: dict[str, Any]) -> str | None:
+        """What Action Llama's provider drops a delivery for: no ``action`` or ``type``, no
+        organization (``organizationId``, or the team's in ``data``), no ``data``, or a
+        comment without its issue."""
+        missing = first_absent(payload, "action", "type")
+        if missing:
+            return missing
+        if absent(payload, "organizationId") and absent(payload, "data.team.organization.id"):
+            return "organizationId"
+        if absent(payload, "data"):
+            return "data"
+        if payload.get("type") == "Comment" and absent(payload, "data.issue"):
+            return "data.issue"
+        return None
 
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
         kind = event or pick(payload, "type")

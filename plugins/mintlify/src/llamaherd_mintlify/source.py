@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llamaherd.api import HmacSource, WebhookFilter, body_digest, clip, pick
+from llamaherd.api import HmacSource, WebhookFilter, absent, body_digest, clip, pick
 
 ALTERNATE_HEADER = "mintlify-signature"
 CONCLUSIONS = {
@@ -57,6 +57,8 @@ class MintlifySource(HmacSource):
         fields = self.normalise(pick(payload, "event") or "build", payload)
         # Several notifications of one deployment share its id: only the same body is the same.
         fields["delivery"] = body_digest(body)
+        if absent(payload, "action") and absent(payload, "status"):  # Action Llama drops it
+            fields["lacks"] = "action"
         return fields
 
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,11 @@ provider keeps no state and a run resumed after a restart carries on. Past the l
 answers `Script finished.`
 
 Templates (in `text` and in any string inside `arguments`): `{{ payload.a.b }}` (the trigger's
-payload; list items by index, `payload.labels.0`), `{{ params.k }}` (the agent's `[params]`),
+payload; list items by index, `payload.labels.0`; for a webhook run, the delivery's JSON body
+with its fields laid over it: `payload.status` is the body's `status`, `payload.event`,
+`payload.action`, `payload.repo`, `payload.number`, `payload.source` are the fields of its
+`<webhook-trigger>` block, `payload.payload` is the whole body), `{{ params.k }}` (the agent's
+`[params]`),
 `{{ trigger.kind }}` / `trigger.source`, `{{ last_result }}` (the text of the latest tool
 result), `{{ last_user }}` (the latest user message: a human's `al say` or `al reply`),
 `{{ turn }}` (1-based call number), `{{ run_id }}`, `{{ agent }}`. A missing key renders

@@ -251,7 +251,7 @@ def _context(messages: list[Message], options: dict[str, Any], index: int) -> di
     last_user = next((m.content for m in reversed(messages) if m.role == "user"), "")
     agent_dir = options.get("agent_dir")
     return {
-        "payload": trigger.get("payload") or {},
+        "payload": template_payload(trigger),
         "params": options.get("params") or {},
         "trigger": trigger,
         "last_result": last_result,
@@ -260,6 +260,19 @@ def _context(messages: list[Message], options: dict[str, Any], index: int) -> di
         "run_id": options.get("run_id"),
         "agent": Path(agent_dir).name if agent_dir else "",
     }
+
+
+def template_payload(trigger: dict[str, Any]) -> dict[str, Any]:
+    """What ``{{ payload.* }}`` reads: the trigger's payload. A webhook run's payload is the
+    delivery's fields (``event``, ``action``, ``repo``, ``number``, ``source``...: what its
+    ``<webhook-trigger>`` block shows) with its JSON body under ``payload``; here the fields are
+    laid over the body, so ``payload.status`` is the body's ``status`` (as a reader of the
+    docs expects) and ``payload.event`` the event; ``payload.payload`` is still the body."""
+    payload = trigger.get("payload") or {}
+    body = payload.get("payload")
+    if trigger.get("kind") != "webhook" or not isinstance(body, dict):
+        return payload
+    return {**body, **{key: value for key, value in payload.items() if value is not None}}
 
 
 def default_turns(tools: list[ToolSpec], context: dict[str, Any]) -> list[Turn]:

@@ -36,9 +36,12 @@ class SentrySource(HmacSource):
     }
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+        """Normalised fields; without a Sentry-Hook-Resource header, ``lacks`` it (as Action
+        Llama drops such a delivery)."""
+        fields = super().parse(headers, body)
         if not headers.get(self.event_header.lower()):
-            raise ValueError("missing Sentry-Hook-Resource header")
-        return super().parse(headers, body)
+            fields["lacks"] = f"{self.event_header} header"
+        return fields
 
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:
         """The resource's title, link and project, wherever this resource keeps them."""

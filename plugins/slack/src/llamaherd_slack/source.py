@@ -58,19 +58,23 @@ class SlackSource(HmacSource):
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         """An ``event_callback``'s fields; ``url_verification`` and ``app_rate_limited`` come
-        back as ``ignore`` (answered, never queued). Slash commands and interactivity
-        (form-encoded bodies) are not the Events API: refused as bad requests."""
+        back as ``ignore`` (answered, never queued), any other type or a callback without its
+        ``event`` with ``lacks`` (acknowledged, routed nowhere, as Action Llama does). Slash
+        commands and interactivity (form-encoded bodies) are not the Events API: refused as
+        bad requests."""
         payload = self.load_json(headers, body)
         kind = payload.get("type")
+        unrouted = {
+            "event": kind if isinstance(kind, str) else None,
+            "delivery": body_digest(body),
+            "payload": payload,
+        }
         if kind in IGNORED:
-            return {
-                "event": kind,
-                "ignore": True,
-                "delivery": body_digest(body),
-                "payload": payload,
-            }
-        if kind != "event_callback" or not isinstance(payload.get("event"), dict):
-            raise ValueError(f"not a Slack Events API event_callback (type {kind!r})")
+            return {**unrouted, "ignore": True}
+        if kind != "event_callback":
+            return {**unrouted, "lacks": f"event_callback (type {kind!r})"}
+        if not isinstance(payload.get("event"), dict):
+            return {**unrouted, "lacks": "event"}
         fields = self.normalise(None, payload)
         fields["delivery"] = pick(payload, "event_id") or body_digest(body)
         return fields

@@ -147,10 +147,17 @@ class TwitterSource(HmacSource):
 
     def parse(self, headers: dict[str, str], body: bytes) -> dict[str, Any]:
         payload = self.load_json(headers, body)
+        delivery = body_digest(body)  # X sends no delivery id: the same body is one
         if not any(isinstance(v, list) for k, v in payload.items() if k not in METADATA):
-            raise ValueError("no array of events in the body (tweet_create_events, ...)")
+            # As Action Llama: acknowledged, routed nowhere.
+            return {
+                "event": None,
+                "lacks": "array of events",
+                "delivery": delivery,
+                "payload": payload,
+            }
         fields = self.normalise(None, payload)
-        fields["delivery"] = body_digest(body)  # X sends no delivery id: the same body is one
+        fields["delivery"] = delivery
         return fields
 
     def normalise(self, event: str | None, payload: dict[str, Any]) -> dict[str, Any]:

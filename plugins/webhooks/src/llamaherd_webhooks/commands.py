@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app
+from llamaherd.api import AppContext, CommandFailed, LlamaherdError, pass_app, unrouted
 
 
 @click.group("webhooks")
@@ -96,8 +96,8 @@ def replay(
         fields = config.source.parse(headers, body)
     except ValueError as exc:
         raise LlamaherdError(f"{fixture}: {exc}") from None
-    if fields.get("ignore"):
-        click.echo(f"{name}: {fields.get('event')} is acknowledged and ignored (no run)")
+    if unrouted(fields):
+        click.echo(f"{name}: acknowledged, runs nothing ({unrouted(fields)})")
         return
     fields["delivery"] = delivery  # a replay is a new delivery, never a duplicate
     agents = matching_agents(app.project.agents, name, fields, filters_of(config.source))
@@ -246,7 +246,7 @@ def ls(app: AppContext, dead: bool, limit: int, as_json: bool) -> None:
     from llamaherd.api import Column, print_table
 
     print_table(
-        ["TIME", "SOURCE", Column("DELIVERY", keep=True), "STATUS", "RESULT", "AGENTS"],
+        ["TIME", "SOURCE", "EVENT", Column("DELIVERY", keep=True), "STATUS", "RESULT", "AGENTS"],
         (_delivery_cells(row) for row in rows),
     )
 
@@ -257,6 +257,12 @@ def _delivery_cells(row: dict[str, Any]) -> tuple[str, ...]:
     from llamaherd.api import escape_markup as escape
 
     when = datetime.fromtimestamp(row["at"]).strftime("%Y-%m-%d %H:%M:%S")
-    cells = (row.get("source"), row.get("delivery_id") or "-", row.get("status"), row.get("result"))
+    cells = (
+        row.get("source"),
+        row.get("event") or "-",
+        row.get("delivery_id") or "-",
+        row.get("status"),
+        row.get("result"),
+    )
     matched = ", ".join(row.get("matched") or []) or "-"
     return (when, *(escape(str(cell)) for cell in cells), escape(matched))

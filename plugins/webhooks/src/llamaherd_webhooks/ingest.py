@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llamaherd.api import OverLimit, WebhookReply, admit_json, body_digest, json_too_deep
+from llamaherd.api import (
+    OverLimit,
+    WebhookReply,
+    admit_json,
+    body_digest,
+    json_too_deep,
+    unrouted,
+)
 from llamaherd_webhooks.matching import entry_matches, filters_of
 from llamaherd_webhooks.receipts import Receipts
 from llamaherd_webhooks.throttle import RejectThrottle
@@ -241,9 +248,16 @@ def answer(config: SourceConfig, fields: dict[str, Any], outcome: Outcome) -> Ou
     answered, Discord's deferred response)."""
     reply = getattr(config.source, "reply", None)
     if reply is not None:
-        routed = None if fields.get("ignore") else outcome.body
+        routed = None if unrouted(fields) else outcome.body
         outcome.reply = reply(fields, routed)
     return outcome
+
+
+def unrouted_body(fields: dict[str, Any]) -> dict[str, Any]:
+    """The answer's body for a delivery routed nowhere (``unrouted``): what was ignored, or
+    why the payload was not routed."""
+    why = {"ignored": fields.get("event")} if fields.get("ignore") else {"reason": unrouted(fields)}
+    return {"matched": 0, **why}
 
 
 class Ingest:
@@ -373,14 +387,14 @@ class Ingest:
             # A verified sender's malformed delivery is not throttled: it holds the secret.
             return self._reject(config, headers, body, 400, str(exc), config.allow_unsigned)
         delivery = str(fields.get("delivery"))
-        if fields.get("ignore"):
-            return Write(self._ignored, (config, delivery, headers, body, fields))
+        if unrouted(fields):
+            return Write(self._unrouted, (config, delivery, headers, body, fields))
         # While the scheduler's agents load, none is matched here: ``_accept`` keeps it.
         agents = self.routes.agents(config, fields) if self.engine.loading.ready else None
         digest = self._digest(config, body)
         return Write(self._accept, (config, delivery, headers, body, fields, agents, digest))
 
-    def _ignored(
+    def _unrouted(
         self,
         config: SourceConfig,
         delivery: str,
@@ -388,10 +402,16 @@ class Ingest:
         body: bytes,
         fields: dict[str, Any],
     ) -> Outcome:
+        """A delivery the source acknowledges without routing it (``unrouted``: a ping, a
+        payload without what its event needs): answered (200), recorded with the reason,
+        queued for no agent and offered to no waiting run."""
         status = int(fields.get("status", 200))
-        self._record(config, delivery, headers, body, status, f"ignored: {fields.get('event')}", [])
-        log.info("webhook %s: delivery %s ignored (%s)", config.name, delivery, fields.get("event"))
-        outcome = Outcome(status, {"delivery": delivery, "ignored": fields.get("event")})
+        why = unrouted(fields)
+        self._record(
+            config, delivery, headers, body, status, str(why), [], event=fields.get("event")
+        )
+        log.info("webhook %s: delivery %s %s", config.name, delivery, why)
+        outcome = Outcome(status, {"delivery": delivery, **unrouted_body(fields)})
         return answer(config, fields, outcome)
 
     def _accept(
@@ -440,7 +460,8 @@ class Ingest:
         """A delivery taken while the scheduler's agents load: its receipt (with the body
         and the headers its source parses) is kept as pending, in the write transaction the
         answer waits for, and routed once they are ready; across a restart too."""
-        self._record(config, delivery, headers, body, 202, PENDING, [], digest, pending=True)
+        event = fields.get("event")
+        self._record(config, delivery, headers, body, 202, PENDING, [], digest, event, True)
         line = (
             f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) taken "
             "while the agents load: routed once they are ready"
@@ -503,8 +524,8 @@ class Ingest:
             fields = config.source.parse(headers, body)
         except ValueError as exc:
             return Outcome(400, {"error": f"delivery {receipt_id}: {exc}"})
-        if fields.get("ignore"):
-            return Outcome(200, {"ignored": fields.get("event")})
+        if unrouted(fields):
+            return Outcome(200, unrouted_body(fields))
         delivery = f"replay-{receipt_id}-{uuid.uuid4().hex[:8]}"
         fields["delivery"] = delivery
         agents = self.routes.agents(config, fields)
@@ -582,8 +603,9 @@ class Ingest:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
+        event = fields.get("event")
         if receipt_id is None:
-            self._record(config, delivery, headers, body, 202, result, agents, digest)
+            self._record(config, delivery, headers, body, 202, result, agents, digest, event)
         else:
             self.receipts.settle(receipt_id, result, agents)
         line = (
@@ -649,9 +671,10 @@ class Ingest:
         result: str,
         matched: list[str],
         digest: str | None = None,
+        event: Any = None,
         pending: bool = False,
     ) -> None:
         self.receipts.record(
             config.name, delivery, safe_headers(headers), body, status, result, matched, digest,
-            pending,
+            event if isinstance(event, str) else None, pending,
         )  # fmt: skip

@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from llamaherd.api import Agent, LlamaherdError, Registry, TriggerEvent
+from llamaherd.api import Agent, LlamaherdError, Registry, TriggerEvent, unrouted
 from llamaherd_webhooks.ingest import SourceConfig, resolve_source
 from llamaherd_webhooks.matching import as_list, entry_matches, filters_of
 from llamaherd_webhooks.trigger import make_event
@@ -60,9 +60,9 @@ def _parse(
         )
     except ValueError as exc:
         raise LlamaherdError(f"{where}: source {config.name!r} cannot parse it: {exc}") from None
-    if fields.get("ignore"):
+    if unrouted(fields):
         raise LlamaherdError(
-            f"source {config.name!r} acknowledges this delivery ({fields.get('event')}) "
+            f"source {config.name!r} acknowledges this delivery ({unrouted(fields)}) "
             "without running anything"
         )
     return fields

@@ -43,6 +43,9 @@ def define(db: pw.Database) -> Sequence[type[pw.Model]]:
         result = pw.TextField()
         matched = JSONText()
         body_digest = pw.TextField(null=True)  # sha256 of a verified body (dedupe_bodies)
+        # The event as the source parsed it (a generic sender's may be in the body): None for
+        # a dead letter, which is never parsed.
+        event = pw.TextField(null=True)
         # 1 while a delivery taken before its scheduler's agents were ready waits to be
         # routed (``Ingest.route_pending``); NULL once routed, and for every other receipt.
         pending = pw.IntegerField(null=True)
@@ -59,28 +62,26 @@ def define(db: pw.Database) -> Sequence[type[pw.Model]]:
 
 def _v2_body_digest(db: pw.Database, tables: Tables) -> None:
     """Receipts keep the digest of a verified body (replays under a new delivery id)."""
-    from playhouse.migrate import SchemaMigrator, migrate
-
-    Delivery = tables.Delivery
-    if "body_digest" not in {column.name for column in db.get_columns("deliveries")}:
-        migrate(
-            SchemaMigrator.from_database(db).add_column(
-                "deliveries", "body_digest", Delivery.body_digest
-            )
-        )
-    Delivery._schema.create_indexes(safe=True)
+    _add_column(db, "body_digest", tables.Delivery.body_digest)
+    tables.Delivery._schema.create_indexes(safe=True)
 
 
-def _v3_pending(db: pw.Database, tables: Tables) -> None:
+def _v3_event(db: pw.Database, tables: Tables) -> None:
+    """Receipts keep the event their source parsed (listings showed only a header's)."""
+    _add_column(db, "event", tables.Delivery.event)
+
+
+def _v4_pending(db: pw.Database, tables: Tables) -> None:
     """Deliveries taken while the agents loaded wait, routed once they are ready."""
+    _add_column(db, "pending", tables.Delivery.pending)
+    tables.Delivery._schema.create_indexes(safe=True)
+
+
+def _add_column(db: pw.Database, name: str, field: pw.Field) -> None:
     from playhouse.migrate import SchemaMigrator, migrate
 
-    Delivery = tables.Delivery
-    if "pending" not in {column.name for column in db.get_columns("deliveries")}:
-        migrate(
-            SchemaMigrator.from_database(db).add_column("deliveries", "pending", Delivery.pending)
-        )
-    Delivery._schema.create_indexes(safe=True)
+    if name not in {column.name for column in db.get_columns("deliveries")}:
+        migrate(SchemaMigrator.from_database(db).add_column("deliveries", name, field))
 
 
 def prune(tables: Tables, cutoff: float) -> int:
@@ -90,9 +91,9 @@ def prune(tables: Tables, cutoff: float) -> int:
 
 TABLES = TableSet(
     name=NAME,
-    version=3,
+    version=4,
     define=define,
-    migrations=[(2, _v2_body_digest), (3, _v3_pending)],
+    migrations=[(2, _v2_body_digest), (3, _v3_event), (4, _v4_pending)],
     prune=prune,
     description="Receipts of webhook deliveries, dead letters included.",
 )
@@ -104,7 +105,7 @@ _SEEN = "SELECT 1 FROM deliveries WHERE source = ? AND delivery_id = ? LIMIT 1"
 _SEEN_BODY = "SELECT 1 FROM deliveries WHERE source = ? AND body_digest = ? LIMIT 1"
 _RECORD = (
     'INSERT INTO deliveries (source, delivery_id, "at", headers, body, status, result, matched, '
-    "body_digest, pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    "body_digest, event, pending) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 _PENDING = "SELECT id FROM deliveries WHERE pending IS NOT NULL ORDER BY id"
 # Taken by one router: the row's lock (PostgreSQL) or the write transaction (SQLite) makes a
@@ -141,6 +142,7 @@ class Receipts:
         result: str,
         matched: list[str],
         body_digest: str | None = None,
+        event: str | None = None,
         pending: bool = False,
     ) -> bool:
         """Keep a receipt (``pending``: of a delivery to route once the agents are ready);
@@ -149,7 +151,7 @@ class Receipts:
         params = (
             source, delivery_id, self.store.clock(), Delivery.headers.db_value(headers),
             Delivery.body.db_value(bytes(body)), status, result,
-            Delivery.matched.db_value(list(matched)), body_digest, 1 if pending else None,
+            Delivery.matched.db_value(list(matched)), body_digest, event, 1 if pending else None,
         )  # fmt: skip
         recorded = self.store.write(self._inserted, params)
         if status >= 400 and next(_dead_letters_recorded) % TRIM_EVERY == 0:
@@ -196,8 +198,9 @@ class Receipts:
     def recent(
         self, limit: int = 50, dead_letters: bool = False, offset: int = 0
     ) -> list[dict[str, Any]]:
-        """Receipts, newest first: {id, source, delivery_id, at, headers, body (bytes), status,
-        result, matched}; ``dead_letters`` keeps only those answered with status >= 400."""
+        """Receipts, newest first: {id, source, delivery_id, at, event, headers, body (bytes),
+        status, result, matched}; ``dead_letters`` keeps only those answered with status >=
+        400."""
         Delivery = self._model()
         query = Delivery.select().order_by(Delivery.id.desc()).limit(limit).offset(offset)
         if dead_letters:
@@ -213,7 +216,7 @@ class Receipts:
         return None if found is None else _receipt(found)
 
 
-_FIELDS = ("id", "source", "delivery_id", "at", "headers", "status", "result", "matched")
+_FIELDS = ("id", "source", "delivery_id", "at", "event", "headers", "status", "result", "matched")
 
 
 def _receipt(row: Any) -> dict[str, Any]:

@@ -21,6 +21,8 @@ class GenericSource(HmacSource):
     name = "generic"
     description = "Any sender signing the raw body with HMAC-SHA256 (hex) in a header."
     credential_type = "webhook_secret"
+    # Senders differ: "sha256=<hex>" and the bare hex are both taken.
+    signature_prefix_optional = True
     schema: dict[str, Any] = {
         "signatureHeader": {"type": "string", "default": "X-Signature-256"},
         "deliveryHeader": {"type": "string", "default": "X-Delivery-Id"},

@@ -1,6 +1,7 @@
 """A wheelhouse for installing llamaherd where no package index is reachable (the "server" of
-the push tests, the image build): wheels of this checkout's distributions, built here, plus
-every third-party dependency, repacked from this environment's installed copies.
+the push tests, the image build, a fresh machine of the install-line tests): wheels of this
+checkout's distributions, built here, plus every third-party dependency, repacked from this
+environment's installed copies.
 
 Repacking is what ``pip wheel`` would download, rebuilt from the files pip installed (their
 RECORD), so the tests need no network: pure-Python and binary wheels alike keep their tags from
@@ -22,7 +23,6 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-ROOT = Path(__file__).resolve().parents[3]
 # Metadata that describes one installation, not the distribution.
 LOCAL_ONLY = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
