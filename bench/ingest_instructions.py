@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).with_name("compare")))
-from common import binary, credentials, free_port, health, load, make_project, run_cli  # noqa: E402
+from common import binary, credentials, free_port, load, make_project, ready, run_cli  # noqa: E402
 from webhook_ingest import EVENTS, delivery  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main() -> None:
         with open(Path(tmp) / "scheduler.log", "w") as log:
             proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=log)
         try:
-            while not health(port):
+            while not ready(port):
                 assert proc.poll() is None, (Path(tmp) / "scheduler.log").read_text()[-2000:]
                 time.sleep(0.5)
             run_cli("ours", ["pause"], root, env)

@@ -92,13 +92,16 @@ def start_signed_scheduler(root: Path, credentials: Path) -> tuple[subprocess.Po
     return start_scheduler(root, {**os.environ, "AL_CREDENTIALS_DIR": str(credentials)})
 
 
-def delivery(n: int) -> tuple[bytes, dict[str, str]]:
+def delivery(n: int, number: int | None = None) -> tuple[bytes, dict[str, str]]:
+    """Delivery ``n`` (its id and title, so each body is unique: a repeated signed body is a
+    replay, dropped), about pull request ``number`` (``n`` when not given)."""
+    number = n if number is None else number
     body = json.dumps(
         {
             "action": "opened",
-            "number": n,
+            "number": number,
             "pull_request": {
-                "number": n,
+                "number": number,
                 "title": f"Change {n}",
                 "base": {"ref": "main"},
                 "user": {"login": "alice"},

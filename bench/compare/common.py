@@ -36,10 +36,11 @@ START_TIMEOUT = 120.0
 TOOLS = ("ours", "peer")
 
 
-def binary(tool: str) -> str:
-    """The `al` executable of ``tool``."""
+def binary(tool: str, env: dict[str, str] | None = None) -> str:
+    """The `al` executable of ``tool`` (``AL_OURS_BIN`` of ``env``, else of this process)."""
     if tool == "ours":
-        return os.environ.get("AL_OURS_BIN") or str(Path(sys.executable).with_name("al"))
+        chosen = (env or os.environ).get("AL_OURS_BIN")
+        return chosen or str(Path(sys.executable).with_name("al"))
     peer = os.environ.get("AL_PEER_BIN") or (PEER_BIN if Path(PEER_BIN).exists() else "")
     if not peer:
         raise SystemExit(
@@ -148,12 +149,23 @@ def health(port: int) -> bool:
         return False
 
 
+def ready(port: int) -> bool:
+    """``/health`` answers and no longer says the agents are loading (ours listens before it
+    loads them; the peer answers once it has)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
+            return reply.status == 200 and "loading" not in json.loads(reply.read())
+    except (OSError, ValueError):
+        return False
+
+
 @dataclass
 class Running:
     tool: str
     proc: subprocess.Popen
     port: int
     started_in: float  # seconds from spawn to a healthy /health
+    ready_in: float  # ... to a /health that no longer says the agents are loading
     root: Path
     env: dict[str, str] = field(repr=False)
 
@@ -171,18 +183,19 @@ class Running:
 
 @contextmanager
 def scheduler(tool: str, root: Path, port: int, env: dict[str, str]) -> Iterator[Running]:
-    """``al start -H`` of ``tool`` in ``root``, once its ``/health`` answers."""
+    """``al start -H`` of ``tool`` in ``root``, once its ``/health`` answers and its agents
+    are loaded."""
     log = open(root / f"{tool}-scheduler.log", "w")  # noqa: SIM115 (closed below)
     start = time.perf_counter()
     proc = subprocess.Popen(
-        [binary(tool), "start", "-H"],
+        [binary(tool, env), "start", "-H"],
         cwd=root,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    running = Running(tool, proc, port, 0.0, root, env)
+    running = Running(tool, proc, port, 0.0, 0.0, root, env)
     try:
         deadline = start + START_TIMEOUT
         while not health(port):
@@ -193,6 +206,11 @@ def scheduler(tool: str, root: Path, port: int, env: dict[str, str]) -> Iterator
                 )
             time.sleep(0.01)
         running.started_in = time.perf_counter() - start
+        while not ready(port):  # every figure but start → /health wants the agents loaded
+            if proc.poll() is not None or time.perf_counter() > deadline:
+                raise SystemExit(f"{tool} scheduler did not finish loading its agents")
+            time.sleep(0.01)
+        running.ready_in = time.perf_counter() - start
         yield running
     finally:
         if proc.poll() is None:

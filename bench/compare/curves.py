@@ -1,7 +1,8 @@
 """How costs grow with the number of agents, ours against the peer's: at each count (1, 200,
-1,000 and 5,000 by default) start → healthy ``/health``, idle CPU (the process tree's over a
-window once start-up work has settled, and how long that took), resident memory (the tree's RSS), ``al stat`` with the scheduler up
-(wall and CPU of the command), and for ours the dispatch latency (``POST /control/run`` answered
+1,000 and 5,000 by default) start → healthy ``/health`` and → agents loaded, idle CPU (the
+process tree's over a window once start-up work has settled, and how long that took),
+resident memory (the tree's RSS), ``al stat`` with the scheduler up (wall and CPU of the
+command), and for ours the dispatch latency (``POST /control/run`` answered
 once the run started: enqueue, wake-up, claim; the peer has no such answer). One table line per
 figure and, with ``--plots DIR``, one SVG plot per figure (``curve-<figure>.svg``).
 
@@ -37,6 +38,7 @@ SETTLE_BUSY = 2.0  # % of a core above which a look says it has not settled yet
 SETTLE_MAX = 600.0
 FIGURES = {  # key: (title, unit)
     "start": ("start → /health", "ms"),
+    "ready": ("start → agents loaded (/health without `loading`)", "ms"),
     "settle": ("/health → settled (start-up work done)", "ms"),
     "idle": ("idle CPU", "% of a core"),
     "rss": ("resident memory", "MiB"),
@@ -95,6 +97,7 @@ def measure(tool: str, count: int, window: float) -> dict[str, float | None]:
             dispatch = dispatch_ms(root, port) if tool == "ours" else None
         return {
             "start": 1000 * running.started_in,
+            "ready": 1000 * running.ready_in,
             "settle": 1000 * settled,
             "idle": idle,
             "rss": rss,

@@ -84,4 +84,5 @@ def svg(
             f"{name}</text>"
         )
     parts.append("</svg>")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(parts) + "\n")

@@ -201,3 +201,22 @@ def test_filter_redactor_can_be_swapped():
     flt.redactor = Redactor(["secret-one"])
     logger.warning("second secret-one")
     assert stream.getvalue().splitlines() == ["WARNING first secret-one", "WARNING second ***"]
+
+
+def test_redactors_of_the_same_secrets_share_their_start_not_what_each_adds() -> None:
+    """Each run masks its project's secrets and its own token: the first part is made once
+    and shared, what one run adds never reaches another's."""
+    from llamaherd.redact import MAX_FINDERS, Redactor
+
+    first = Redactor(["project-secret-1"]).plus(["run-token-aaaa"])
+    second = Redactor(["project-secret-1"]).plus(["run-token-bbbb"])
+    text = "project-secret-1 run-token-aaaa run-token-bbbb"
+    assert first.redact(text) == "*** *** run-token-bbbb"
+    assert second.redact(text) == "*** run-token-aaaa ***"
+    assert Redactor(["project-secret-1"]).redact(text) == "*** run-token-aaaa run-token-bbbb"
+    grown = Redactor(["project-secret-1"])
+    added = [f"value-{n}-{'xyz' * n}" for n in range(3 * MAX_FINDERS)]
+    for value in added:  # setenv's values, one at a time
+        grown = grown.plus([value])
+    assert len(grown._finders) <= MAX_FINDERS
+    assert grown.redact(" ".join(added)) == " ".join(["***"] * len(added))

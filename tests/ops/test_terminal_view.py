@@ -159,7 +159,9 @@ def test_in_a_terminal_al_start_shows_the_live_view_and_stat_watch_the_same(herd
     start = terminal("start", "--grace", "5")
     wait_until(lambda: "Active runs" in start.read(), 30, what="the live view")
     wait_until(lambda: "scheduler up since" in start.read(), 30, what="the scheduler line")
-    assert "quick" in start.read() and "Queue depth" in start.read()
+    # Its agents are read after it listens: the view lists them once they are.
+    wait_until(lambda: "quick" in start.read(), 30, what="the agent in the view")
+    assert "Queue depth" in start.read()
     assert herd.al("run", "quick").returncode == 0
     # Log lines scroll above the view, which keeps being redrawn with the new result.
     wait_until(lambda: "listening on" in start.read(), 30, what="a log line")

@@ -282,17 +282,20 @@ class RunBudget:
         except ConfigError:  # `al validate` says why; the scheduler holds such an agent
             return None
         period = Period.at(engine.clock(), tz)
-        before, after = self.ctx.record(
-            lambda: store.record_spend(self.agent.name, period, cost, tokens)
-        )
-        for scope, name, threshold, limit, used in crossings(self.agent, before, after):
-            self._crossed(scope, name, threshold, limit, used)
+        name = self.agent.name
+        if not budgets.scoped():  # kept (`al stats`), no daily or monthly total to judge
+            self.ctx.record(lambda: store.add_spend(name, period, cost, tokens))
+            after = None
+        else:
+            before, after = self.ctx.record(lambda: store.record_spend(name, period, cost, tokens))
+            for scope, period_name, threshold, limit, used in crossings(self.agent, before, after):
+                self._crossed(scope, period_name, threshold, limit, used)
         per_run = budgets.per_run
         run_tokens = int(meta.get("input_tokens", 0)) + int(meta.get("output_tokens", 0))
         reached = per_run.reached(float(meta.get("cost_usd", 0.0)), run_tokens) if per_run else None
         if reached:
             return f"budget: this run spent {reached} (perRun)"
-        found = over(self.agent, after, period)
+        found = over(self.agent, after, period) if after is not None else None
         return f"budget: {found[0]}" if found else None
 
     def _crossed(

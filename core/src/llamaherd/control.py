@@ -17,16 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd import hookimpl
-from llamaherd.agents import (
-    answer_suspension,
-    change_state,
-    queue_chat,
-    queue_manual,
-    reply_to_run,
-    say_to_run,
-    state_of,
-    trigger_answer,
-)
 from llamaherd.auth import json_body, require_token
 from llamaherd.errors import LlamaherdError
 from llamaherd.status import agent_rows, database_status, run_dict, serving_status
@@ -55,6 +45,14 @@ def _query_int(request: Request, key: str, default: int, low: int, high: int) ->
     return value
 
 
+def _ops() -> Any:
+    """``llamaherd.agents`` (the operations), imported on the first call that needs it: a
+    scheduler listens before it imports what runs agents."""
+    import llamaherd.agents
+
+    return llamaherd.agents
+
+
 def _engine(request: Request) -> Any:
     return request.app.state.engine
 
@@ -79,16 +77,22 @@ async def health(request: Request) -> Response:
 
 async def peer_health(request: Request) -> Response:
     """``GET /health`` as Action Llama answers it (load balancers and deploy scripts probe it):
-    ``{"status": "ok"}`` without a token, since it tells nothing but that the server is up."""
-    return JSONResponse({"status": "ok"})
+    ``{"status": "ok"}`` without a token, since it tells nothing but that the server is up
+    (and, while its agents load, how far that got: ``loading``, ``llamaherd.loading``)."""
+    loading = _engine(request).loading.as_dict()
+    return JSONResponse({"status": "ok", **({"loading": loading} if loading else {})})
 
 
 @require_token
 async def stat(request: Request) -> Response:
+    """Agent rows, the scheduler, the database; while the agents load, no rows (the scheduler
+    says how far it got)."""
     engine = _engine(request)
-    rows = await run_in_threadpool(
-        agent_rows, engine.project, engine.store, engine.registry, engine.clock()
-    )
+    rows = []
+    if engine.loading.ready:
+        rows = await run_in_threadpool(
+            agent_rows, engine.project, engine.store, engine.registry, engine.clock()
+        )
     scheduler = await run_in_threadpool(serving_status, engine)
     database = await run_in_threadpool(database_status, engine.project, engine.store)
     return JSONResponse(
@@ -99,7 +103,9 @@ async def stat(request: Request) -> Response:
 @require_token
 async def agent_state(request: Request) -> Response:
     engine = _engine(request)
-    return JSONResponse(await run_in_threadpool(state_of, engine, request.path_params["name"]))
+    return JSONResponse(
+        await run_in_threadpool(_ops().state_of, engine, request.path_params["name"])
+    )
 
 
 @require_token
@@ -113,7 +119,7 @@ async def change_agent_state(request: Request) -> Response:
     state = _field(body, "state", str, "")
     wake = _field(body, "wake", bool, False)
     answer = await run_in_threadpool(
-        change_state, engine, request.path_params["name"], state, cause, wake
+        _ops().change_state, engine, request.path_params["name"], state, cause, wake
     )
     return JSONResponse(answer)
 
@@ -125,7 +131,7 @@ def _answer(approve: bool):
         body = await json_body(request) if await request.body() else {}
         cause = str(body.get("cause") or "through the control API")
         answer = await run_in_threadpool(
-            answer_suspension, engine, request.path_params["run_id"], approve, cause
+            _ops().answer_suspension, engine, request.path_params["run_id"], approve, cause
         )
         return JSONResponse(answer)
 
@@ -151,15 +157,15 @@ async def run(request: Request) -> Response:
     wake = _field(body, "wake", bool, False)
     chat = _field(body, "chat", str, None)  # `al chat`: the human's first message
     if chat is not None:
-        results = [await run_in_threadpool(queue_chat, engine, agent, chat, wake)]
+        results = [await run_in_threadpool(_ops().queue_chat, engine, agent, chat, wake)]
     else:
         results = await run_in_threadpool(
-            lambda: queue_manual(engine, agent, payload, count, wake=wake)
+            lambda: _ops().queue_manual(engine, agent, payload, count, wake=wake)
         )
     refused = next((r.refused for r in results if r.refused), None)
     if refused:
         return JSONResponse({"error": refused}, status_code=409)
-    answer = await run_in_threadpool(trigger_answer, engine, agent, results)
+    answer = await run_in_threadpool(_ops().trigger_answer, engine, agent, results)
     # `al run --no-follow`: the run's id once it started, within that many seconds (it is
     # claimed when queued unless its agent must wait), so the CLI needs nothing else.
     within = _field(body, "started_within", int, 0)
@@ -256,9 +262,9 @@ def _talk(reply: bool):
             raise LlamaherdError("text: expected a non-empty message")
         run_id = request.path_params["run_id"]
         if reply:
-            answer = await run_in_threadpool(reply_to_run, engine, run_id, text, end)
+            answer = await run_in_threadpool(_ops().reply_to_run, engine, run_id, text, end)
         else:
-            answer = await run_in_threadpool(say_to_run, engine, run_id, text)
+            answer = await run_in_threadpool(_ops().say_to_run, engine, run_id, text)
         return JSONResponse(answer)
 
     endpoint.__name__ = "reply" if reply else "say"

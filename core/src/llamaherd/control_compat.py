@@ -26,7 +26,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llamaherd import hookimpl
-from llamaherd.agents import queue_manual
 from llamaherd.auth import json_body, require_token
 
 # Our trigger kinds and run states as Action Llama names them in its run history.
@@ -54,6 +53,8 @@ async def trigger(request: Request) -> Response:
     payload = {"prompt": prompt.strip()} if isinstance(prompt, str) and prompt.strip() else {}
     if (await run_in_threadpool(engine.store.paused))[0]:
         return JSONResponse({"error": "Scheduler is paused"}, status_code=409)
+    from llamaherd.agents import queue_manual
+
     (result,) = await run_in_threadpool(queue_manual, engine, name, payload)
     if result.refused:
         return JSONResponse({"error": result.refused}, status_code=409)

@@ -21,6 +21,7 @@ from typing import Any
 from llamaherd.clock import clock, host_id
 from llamaherd.errors import ConfigError
 from llamaherd.flow import policy_of
+from llamaherd.loading import Loading, LoadingGate
 from llamaherd.processes import pid_alive
 from llamaherd.timers import Timers
 from llamaherd.triggers import trigger_kind
@@ -89,6 +90,9 @@ class Engine:
         from llamaherd.store import Store
 
         self.project = project
+        # An engine's project is loaded by its maker; a scheduler listens first and loads its
+        # agents after (``llamaherd.loading``).
+        self.loading = Loading(ready=True)
         self.registry = registry()
         self.store = Store.open(
             project.database_url, str(project.root), tables=self.registry.table_sets.values()
@@ -139,6 +143,8 @@ class Engine:
         from llamaherd.server import ServerThread, build_app
 
         app = build_app(self)
+        if not self.loading.ready:  # what needs the agents waits for them
+            app.add_middleware(LoadingGate, loading=self.loading)
         # One budget of request-body bytes for the process: both servers take from it.
         budget = app.state.body_budget = BodyBudget.of(self.project.gateway)
         limits = Limits.of(self.project.gateway, budget)
@@ -183,17 +189,26 @@ class Engine:
         self.store.close()
 
     # ------------------------------------------------------------------ triggers
-    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
+    def emit(
+        self, event: TriggerEvent, *, coalesce: bool = False, waiting: list[Any] | None = None
+    ) -> EmitResult:
         """Queue ``event`` for its agent (durably, before returning) and offer it to waiting runs.
 
         An event that resumes a waiting run of its own agent is consumed by it. An event with
         ``agent == ""`` is only offered to waiting runs (a webhook no agent is configured for).
         Agent states gate here (``gate``). ``coalesce``: not queued while an item of the same
-        agent and kind is still queued.
+        agent and kind is still queued. ``waiting``: the waiting runs as ``emit_all`` read them.
         """
-        result = self._emit(event, coalesce, None)
+        result = self._emit(event, coalesce, None, waiting)
         assert result is not None  # only a claimed tick answers None
         return result
+
+    def emit_all(self, events: list[TriggerEvent]) -> list[EmitResult]:
+        """``emit`` each of several events of one occurrence (a webhook delivery to its agents,
+        then to every waiting run), inside the caller's write transaction: the waiting runs'
+        filters are read once for all of them, not once each."""
+        waiting = self.store.wait_filters()
+        return [self.emit(event, waiting=waiting) for event in events]
 
     def emit_once(
         self, key: str, tick: float, event: TriggerEvent, *, coalesce: bool = False
@@ -203,9 +218,13 @@ class Engine:
         return self._emit(event, coalesce, (key, tick))
 
     def _emit(
-        self, event: TriggerEvent, coalesce: bool, once: tuple[str, float] | None
+        self,
+        event: TriggerEvent,
+        coalesce: bool,
+        once: tuple[str, float] | None,
+        waiting: list[Any] | None = None,
     ) -> EmitResult | None:
-        resumed = self._offer_to_waits(event)
+        resumed = self._offer_to_waits(event, waiting)
         result = EmitResult(resumed=resumed)
         if not event.agent:
             return result
@@ -225,8 +244,10 @@ class Engine:
         if ticket is not None and ticket.outcome is not None:
             self._flow_done(event, ticket, result)
         # After the commit, not before: inside a caller's transaction (a webhook's fan-out) the
-        # dispatcher would look before the item is visible and sleep until its next pass.
-        self.store.after_commit(self.wakeup.set)
+        # dispatcher would look before the item is visible and sleep until its next pass. Not
+        # for a paused agent: nothing of it is claimed until `al resume`, which wakes it.
+        if not self.store.paused_as_seen(event.agent):
+            self.store.after_commit(self.wakeup.set)
         self._queued_here = self._queued_here or result.queued is not None
         return result
 
@@ -362,10 +383,10 @@ class Engine:
             )
         )
 
-    def _offer_to_waits(self, event: TriggerEvent) -> list[str]:
+    def _offer_to_waits(self, event: TriggerEvent, waiting: list[Any] | None = None) -> list[str]:
         from llamaherd.waits import match_waiting
 
-        resumed = match_waiting(self, event)
+        resumed = match_waiting(self, event, waiting)
         if resumed:
             self.store.after_commit(self.wakeup.set)
         return resumed

@@ -26,9 +26,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import jmespath
-from jmespath.exceptions import JMESPathError
-
 from llamaherd.errors import LlamaherdError
 
 MAX_KEY = 200  # characters of a key kept as it is; a longer one is cut and given a digest
@@ -68,6 +65,9 @@ def compile_expression(text: str) -> Expression:
 
 
 def _jmespath(text: str) -> Any:
+    import jmespath  # here: only an agent with [flow] keys compiles one
+    from jmespath.exceptions import JMESPathError
+
     try:
         return jmespath.compile(text)
     except JMESPathError as exc:

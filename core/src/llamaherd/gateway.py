@@ -53,10 +53,18 @@ def text_body(characters: int) -> int:
     return 4 * characters + FIELDS
 
 
-def body_limits() -> dict[str, int]:
+def setenv_body(_path: str) -> int:
+    """What ``/gateway/setenv`` takes: a value at its cap, each byte escaped into at most two
+    (quotes, backslashes, line breaks). Asked with the first such request: the session's
+    module, which holds the cap, is not imported before a scheduler listens."""
+    from llamaherd.session import MAX_ENV_VALUE
+
+    return 2 * MAX_ENV_VALUE + FIELDS
+
+
+def body_limits() -> dict[str, int | Callable[[str], int]]:
     """What each route's body may hold (``app.state.body_limits``): its arguments at their
     caps. Any other ``/gateway/`` route takes ``http_guard.BODY_LIMITS["/gateway/"]``."""
-    from llamaherd.session import MAX_ENV_VALUE
     from llamaherd.skills.base import (
         MAX_CALL_CONTEXT,
         MAX_LOCK_URI,
@@ -74,8 +82,7 @@ def body_limits() -> dict[str, int]:
         "/gateway/lock-heartbeat": text_body(MAX_LOCK_URI),
         "/gateway/state": text_body(MAX_REASON),
         "/gateway/agent-state": text_body(MAX_REASON),
-        # The value's bytes, each escaped into at most two (quotes, backslashes, line breaks).
-        "/gateway/setenv": 2 * MAX_ENV_VALUE + FIELDS,
+        "/gateway/setenv": setenv_body,
     }
 
 

@@ -31,7 +31,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping
@@ -512,6 +511,8 @@ def tar_archive(entries: Iterable[tuple[str, int, bytes | None]], parents: int =
     """A tar archive of ``(path, mode, data)`` entries (``data`` None: a directory), in order,
     each preceded by the directories it needs that were not listed (mode ``parents``): how a
     runtime sends a run's files in one session (``tar -xpf -`` on the host keeps the modes)."""
+    import tarfile  # here: a scheduler's start imports the ssh plugin's settings, not this
+
     buffer = io.BytesIO()
     made: set[str] = set()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:

@@ -19,6 +19,7 @@ import importlib
 import os
 import re
 import sys
+import threading
 import typing
 from dataclasses import dataclass, field
 from functools import cache
@@ -55,6 +56,8 @@ KINDS: dict[str, tuple[str, type]] = {
     "register_admission_checks": ("admission_checks", types.AdmissionCheck),
     "register_expectations": ("expectations", types.Expectation),
 }
+# Registry kind -> its hook name.
+HOOKS: dict[str, str] = {kind: hook for hook, (kind, _) in KINDS.items()}
 # A registered name: a plain word that can be a config value and a path segment.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -213,7 +216,7 @@ class PluginManager:
         Distributions are looked up here, not at load time, so ``al --help`` does not pay for
         scanning every installed distribution's metadata.
         """
-        self.registry()
+        self.registry().complete()
         dists = entrypoint_distributions()
         failed = [PluginInfo(name, error=error) for name, error in self.failed.items()]
         rows = []
@@ -331,7 +334,11 @@ def _describe(hint: Any) -> str:
 
 
 class Registry:
-    """Everything the loaded plugins registered, by kind and name, with the supplying plugin."""
+    """Everything the loaded plugins registered, by kind and name, with the supplying plugin.
+
+    Each kind is collected when it is first read (its hook called then): plugins import
+    their modules inside their hooks, so a scheduler that opens its store (``table_sets``)
+    and starts listening imports no runtime, provider or doctor check yet."""
 
     trigger_types: dict[str, Any]
     webhook_sources: dict[str, Any]
@@ -346,18 +353,46 @@ class Registry:
     expectations: dict[str, types.Expectation]
 
     def __init__(self, manager: PluginManager):
-        self.owner: dict[tuple[str, str], str] = {}
-        for hook_name, (kind, protocol) in KINDS.items():
-            setattr(self, kind, {})
-            hook = getattr(manager.hook, hook_name)
-            # Call each implementation ourselves so we know which plugin registered what.
-            for impl in reversed(hook.get_hookimpls()):
-                self._collect(manager, kind, protocol, impl)
-        self._bind()
+        self._manager = manager
+        self._owner: dict[tuple[str, str], str] = {}
+        self._lock = threading.RLock()
+
+    def __getattr__(self, kind: str) -> dict[str, Any]:
+        """A kind not collected yet (only then is this called): call its hook now."""
+        hook_name = HOOKS.get(kind)
+        if hook_name is None:
+            raise AttributeError(kind)
+        with self._lock:
+            if kind not in self.__dict__:
+                self._gather(hook_name)
+        return self.__dict__[kind]
+
+    def _gather(self, hook_name: str) -> None:
+        kind, protocol = KINDS[hook_name]
+        table: dict[str, Any] = {}
+        hook = getattr(self._manager.hook, hook_name)
+        # Call each implementation ourselves so we know which plugin registered what.
+        for impl in reversed(hook.get_hookimpls()):
+            self._collect(self._manager, kind, table, protocol, impl)
+        self.__dict__[kind] = table
+        if kind == "trigger_types":
+            self._bind()
+
+    def complete(self) -> Registry:
+        """Every kind collected (``al plugins`` lists what each plugin registered)."""
+        for kind in HOOKS:
+            getattr(self, kind)
+        return self
+
+    @property
+    def owner(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> the plugin that registered it, over every kind."""
+        self.complete()
+        return self._owner
 
     def _bind(self) -> None:
-        """Hand the complete registry to the trigger types that build on other plugins'
-        objects (``TriggerType.bind``); one that fails is a warning, like a failing hook."""
+        """Hand the registry to the trigger types that build on other plugins' objects
+        (``TriggerType.bind``); one that fails is a warning, like a failing hook."""
         for name, trigger in self.trigger_types.items():
             bind = getattr(trigger, "bind", None)
             if bind is None:
@@ -365,12 +400,13 @@ class Registry:
             try:
                 bind(self)
             except Exception as exc:  # a broken plugin must not take the CLI down
-                plugin = self.owner[("trigger_types", name)]
+                plugin = self._owner[("trigger_types", name)]
                 _warn(f"plugin {plugin!r} failed in bind: {type(exc).__name__}: {exc}")
 
-    def _collect(self, manager: PluginManager, kind: str, protocol: type, impl: Any) -> None:
+    def _collect(
+        self, manager: PluginManager, kind: str, table: dict[str, Any], protocol: type, impl: Any
+    ) -> None:
         plugin = impl.plugin_name
-        table: dict[str, Any] = getattr(self, kind)
 
         def register(obj: Any) -> None:
             problem = nonconformance(obj, protocol)
@@ -381,14 +417,14 @@ class Registry:
                 return
             name = obj.name
             if name in table:
-                other = self.owner[(kind, name)]
+                other = self._owner[(kind, name)]
                 _warn(
                     f"{kind[:-1].replace('_', ' ')} {name!r} from plugin {plugin!r} "
                     f"ignored: already registered by {other!r}"
                 )
                 return
             table[name] = obj
-            self.owner[(kind, name)] = plugin
+            self._owner[(kind, name)] = plugin
             manager.info[plugin].registers.append(f"{kind[:-1].replace('_', '-')}:{name}")
 
         try:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from llamaherd import compat
 from llamaherd.errors import ConfigError
@@ -51,7 +50,6 @@ WAIT_TIMEOUT = 1800
 STATE_DIR = ".al"
 # Bytes of one project file (config.toml, SKILL.md, a Dockerfile) the scheduler reads.
 MAX_PROJECT_FILE = 1024 * 1024
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 
 
 def read_project_file(path: Path, limit: int = MAX_PROJECT_FILE) -> bytes:
@@ -76,8 +74,14 @@ def read_project_file(path: Path, limit: int = MAX_PROJECT_FILE) -> bytes:
             )
         if info.st_size > limit:
             raise ConfigError(str(path), "", _too_large(info.st_size, limit))
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(limit + 1)
+        # Read to the end (what fstat said is there, then what it grew by), up to one byte
+        # past the limit: plain reads, no buffered file object made for each file.
+        chunks = [os.read(fd, info.st_size + 1)]
+        size = len(chunks[0])
+        while chunks[-1] and size <= limit:
+            chunks.append(os.read(fd, limit + 1 - size))
+            size += len(chunks[-1])
+        data = b"".join(chunks)
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
     finally:
@@ -157,8 +161,11 @@ def read_skill(path: Path) -> SkillFile:
 
 
 def _load_frontmatter(path: Path, frontmatter: str, first_line: int) -> Any:
+    import yaml  # here: a scheduler listens before it reads an agent
+
     try:
-        return yaml.load(frontmatter, Loader=_YAML_LOADER) or {}
+        # libyaml when available: ~10x faster.
+        return yaml.load(frontmatter, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
     except yaml.YAMLError:
         # Re-parse with the pure-Python loader: its marks point at the offending token itself.
         try:
@@ -195,11 +202,11 @@ class Agent:
     # Warnings about how the agent's files were read: (file, dotted key, message).
     notes: list[tuple[str, str, str]] = field(default_factory=list)
 
-    @property
+    @cached_property
     def skill_file(self) -> Path:
         return self.path / "SKILL.md"
 
-    @property
+    @cached_property
     def config_file(self) -> Path:
         return self.path / "config.toml"
 
@@ -354,19 +361,26 @@ class Project:
     @cached_property
     def agents(self) -> dict[str, Agent]:
         """Agents found by scanning ``agents/*/SKILL.md``; broken ones land in ``errors``."""
+        return self.load_agents()
+
+    def load_agents(self, progress: Callable[[int, int], None] | None = None) -> dict[str, Agent]:
+        """Read the agents (what ``agents`` holds from then on), calling ``progress(done,
+        total)`` after each: a scheduler's start shows how far it got, and may stop there."""
         found: dict[str, Agent] = {}
         agents_dir = self.root / "agents"
-        if not agents_dir.is_dir():
-            return found
-        for entry in sorted(os.scandir(agents_dir), key=lambda e: e.name):
-            skill = Path(entry.path) / "SKILL.md"
-            if not entry.is_dir() or not skill.exists():
-                continue
+        folders = []
+        if agents_dir.is_dir():
+            entries = sorted(os.scandir(agents_dir), key=lambda e: e.name)
+            folders = [e for e in entries if e.is_dir() and os.path.exists(e.path + "/SKILL.md")]
+        for done, entry in enumerate(folders, 1):
             try:
                 check_agent_name(agents_dir, entry.name)
                 found[entry.name] = self._load_agent(entry.name, Path(entry.path))
             except ConfigError as exc:
                 self.errors.append(exc)
+            if progress is not None:
+                progress(done, len(folders))
+        self.__dict__["agents"] = found
         return found
 
     def _load_agent(self, name: str, path: Path) -> Agent:
@@ -396,6 +410,9 @@ class Project:
             ) from None
 
     def relative(self, path: Path) -> str:
+        text, root = str(path), str(self.root)
+        if text.startswith(root) and text[len(root) : len(root) + 1] == os.sep:
+            return text[len(root) + 1 :]  # the common case, without pathlib's parsing
         try:
             return str(path.relative_to(self.root))
         except ValueError:

@@ -24,6 +24,7 @@ character-level tree of whole secrets took gigabytes for a few megabytes of valu
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
@@ -96,6 +97,9 @@ def _long_enough(forms: set[str]) -> set[str]:
 
 
 _END = ""  # trie key marking that a prefix ends at this node
+# Finders a redactor keeps before it merges them into one per kind (secrets added one by one,
+# setenv's values, would otherwise make a scan each).
+MAX_FINDERS = 6
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -108,6 +112,18 @@ def _trie_regex(words: Iterable[str]) -> str:
             node = node.setdefault(char, {})
         node[_END] = {}
     return _node_regex(root)
+
+
+@functools.lru_cache(maxsize=32)
+def _prepared(
+    secrets: frozenset[str],
+) -> tuple[frozenset[str], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]], tuple[Any, ...]]:
+    """What a redactor of ``secrets`` starts from: (secrets, buckets, folded buckets, finders);
+    shared, so never changed (a redactor copies the buckets)."""
+    empty = Redactor.__new__(Redactor)
+    empty.secrets, empty._buckets, empty._folded, empty._finders = frozenset(), {}, {}, ()
+    empty._add(secrets)
+    return empty.secrets, empty._buckets, empty._folded, empty._finders
 
 
 def _node_regex(node: dict[str, Any]) -> str:
@@ -123,15 +139,18 @@ class Redactor:
     """Masks every value in ``secrets`` (values shorter than 4 characters are ignored)."""
 
     def __init__(self, secrets: Iterable[str] = ()):
-        self.secrets: frozenset[str] = frozenset()
+        # Made once per set of secrets (each run of a project masks the same credentials and
+        # model keys: their forms and finders cost a few milliseconds to build).
+        found = _prepared(frozenset(secret for secret in secrets if secret))
+        self.secrets: frozenset[str] = found[0]
         # First 4 characters -> forms, longest first: compared exactly, and (hex digits, in
         # lower case) ignoring case.
-        self._buckets: dict[str, tuple[str, ...]] = {}
-        self._folded: dict[str, tuple[str, ...]] = {}
+        self._buckets: dict[str, tuple[str, ...]] = dict(found[1])
+        self._folded: dict[str, tuple[str, ...]] = dict(found[2])
         # Where a form may start: one regex per kind of bucket (one alternation of both lost
-        # the regex engine's scan for a first character: 3 times slower).
-        self._finders: tuple[re.Pattern[str], ...] = ()
-        self._add(secrets)
+        # the regex engine's scan for a first character: 3 times slower), and one more per
+        # kind for each group of secrets added since (``plus``: a run's own token).
+        self._finders: tuple[re.Pattern[str], ...] = found[3]
 
     def _add(self, secrets: Iterable[str]) -> None:
         new = {secret for secret in secrets if secret} - self.secrets
@@ -143,13 +162,18 @@ class Redactor:
             for forms, into in zip(_variants(secret), grown, strict=True):
                 for form in forms:
                     into.setdefault(form[:MIN_LENGTH], set()).add(form)
-        fresh = False
-        for buckets, forms_by_prefix in zip((self._buckets, self._folded), grown, strict=True):
-            fresh |= bool(forms_by_prefix.keys() - buckets.keys())
+        finders = []
+        for buckets, forms_by_prefix, flags in zip(
+            (self._buckets, self._folded), grown, (0, re.IGNORECASE), strict=True
+        ):
+            fresh = forms_by_prefix.keys() - buckets.keys()
             for prefix, forms in forms_by_prefix.items():
                 merged = forms.union(buckets.get(prefix, ()))
                 buckets[prefix] = tuple(sorted(merged, key=len, reverse=True))
-        if fresh:
+            if fresh:  # a finder of the new prefixes only: the others' are compiled already
+                finders.append(re.compile(_trie_regex(fresh), flags))
+        self._finders += tuple(finders)
+        if len(self._finders) > MAX_FINDERS:  # each is one more scan of every text: merge
             self._finders = tuple(
                 re.compile(_trie_regex(buckets), flags)
                 for buckets, flags in ((self._buckets, 0), (self._folded, re.IGNORECASE))

@@ -347,7 +347,7 @@ class Runner:
         creds = load_for_agent(agent, self.engine.registry, self.engine.credentials)
         token = secrets.token_urlsafe(32)
         # The run token is masked too: it shows up in `env` output like any credential.
-        redactor = Redactor([*secret_values(types, creds), token])
+        redactor = Redactor(secret_values(types, creds)).plus([token])
         env = {
             "AL_GATEWAY_URL": self.engine.gateway_url,
             "AL_RUN_TOKEN": token,
@@ -461,7 +461,8 @@ class Runner:
         # The model keys never reach the sandbox, but are masked in whatever is stored anyway.
         model_keys = [s for entry in chain.entries for s in entry.secrets]
         staged = secret_values(self.engine.registry.credential_types, prepared.credentials)
-        prepared.redactor = ctx.redactor = Redactor([*staged, prepared.token, *model_keys])
+        redactor = Redactor([*staged, *model_keys]).plus([prepared.token])
+        prepared.redactor = ctx.redactor = redactor
         return chain
 
     def _skill_tools(self) -> dict[str, Any]:

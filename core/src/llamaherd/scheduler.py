@@ -27,6 +27,7 @@ from llamaherd import __version__
 from llamaherd.clock import machine_name, sleep
 from llamaherd.engine import HOLD_RECHECK, Engine
 from llamaherd.errors import CommandFailed, LlamaherdError
+from llamaherd.loading import Loading
 from llamaherd.local import scheduler_info
 from llamaherd.plugins import get_manager, installed_plugins
 from llamaherd.processes import pid_alive
@@ -168,6 +169,10 @@ class TriggerHost:
         return self._engine.store.last_tick(self._prefix + key)
 
 
+class _Stopped(Exception):
+    """A stop was asked for while the agents loaded."""
+
+
 class Scheduler(Engine):
     def __init__(self, project: Any, *, grace: float = 30.0, gateway: dict[str, Any] | None = None):
         stale_after = host_stale_after()
@@ -186,17 +191,20 @@ class Scheduler(Engine):
             raise
         self.grace = grace
         self.started_at = time.time()
+        # It listens first, then loads its agents (``load``): how far that got.
+        self.loading = Loading()
         # Which config files it runs with (``al stat`` compares with the files on disk), and
-        # why the files on disk are not what it runs (a live reload refused them).
-        self.config_digest = config_digest(project.root)
+        # why the files on disk are not what it runs (a live reload refused them). Known once
+        # it loaded them.
+        self.config_digest: str | None = None
         self.config_errors: list[str] = []
         self.kept: set[str] = set()  # agents whose last good version runs (their files refused)
         self.refused_all = False  # the whole change on disk was refused
         self.reloaded_at: float | None = None
-        self._seen_digest = self.config_digest  # the files the last reload judged
+        self._seen_digest: str | None = None  # the files the last reload judged
         # What else a config's validity depends on (``reload.Inputs``): a refused config (or
         # an agent held for its config) is judged again when any of it changes.
-        self.inputs = Inputs(project.root)
+        self.inputs: Inputs | None = None
         self.held: set[str] = set()  # agents held at start for their config
         # Problems of this process (a trigger that failed to start, a plugin that did not load
         # or was installed after the start): in `al stat`, `al doctor` and the dashboard.
@@ -215,19 +223,26 @@ class Scheduler(Engine):
     def run(self) -> int:
         from llamaherd.store import StoreError
 
-        self.check_config()
-        threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()
+        self._install_signals()
         gateway = self.project.gateway
         self.serve(gateway["bind"], int(gateway["port"]))
-        self.heartbeat()
-        self.recover()
-        self._start_triggers()
-        self._install_signals()
-        self._write_info()  # last: its presence tells clients the scheduler is fully up
-        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
-        log.info("scheduler %s listening on %s", self.host, self.gateway_url)
-        self._log_webhook_urls()
+        # Listening: /health answers and webhook deliveries are taken (stored, routed once
+        # their agents are ready) while the agents load; clients find it by this file, which
+        # says so (``loading``) until ``load`` is done.
+        self._write_info()
+        log.info("scheduler %s up on %s: loading its agents", self.host, self.gateway_url)
         try:
+            try:
+                self.load()
+            except _Stopped:
+                return 0
+            finally:
+                self.loading.end()  # requests waiting for the agents go on (or are refused)
+            log.info(
+                "scheduler %s listening on %s: %d agent(s) ready",
+                self.host, self.gateway_url, len(self.project.agents),
+            )  # fmt: skip
+            self._log_webhook_urls()
             while not self.stopping.is_set():
                 self.wakeup.clear()
                 self.timers.expire(self.clock())  # this pass arms again what still stands
@@ -245,11 +260,42 @@ class Scheduler(Engine):
             self.shutdown()
         return 0
 
+    def load(self) -> None:
+        """Read, validate and register the agents, then start what runs them (recovery,
+        trigger types, live reload); ``loading`` tells how far it got. Raises ``_Stopped``
+        when asked to stop meanwhile, and a project error as ``check_config``."""
+        root = self.project.root
+        # What it loads is judged before it is read: an edit made while it loads is a change.
+        self.inputs = Inputs(root)
+        self.config_digest = self._seen_digest = config_digest(root)
+        self.project.load_agents(self._step("loading"))
+        self.check_config()
+        threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()
+        self._step("starting triggers")(0, len(self.project.agents))
+        self.heartbeat()
+        self.recover()
+        self._start_triggers()
+        self.watcher = ConfigWatcher(root, self.reload, self.stopping).start()
+        self.loading.finish()
+        self._write_info()  # ready: no longer ``loading``
+
+    def _step(self, phase: str) -> Callable[[int, int], None]:
+        """A progress callback for ``phase``: records how far it got; stops the start when
+        a stop was asked for."""
+
+        def step(done: int, total: int) -> None:
+            self.loading.progress(phase, done, total)
+            if self.stopping.is_set():
+                self.loading.progress("stopping", done, total)
+                raise _Stopped
+
+        return step
+
     def check_config(self) -> None:
         """Refuse to start on project errors; hold agents whose own config is broken."""
         from llamaherd.schema import validate_project
 
-        problems = validate_project(self.project, self.registry)
+        problems = validate_project(self.project, self.registry, progress=self._step("validating"))
         for problem in problems:
             (log.error if problem.is_error else log.warning)("%s", problem)
         if any(p.is_error and p.agent is None for p in problems):
@@ -324,6 +370,7 @@ class Scheduler(Engine):
         heartbeat, for ``al stat``, ``al run``, ``al validate`` and the control API."""
         return {
             "started_at": self.started_at,
+            "loading": self.loading.as_dict(),
             "version": __version__,
             "config_digest": self.config_digest,
             "config_errors": list(self.config_errors),
@@ -365,7 +412,7 @@ class Scheduler(Engine):
         A reload that fails outright is a refusal too: said in ``al stat``, not only logged
         (``al stat`` said "config current" while every look failed)."""
         with self._reloading:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or self.inputs is None:  # still loading: it reads them
                 return
             try:
                 self._reload()

@@ -36,7 +36,7 @@ import json
 import os
 import re
 import weakref
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1250,9 +1250,13 @@ def _names(value: Any) -> list[str]:
 
 
 def validate_project(
-    project: Project, registry: Any, agents: Iterable[str] | None = None
+    project: Project,
+    registry: Any,
+    agents: Iterable[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Problem]:
-    """Every problem of ``project`` (or only of the named ``agents``), errors and warnings.
+    """Every problem of ``project`` (or only of the named ``agents``), errors and warnings;
+    ``progress(done, total)`` after each agent checked.
 
     Parse errors the loader collected (``project.errors``) come first, relative to the root.
     """
@@ -1265,7 +1269,11 @@ def validate_project(
         if wanted is None or owner in wanted:
             checker.add(file, error.key, error.message, agent=owner)
     checker.check_project()
-    for name, agent in found.items():
-        if wanted is None or name in wanted:
-            checker.check_agent(agent)
+    checked = [agent for name, agent in found.items() if wanted is None or name in wanted]
+    if progress is not None:
+        progress(0, len(checked))
+    for done, agent in enumerate(checked, 1):
+        checker.check_agent(agent)
+        if progress is not None:
+            progress(done, len(checked))
     return list(dict.fromkeys(checker.problems))

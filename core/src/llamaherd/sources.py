@@ -11,8 +11,6 @@ import hashlib
 import json
 from typing import Any
 
-import orjson
-
 from llamaherd.signatures import hmac_digest, signature_matches
 from llamaherd.types import WebhookFilter
 from llamaherd.waits import MISSING, lookup
@@ -44,6 +42,8 @@ def parse_json(body: bytes) -> Any:
     """The JSON ``body``: through orjson (several times faster on a service's payloads of tens
     of kilobytes), else the standard parser, which also takes what orjson refuses (integers
     beyond 64 bits, ``NaN``); ValueError naming the fault when neither can."""
+    import orjson  # with the first body parsed: a scheduler listens before it takes one
+
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:

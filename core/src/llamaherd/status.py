@@ -211,7 +211,6 @@ def config_digest(root: Path) -> str:
     scheduler records the one it loaded (``.al/scheduler.json``, its heartbeat); comparing it with the files on disk
     tells whether its config is current."""
     signature = config_signature(root)
-    paths = [found[0] for found in signature]
     cached = _DIGESTS.get(root)
     if cached is not None and cached[0] == signature:
         return cached[1]  # no file changed since: `al stat` asks on every call
@@ -219,14 +218,16 @@ def config_digest(root: Path) -> str:
     from llamaherd.project import read_project_file
 
     digest = hashlib.sha256()
-    for path in paths:
+    prefix = len(str(root)) + 1
+    for found in signature:
+        path = found[0]
         try:
             data = read_project_file(path)
         except ConfigError as exc:  # no project config.toml, one removed meanwhile, a FIFO...
             data = f"\0{exc.message}".encode()  # ...still a change when it comes or goes
         # The name as bytes: a folder name that is not UTF-8 is refused by the loader, and
         # must not end the look that notices it.
-        digest.update(os.fsencode(path.relative_to(root)) + b"\0%d\0" % len(data))
+        digest.update(os.fsencode(path[prefix:]) + b"\0%d\0" % len(data))
         digest.update(data)
     _DIGESTS[root] = (signature, digest.hexdigest()[:16])
     return _DIGESTS[root][1]
@@ -236,22 +237,30 @@ _DIGESTS: dict[Path, tuple[tuple[Any, ...], str]] = {}  # root -> (files' signat
 
 
 def config_signature(root: Path) -> tuple[Any, ...]:
-    """Each config file's path, mtime, size and inode: changes on any write, ``touch`` too."""
-    agents = root / "agents"
-    paths = sorted(
-        [
-            root / "config.toml",
-            root / ".env.toml",
-            *agents.glob("*/SKILL.md"),
-            *agents.glob("*/config.toml"),
-        ]
-    )
-    return tuple(_file_signature(path) for path in paths)
+    """Each config file's path, mtime, size and inode: changes on any write, ``touch`` too.
+    Plain strings and ``os`` calls: at a scheduler's start and on every look of live reload,
+    this is two ``stat`` calls per agent, and ``pathlib`` cost more than they do."""
+    top = str(root)
+    found = [_file_signature(os.path.join(top, name)) for name in ("config.toml", ".env.toml")]
+    try:  # as glob's "agents/*/": not the hidden folders
+        folders = [e.path for e in os.scandir(os.path.join(top, "agents")) if e.name[0] != "."]
+    except OSError:  # no agents/ (yet)
+        folders = []
+    for folder in folders:
+        for name in ("SKILL.md", "config.toml"):
+            signature = _file_signature(os.path.join(folder, name), missing=None)
+            if signature is not None:
+                found.append(signature)
+    return tuple(sorted(found))
 
 
-def _file_signature(path: Path) -> tuple[Any, ...]:
+def _file_signature(path: str, missing: Any = ()) -> Any:
+    """(path, mtime, size, inode); (path,) when it cannot be read; ``missing`` (default
+    (path,)) when nothing is there, not even a broken link."""
     try:
-        found = path.stat()
+        found = os.stat(path)
+    except FileNotFoundError:
+        return (path,) if missing == () or os.path.lexists(path) else missing
     except OSError:
         return (path,)
     return (path, found.st_mtime_ns, found.st_size, found.st_ino)
@@ -291,6 +300,8 @@ def scheduler_status(
         "pid": info.get("pid"),
         "url": info.get("url"),
         "since": info.get("started_at"),
+        # While it loads its agents (``llamaherd.loading``): how far it got; else None.
+        "loading": info.get("loading"),
         "version": info.get("version"),
         "config_current": None if loaded is None else loaded == on_disk,
         "config_errors": list(info.get("config_errors") or []),

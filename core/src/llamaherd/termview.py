@@ -85,6 +85,8 @@ def scheduler_line(scheduler: dict[str, Any]) -> str:
     about = [f"pid {scheduler['pid']}", scheduler["host"], f"llamaherd {scheduler['version']}"]
     about += [scheduler["url"]] if scheduler["url"] else []  # not yet while it starts
     line = f"[green]scheduler up[/] since {ago(scheduler['since'])}{where} ({', '.join(about)})"
+    if scheduler.get("loading"):  # listening, its agents not all read yet
+        return line + f"; [yellow]{escape(scheduler['loading']['text'])}[/]"
     if scheduler.get("config_errors"):
         problems = "".join(f"\n  {escape(p)}" for p in scheduler["config_errors"])
         line += f"; [red]config change refused[/] (the last good config runs):{problems}"
@@ -304,6 +306,8 @@ class TerminalView:
         from llamaherd.status import serving_status
 
         engine = self.engine
+        if not engine.loading.ready:  # its agents are being read: only how far it got
+            return {"scheduler": serving_status(engine), "agents": [], "active": [], "recent": []}
         view = snapshot(StoreReader(engine.store, engine.project, engine.registry))
         view["scheduler"] = serving_status(engine)  # up before scheduler.json is
         return view

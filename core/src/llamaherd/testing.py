@@ -544,9 +544,10 @@ def started_trigger() -> Iterator[Callable[[Any, TmpProject], StartedTrigger]]:
 
 class SchedulerProcess:
     """``al start`` as a real subprocess; ``url``, ``token`` and an authorised ``http`` session
-    once it is up."""
+    once it is up: its agents loaded, or (``ready=False``) once it listens, its agents maybe
+    still loading (``llamaherd.loading``)."""
 
-    def __init__(self, project: TmpProject, env: dict[str, str] | None = None):
+    def __init__(self, project: TmpProject, env: dict[str, str] | None = None, ready: bool = True):
         import requests
 
         self.project = project
@@ -568,7 +569,7 @@ class SchedulerProcess:
                 env={**os.environ, **getattr(project, "env", {}), **(env or {})},
             )
         try:
-            info = self._wait_for_info(project.root / ".al" / "scheduler.json")
+            info = self._wait_for_info(project.root / ".al" / "scheduler.json", ready)
         except BaseException:  # not up in time (a loaded machine): it must not outlive the test
             self.kill9()
             raise
@@ -577,13 +578,13 @@ class SchedulerProcess:
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {self.token}"
 
-    def _wait_for_info(self, path: Path, timeout: float = 30) -> dict[str, Any]:
+    def _wait_for_info(self, path: Path, ready: bool, timeout: float = 30) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 info = json.loads(path.read_text())
-                if info["pid"] == self.proc.pid:
-                    return info
+                if info["pid"] == self.proc.pid and not (ready and info.get("loading")):
+                    return info  # it listens before it loads its agents
             except (OSError, ValueError):
                 pass
             if self.proc.poll() is not None:
@@ -623,11 +624,14 @@ def offline_project(tmp_path: Path) -> OfflineProject:
 
 @pytest.fixture
 def scheduler() -> Iterator[Callable[..., SchedulerProcess]]:
-    """``scheduler(project, env=None)`` starts a real scheduler; all are stopped at teardown."""
+    """``scheduler(project, env=None, ready=True)`` starts a real scheduler (``SchedulerProcess``);
+    all are stopped at teardown."""
     started: list[SchedulerProcess] = []
 
-    def start(project: TmpProject, env: dict[str, str] | None = None) -> SchedulerProcess:
-        process = SchedulerProcess(project, env)
+    def start(
+        project: TmpProject, env: dict[str, str] | None = None, ready: bool = True
+    ) -> SchedulerProcess:
+        process = SchedulerProcess(project, env, ready)
         started.append(process)
         return process
 

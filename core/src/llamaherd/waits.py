@@ -175,15 +175,22 @@ class ScriptWaits:
 SCRIPT_WAITS = ScriptWaits()
 
 
-def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
+def match_waiting(
+    engine: Any, event: TriggerEvent, waiting: list[tuple[str, str, Any]] | None = None
+) -> list[str]:
     """Resume every waiting run whose filter ``event`` matches; return their ids.
 
     Only runs of the event's agent are offered it (an event with no agent goes to any
     waiting run). Each run is resumed at most once (``store.resume_waiting``). Blocked
-    ``al-wait`` commands of running runs get it too.
+    ``al-wait`` commands of running runs get it too. ``waiting``: the waiting runs'
+    filters (``store.wait_filters()``) as read once for several events of one occurrence,
+    in the same write transaction (``Engine.emit_all``); the runs this event resumes leave it.
     """
     resumed = SCRIPT_WAITS.offer(engine.registry, event, engine.runner.is_active)
-    for run_id, agent, wait_filter in engine.store.wait_filters():
+    if waiting is None:
+        waiting = engine.store.wait_filters()
+    for entry in list(waiting):
+        run_id, agent, wait_filter = entry
         if event.agent and agent != event.agent:
             continue
         if (
@@ -192,4 +199,5 @@ def match_waiting(engine: Any, event: TriggerEvent) -> list[str]:
             and engine.store.resume_waiting(run_id, resume_payload(event))
         ):
             resumed.append(run_id)
+            waiting.remove(entry)
     return resumed

@@ -113,3 +113,79 @@ def test_missing_daemon_is_one_clear_error(
     done = al("setup", "docker")
     assert done.returncode == 1  # no daemon: an operation failure
     assert done.stderr == f"error: {expected}\n"
+
+
+class CountingProxy:
+    """A unix socket in front of the real daemon's that counts the image inspections
+    (``GET .../images/<name>/json``) passing through it."""
+
+    def __init__(self, path: Path, daemon: str) -> None:
+        import socket
+        import threading
+
+        self.daemon = daemon
+        self.inspections = 0
+        self._lock = threading.Lock()
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(16)
+        self.url = f"unix://{path}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.connect(self.daemon)
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, source: Any, sink: Any, requests: bool) -> None:
+        import re
+
+        try:
+            while data := source.recv(65536):
+                if requests:
+                    with self._lock:
+                        self.inspections += len(re.findall(rb"GET [^ ]*/images/[^ ]*/json ", data))
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_validating_many_agents_asks_the_daemon_once_per_image(
+    tmp_project: Any, base_image: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A scheduler validates every agent at its start: 40 agents on one base image are one
+    inspection of that image, not 40 round trips to the daemon."""
+    from llamaherd_docker.runtime import ContainerRuntime
+
+    tmp_project.config(f'[local]\nimage = "{base_image}"\n')
+    for i in range(40):
+        tmp_project.add_agent(f"agent-{i:02d}")
+    daemon = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+    proxy = CountingProxy(tmp_path / "docker.sock", daemon)
+    monkeypatch.setenv("DOCKER_HOST", proxy.url)
+    try:
+        loaded = tmp_project.load()
+        runtime = ContainerRuntime()
+        found = [runtime.validate(agent, loaded) for agent in loaded.agents.values()]
+        assert found == [[]] * 40  # the base image is there
+        assert proxy.inspections == 1
+        # A project loaded again (a live reload) is judged afresh: the image may be gone.
+        again = tmp_project.load()
+        runtime.validate(again.agent("agent-00"), again)
+        assert proxy.inspections == 2
+    finally:
+        proxy.close()

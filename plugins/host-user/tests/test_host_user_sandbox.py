@@ -157,3 +157,21 @@ def test_endless_output_is_bounded(start, monkeypatch):
     assert len(seen) == 20002  # every line is streamed
     assert result.output.startswith("first\n1\n") and result.output.endswith("19999\n20000\nlast\n")
     assert "characters of output omitted" in result.output and len(result.output) < 1200
+
+
+def test_runs_link_one_copy_of_the_commands_and_run_them(start, bin_dir):
+    """Each run's ``bin`` holds hard links to one copy of the commands per runs base (copying
+    them for every run was a tenth of its start), which its user runs and cannot change."""
+    first, second = start(), start()
+    names = sorted(entry.name for entry in os.scandir(bin_dir) if entry.is_file())
+    bins = [Path(sandbox.env["PATH"].split(":")[0]) for sandbox in (first, second)]
+    assert [sorted(os.listdir(b)) for b in bins] == [names, names]
+    for name in names:
+        one, two = (os.stat(b / name) for b in bins)
+        assert (one.st_ino, one.st_dev) == (two.st_ino, two.st_dev)
+        assert stat.S_IMODE(one.st_mode) == 0o755 and one.st_uid == os.geteuid()
+        assert (bins[0] / name).read_bytes() == (bin_dir / name).read_bytes()
+    assert first.exec("al-hello").output.startswith(f"hello from {first.id}")
+    changed = first.exec(f"echo x >> {bins[0]}/al-hello || rm -f {bins[0]}/al-hello")
+    assert changed.exit_code != 0  # the run's user can neither change nor remove them
+    assert (bins[1] / "al-hello").read_bytes() == (bin_dir / "al-hello").read_bytes()

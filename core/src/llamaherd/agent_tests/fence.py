@@ -173,10 +173,12 @@ class FencedEngine(Engine):
         super().serve(bind, port)
         self.tape.gateway = self.gateway_url
 
-    def emit(self, event: TriggerEvent, *, coalesce: bool = False) -> EmitResult:
+    def emit(
+        self, event: TriggerEvent, *, coalesce: bool = False, waiting: list[Any] | None = None
+    ) -> EmitResult:
         """An event is only offered to the run's own waits; a call to another agent is answered
         from the case; anything else (a rerun, a requeue) is dropped."""
-        result = EmitResult(resumed=self._offer_to_waits(event))
+        result = EmitResult(resumed=self._offer_to_waits(event, waiting))
         if result.resumed or not event.agent:
             return result
         if event.kind == "agent" and event.call_id is not None:

@@ -180,6 +180,9 @@ def start_command(
     if detach:
         _detach(project, overrides, grace)
         return
+    from llamaherd.drivers import scheduler_only
+
+    scheduler_only(sqlite=project.database_url.startswith("sqlite:"))
     from llamaherd import schedlog
     from llamaherd.scheduler import Scheduler
 
@@ -238,11 +241,14 @@ def _detach(project: Any, overrides: dict[str, Any], grace: float) -> None:
             env={**os.environ, DETACHED_ENV: "1"},
         )
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    listening = False  # then it loads its agents, as long as that takes
+    while listening or time.monotonic() < deadline:
         info = scheduler_info(project.state_dir)
-        if info and info["pid"] == child.pid:
+        if info and info["pid"] == child.pid and not listening:
+            listening = True
             with open_private(project.state_dir / "scheduler.pid", "wb") as fh:
                 fh.write(str(child.pid).encode())
+        if listening and info and not info.get("loading"):
             click.echo(
                 f"scheduler started: pid {child.pid}, {info['url']} (log: .al/scheduler.log)"
             )

@@ -76,9 +76,23 @@ class Agents(Connection):
                 self._upsert(self._m.Paused, name=name, at=self._clock())
             else:
                 self._exec(self._sql.unpause, (name,))
+        # Looked at afresh by the next ``paused`` that starts after this change.
+        self._paused_changes = getattr(self, "_paused_changes", 0) + 1
+        self._paused_seen = None
 
     @guarded
     def paused(self) -> tuple[bool, set[str]]:
         """(scheduler paused, paused agents)."""
+        changes = getattr(self, "_paused_changes", 0)
         names = {name for (name,) in self._exec(self._sql.paused).fetchall()}
+        if changes == getattr(self, "_paused_changes", 0):  # no change of ours meanwhile
+            self._paused_seen = frozenset(names)
         return _PAUSED_ALL in names, names - {_PAUSED_ALL}
+
+    def paused_as_seen(self, agent: str) -> bool:
+        """Whether this process's latest ``paused`` read said ``agent`` (or everything) is
+        paused, with no ``set_paused`` of its own since: a delivery for it then wakes no
+        dispatcher (``al resume`` does). No read: False. Another host's resume is seen at
+        this host's next pass (each second where hosts share the database)."""
+        seen = getattr(self, "_paused_seen", None)
+        return seen is not None and (agent in seen or _PAUSED_ALL in seen)

@@ -573,6 +573,13 @@ class Connection:
             with contextlib.suppress(pw.PeeweeException):
                 self._db.close()
 
+    def execute(self, sql: str, params: tuple | list = ()) -> Any:
+        """Run one statement of a plugin's own tables (portable SQL with ``?`` placeholders)
+        on this thread's connection; the cursor. For a hot path: the statement is rewritten
+        for the backend once, then run as the store runs its own (no query builder, none of
+        the ORM's per-call work). Inside ``write``/``atomic`` for a write, ``guard`` for a read."""
+        return self._exec(self._statement(("execute", sql), lambda: sql), params)
+
     def _exec(self, sql: str, params: tuple | list = ()) -> Any:
         """Run one statement on this thread's connection; return the cursor."""
         if self._pg:

@@ -83,8 +83,12 @@ def statements(q: Callable[[str], str], pg: bool) -> dict[str, str]:
             "tokens = spend.tokens + excluded.tokens, "
             "unpriced = spend.unpriced + excluded.unpriced"
         ),
+        # The period's spend in (at most) four sums: this agent or another, this day or
+        # another; not one row per agent and day (a fan-out to 200 agents read 200 rows for
+        # each model call, twice).
         "spend_totals": q(
-            "SELECT agent, day, usd, tokens, unpriced FROM spend WHERE day >= ? AND day <= ?"
+            "SELECT agent = ?, day = ?, SUM(usd), SUM(tokens), SUM(unpriced) FROM spend "
+            "WHERE day >= ? AND day <= ? GROUP BY 1, 2"
         ),
     }
 
@@ -390,10 +394,17 @@ class FlowStore(Queue):
         sees a budget threshold crossed)."""
         with self._write():
             before = self._totals(agent, period)
-            params = (agent, period.day, usd or 0.0, tokens, 0 if usd is not None else 1)
-            self._exec(self._sql.spend, params)
+            self.add_spend(agent, period, usd, tokens)
             after = self._totals(agent, period)
             return before, after
+
+    @guarded
+    def add_spend(self, agent: str, period: Any, usd: float | None, tokens: int) -> None:
+        """Add one model call's cost and tokens to ``agent``'s day (``record_spend`` without
+        the totals: for an agent no daily or monthly budget watches)."""
+        with self._write():
+            params = (agent, period.day, usd or 0.0, tokens, 0 if usd is not None else 1)
+            self._exec(self._sql.spend, params)
 
     @guarded
     def spend_totals(self, agent: str, period: Any) -> dict[str, dict[str, Any]]:
@@ -435,16 +446,18 @@ class FlowStore(Queue):
             name: {"usd": 0.0, "tokens": 0, "unpriced": 0}
             for name in ("agent_day", "agent_month", "project_day", "project_month")
         }
-        rows = self._exec(self._sql.spend_totals, (period.first, period.last)).fetchall()
-        for who, day, usd, tokens, unpriced in rows:
-            scopes = ["project_month"] + (["agent_month"] if who == agent else [])
-            if day == period.day:
-                scopes += ["project_day"] + (["agent_day"] if who == agent else [])
+        params = (agent, period.day, period.first, period.last)
+        rows = self._exec(self._sql.spend_totals, params).fetchall()
+        for mine, today, usd, tokens, unpriced in rows:
+            scopes = ["project_month"] + (["agent_month"] if mine else [])
+            if today:
+                scopes += ["project_day"] + (["agent_day"] if mine else [])
             for scope in scopes:
                 total = totals[scope]
-                total["usd"] += usd or 0.0
-                total["tokens"] += tokens or 0
-                total["unpriced"] += unpriced or 0
+                # PostgreSQL sums integers as numeric: plain numbers here.
+                total["usd"] += float(usd or 0.0)
+                total["tokens"] += int(tokens or 0)
+                total["unpriced"] += int(unpriced or 0)
         return totals
 
     # ------------------------------------------------------------ what al runs shows

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import operator
 import secrets
-import statistics
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -164,6 +163,8 @@ def _percentile(values: list[float], q: float) -> float | None:
         return None
     if len(values) == 1:
         return values[0]
+    import statistics  # here: only `al stats` asks
+
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -196,7 +197,12 @@ class CronPattern:
 
     @classmethod
     def parse(cls, expr: str) -> CronPattern:
-        """The pattern of ``expr``; CronError naming the field and what it allows."""
+        """The pattern of ``expr``; CronError naming the field and what it allows. Parsed
+        once per expression (patterns are immutable; agents often share a schedule)."""
+        return _parse(cls, expr)
+
+    @classmethod
+    def _parse(cls, expr: str) -> CronPattern:
         sec, minute, hour, day, month, weekday, year = _split_fields(expr)
         written = dict(zip(FIELDS, (sec, minute, hour, day, month, weekday, year), strict=True))
         last_weekday = day.upper() == "LW"
@@ -269,7 +275,17 @@ class CronPattern:
 
     # ------------------------------------------------------------------ search
     def following(self, now: float, zone: tzinfo) -> float | None:
-        """The earliest tick strictly after ``now`` (epoch seconds), or None if none comes."""
+        """The earliest tick strictly after ``now`` (epoch seconds), or None if none comes.
+        Remembered for the latest few (pattern, time, zone): a scheduler's start asks it of
+        every agent at one moment, and agents share schedules."""
+        return _following(self, now, zone)
+
+    def latest(self, now: float, zone: tzinfo) -> float | None:
+        """The latest tick at or before ``now`` (epoch seconds), or None (remembered as
+        ``following``)."""
+        return _latest(self, now, zone)
+
+    def _following(self, now: float, zone: tzinfo) -> float | None:
         start = _local(math.floor(now), zone) + timedelta(seconds=1)
         limit = self._last_year(start.year + SEARCH_YEARS)
         while (found := self._forward(start, limit)) is not None:
@@ -279,8 +295,7 @@ class CronPattern:
             start = found + timedelta(seconds=1)  # the repeated hour of a DST change
         return None
 
-    def latest(self, now: float, zone: tzinfo) -> float | None:
-        """The latest tick at or before ``now`` (epoch seconds), or None."""
+    def _latest(self, now: float, zone: tzinfo) -> float | None:
         start = _local(math.floor(now), zone)
         # In the repeated hour of a DST change, naive times after now's may have fired at their
         # first occurrence, before now: look from the end of the repetition back.
@@ -494,3 +509,18 @@ def next_ticks(expr: str, start: float, zone: tzinfo = UTC, count: int = 5) -> l
         ticks.append(tick)
         start = tick
     return ticks
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(cls: type[CronPattern], expr: str) -> CronPattern:
+    return cls._parse(expr)
+
+
+@functools.lru_cache(maxsize=1024)
+def _following(pattern: CronPattern, now: float, zone: tzinfo) -> float | None:
+    return pattern._following(now, zone)
+
+
+@functools.lru_cache(maxsize=1024)
+def _latest(pattern: CronPattern, now: float, zone: tzinfo) -> float | None:
+    return pattern._latest(now, zone)

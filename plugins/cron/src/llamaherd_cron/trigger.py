@@ -8,6 +8,7 @@ and hosts (the tick's claim and the queued run are one transaction).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -95,6 +96,14 @@ def local_zone() -> tzinfo:
 
 
 def _zone_file(path: str) -> tzinfo:
+    """The zone in file ``path``, read again only when the file changed (an agent's plan asks
+    for the local zone: not one read and parse per agent)."""
+    found = os.stat(path)
+    return _zone_of_file(path, (found.st_ino, found.st_size, found.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _zone_of_file(path: str, _stamp: tuple[int, ...]) -> tzinfo:
     with open(path, "rb") as fh:
         return ZoneInfo.from_file(fh, key="localtime")
 
@@ -118,9 +127,22 @@ def never_fires(config: dict[str, Any]) -> str | None:
     expr = config.get("schedule")
     if expr is None or config_problems(config):
         return None
-    if CronPattern.parse(str(expr)).following(clock(), UTC) is not None:
+    pattern = CronPattern.parse(str(expr))
+    fires = _ever_fires(pattern) if pattern.years is None else _fires_from(pattern, clock())
+    if fires:
         return None
     return f"{str(expr)!r} never fires (no such date): the agent runs only when called or by hand"
+
+
+def _fires_from(pattern: CronPattern, now: float) -> bool:
+    return pattern.following(now, UTC) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _ever_fires(pattern: CronPattern) -> bool:
+    """Whether a pattern of every year fires at all (``0 0 30 2 *`` never does): the same
+    answer whenever it is asked, so once per pattern."""
+    return _fires_from(pattern, clock())
 
 
 def config_problems(config: dict[str, Any]) -> list[tuple[str, str]]:

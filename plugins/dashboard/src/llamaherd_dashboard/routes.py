@@ -12,6 +12,7 @@ See ``auth`` for who may read and change what.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -20,7 +21,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
-import jinja2
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -66,14 +66,6 @@ PAGE_HEADERS = {
 }
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
-TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("llamaherd_dashboard", "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-
 
 def _clock(when: float | None) -> str:
     return "-" if when is None else time.strftime("%H:%M:%S", time.gmtime(when))
@@ -99,11 +91,25 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{round(100 * value)}%"
 
 
-TEMPLATES.filters.update(
-    clock=_clock, stamp=_stamp, ago=ago, until=until, seconds=_seconds, usd=_usd, pct=_percent
-)
-TEMPLATES.globals.update(fmt_seconds=_seconds, fmt_usd=_usd)
-TEMPLATES.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+@functools.cache
+def templates() -> Any:
+    """The pages' jinja2 environment, made for the first page served: a scheduler listens
+    before it imports what draws pages."""
+    import jinja2
+
+    found = jinja2.Environment(
+        loader=jinja2.PackageLoader("llamaherd_dashboard", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    found.filters.update(
+        clock=_clock, stamp=_stamp, ago=ago, until=until, seconds=_seconds, usd=_usd, pct=_percent
+    )
+    found.globals.update(fmt_seconds=_seconds, fmt_usd=_usd)
+    found.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    return found
 
 
 def _engine(request: Request) -> Any:
@@ -126,14 +132,18 @@ def page_html(request: Request, template: str, **context: Any) -> tuple[str, str
     session = session or auth.new_session()
     csrf = auth.csrf_token(request, session)
     signed_in = auth.may_read(request)
-    html = TEMPLATES.get_template(template).render(
-        csrf=csrf,
-        csrf_field=Markup(f'<input type="hidden" name="{auth.CSRF_FIELD}" value="{csrf}">'),
-        reader=signed_in,
-        signed_in=signed_in and auth.signed_in(request),
-        path=request.url.path,
-        scheduler=views.header(_engine(request)) if signed_in else None,
-        **context,
+    html = (
+        templates()
+        .get_template(template)
+        .render(
+            csrf=csrf,
+            csrf_field=Markup(f'<input type="hidden" name="{auth.CSRF_FIELD}" value="{csrf}">'),
+            reader=signed_in,
+            signed_in=signed_in and auth.signed_in(request),
+            path=request.url.path,
+            scheduler=views.header(_engine(request)) if signed_in else None,
+            **context,
+        )
     )
     return html, session if fresh else None
 
@@ -501,7 +511,7 @@ async def _live(
 
 def entry_html(entry: dict[str, Any]) -> str:
     """One conversation entry as the run page shows it (``macros.html``)."""
-    return str(TEMPLATES.get_template("macros.html").module.entry(entry))
+    return str(templates().get_template("macros.html").module.entry(entry))
 
 
 # ---------------------------------------------------------------------- actions

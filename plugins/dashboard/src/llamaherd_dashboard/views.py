@@ -16,8 +16,6 @@ from llamaherd.api import (
     agent_rows,
     agent_triggers,
     budget_line,
-    human_wait,
-    is_suspended,
     key_line,
     run_dict,
     serving_status,
@@ -276,6 +274,8 @@ def entries(events: list[dict[str, Any]], turn: int = 0) -> tuple[list[dict[str,
 def run(engine: Any, run_id: str, with_events: bool = False) -> dict[str, Any] | None:
     """One run (id or unique prefix): its row, state history, status messages, and the
     conversation (``with_events``), with tokens and cost per turn."""
+    from llamaherd.api import human_wait, is_suspended  # what runs agents: not at the start
+
     found = engine.store.find_run(run_id)
     if found is None:
         return None

@@ -11,10 +11,7 @@ no agent takes gets a short ephemeral message instead of a spinner that never en
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from llamaherd.api import (
     WebhookFilter,
@@ -26,6 +23,10 @@ from llamaherd.api import (
     json_object,
     pick,
 )
+
+if TYPE_CHECKING:  # cryptography loads with the first signature checked (a scheduler's start
+    # imports every webhook source type)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 SIGNATURE_HEADER = "X-Signature-Ed25519"
 TIMESTAMP_HEADER = "X-Signature-Timestamp"
@@ -48,6 +49,8 @@ EPHEMERAL = 64  # message flag: only the user who interacted sees it
 
 
 def _key(hex_key: str) -> Ed25519PublicKey | None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         return Ed25519PublicKey.from_public_bytes(bytes.fromhex(hex_key.strip()))
     except ValueError:
@@ -110,6 +113,8 @@ class DiscordSource:
             return False
         if len(signature) != 64 or not fresh(stamp, clock(), TOLERANCE):
             return False
+        from cryptography.exceptions import InvalidSignature
+
         message = stamp.encode() + body
         ok = False
         for key in filter(None, map(_key, secrets)):  # every key, whichever one matches
@@ -190,6 +195,8 @@ class DiscordSource:
         stamp = str(int(clock()))
         headers = {"Content-Type": "application/json", TIMESTAMP_HEADER: stamp}
         if secret is not None:
+            from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
             key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(secret.strip()))
             headers[SIGNATURE_HEADER] = key.sign(stamp.encode() + body).hex()
         return headers

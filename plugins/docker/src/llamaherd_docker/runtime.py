@@ -15,6 +15,7 @@ import re
 import secrets
 import socket
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,13 +232,16 @@ class ContainerRuntime:
         self._prepared: dict[tuple[str, str, str], str] = {}
         self._users: dict[str, tuple[int, int]] = {}  # image id -> (uid, gid) of its USER
         self._roots: set[str] = set()  # projects this process validated or prepared agents of
+        # id of a loaded project -> (engine, base image) -> what validating its agents found.
+        self._validated: dict[int, dict[tuple[str, str | None], list[str]]] = {}
 
     def engine(self, agent: Any = None) -> Engine:
         """The Docker engine ``agent``'s containers run on (this machine's without one, or
         when its ``host`` is not set); ConfigError for a ``host`` that is not ssh://..."""
-        where = agent.project.relative(agent.config_file) if agent is not None else ""
-        target = engine_target(agent.runtime, where) if agent is not None else None
-        return self._engine(target)
+        table = agent.runtime if agent is not None else {}
+        if table.get("host") is None:  # this machine's (the file is named only in an error)
+            return self._engine(None)
+        return self._engine(engine_target(table, agent.project.relative(agent.config_file)))
 
     def _engine(self, target: SshTarget | None) -> Engine:
         with self._lock:
@@ -345,9 +349,22 @@ class ContainerRuntime:
             engine = self.engine(agent)
         except ConfigError as exc:
             return [exc]
-        return engine.option_warnings() + self._engine_warnings(agent, project, engine)
+        dockerfile = agent.path / "Dockerfile"
+        own = dockerfile.is_file() and not _uses_al_base(dockerfile, project)
+        base = None if own else project.local["image"]
+        # Asked of the daemon once per engine and image of a loaded project, not per agent
+        # (5,000 agents on one image were 5,000 round trips at a scheduler's start).
+        checked = self._validated.get(id(project))
+        if checked is None:
+            checked = self._validated[id(project)] = {}
+            weakref.finalize(project, self._validated.pop, id(project), None)
+        key = (engine.name, base)
+        if key not in checked:
+            checked[key] = self._engine_warnings(agent, engine, base)
+        return engine.option_warnings() + checked[key]
 
-    def _engine_warnings(self, agent: Any, project: Any, engine: Engine) -> list[str]:
+    def _engine_warnings(self, agent: Any, engine: Engine, base: str | None) -> list[str]:
+        """The daemon of ``agent``'s engine answers, and has image ``base`` (None: any)."""
         unchecked = engine.unchecked()
         if unchecked is not None:
             return [f"warning: Docker engine {engine.where}: {unchecked}"]
@@ -355,10 +372,8 @@ class ContainerRuntime:
             self.client(agent)
         except SandboxError as exc:
             return [f"warning: {exc}"]
-        dockerfile = agent.path / "Dockerfile"
-        if dockerfile.is_file() and not _uses_al_base(dockerfile, project):
+        if base is None:
             return []
-        base = project.local["image"]
         try:
             self._require(base, engine)
         except SandboxError as exc:

@@ -7,8 +7,11 @@ agent-planted symlink can redirect a write.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 from llamaherd.api import SandboxSpec, StagedFile
@@ -32,15 +35,54 @@ def _mkdir(path: Path, identity: Identity | None, mode: int) -> Path:
     return path
 
 
-def _copy_commands(source: Path | None, target: Path) -> None:
+def _copy_commands(source: Path | None, target: Path, base: Path) -> None:
+    """The language-skill commands in the run's ``bin``: hard links to one copy of them per
+    runs base (``shared_commands``), not a copy each (sixteen files: a tenth of a run's start)."""
     _mkdir(target, None, 0o755)
     if source is None or not Path(source).is_dir():
         return
-    for entry in os.scandir(source):
-        if entry.is_file():
-            dest = target / entry.name
+    for entry in os.scandir(shared_commands(Path(source), base)):
+        dest = target / entry.name
+        try:
+            os.link(entry.path, dest)
+        except OSError:  # a file system without hard links: a copy, as before
             shutil.copyfile(entry.path, dest)
             dest.chmod(0o755)
+
+
+_COMMANDS: dict[tuple[str, str], Path] = {}
+_COMMANDS_LOCK = threading.Lock()
+
+
+def shared_commands(source: Path, base: Path) -> Path:
+    """The commands of ``source`` copied once into ``base`` (``.commands-<digest of their
+    names and contents>``: 0755 files of ours, in a directory only we write), made aside and
+    renamed into place (another scheduler may make the same at once). The orphan sweep leaves
+    it alone; a new version of the commands is a new digest."""
+    key = (str(source), str(base))
+    with _COMMANDS_LOCK:
+        found = _COMMANDS.get(key)
+        if found is not None and found.is_dir():
+            return found
+        files = {e.name: Path(e.path).read_bytes() for e in os.scandir(source) if e.is_file()}
+        digest = hashlib.sha256()
+        for name, data in sorted(files.items()):
+            digest.update(name.encode() + b"\0" + data + b"\0")
+        target = base / f".commands-{digest.hexdigest()[:16]}"
+        if not target.is_dir():
+            aside = Path(tempfile.mkdtemp(prefix=".commands-", suffix=".new", dir=base))
+            for name, data in files.items():
+                fd = os.open(aside / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.chmod(aside / name, 0o755)
+            aside.chmod(0o755)
+            try:
+                os.rename(aside, target)
+            except OSError:  # made by another scheduler meanwhile
+                shutil.rmtree(aside, ignore_errors=True)
+        _COMMANDS[key] = target
+        return target
 
 
 def _stage_credentials(files: list[StagedFile], root: Path, identity: Identity) -> None:
@@ -82,7 +124,7 @@ def provision_private(
     if layout.private.exists():
         raise FileExistsError(f"{layout.private} exists")
     os.rename(layout.aside, layout.private)
-    _copy_commands(spec.bin_dir if spec else None, layout.bin)
+    _copy_commands(spec.bin_dir if spec else None, layout.bin, layout.base)
     _mkdir(layout.tmp, identity, 0o700)
     _stage_credentials(spec.credential_files if spec else [], layout.credentials, identity)
     if spec is not None and spec.shared_files and shared.unavailable() is None:

@@ -6,6 +6,8 @@ Engine (``project``, ``store``, ``registry``, ``credentials``, ``emit``).
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import threading
@@ -38,6 +40,8 @@ SECRET_HEADER_WORDS = ("signature", "authorization", "cookie", "token", "secret"
 REJECTED_BODY_KEPT = 1024
 REJECTED_HEADERS = ("content-type", "content-length", "user-agent")
 REJECTED_VALUE_KEPT = 200
+# The result of a delivery's receipt while it waits for the agents (``Ingest._keep``).
+PENDING = "pending: taken while the agents loaded"
 
 
 @dataclass
@@ -192,10 +196,10 @@ class SecretCache:
     replaces the file, so the next delivery sees the new one)."""
 
     def __init__(self) -> None:
-        self.entries: dict[Path, tuple[tuple[int, ...], str]] = {}
+        self.entries: dict[str, tuple[tuple[int, ...], str]] = {}
         self.lock = threading.Lock()
 
-    def read(self, path: Path) -> str | None:
+    def read(self, path: str) -> str | None:
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -206,7 +210,8 @@ class SecretCache:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         try:
-            value = path.read_text(encoding="utf-8").strip()
+            with open(path, encoding="utf-8") as fh:
+                value = fh.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
             log.warning("cannot read the webhook secret %s: %s", path, exc)
             return None
@@ -221,11 +226,21 @@ SECRETS = SecretCache()
 def source_secrets(credentials: Any, config: SourceConfig) -> list[str]:
     """The source's signing secret (or public key) from its credential (``CredentialStore``),
     if stored: the field ``secret_field`` names, ``secret`` by default."""
-    if not config.source.credential_type:
+    ctype = config.source.credential_type
+    if not ctype:
         return []
-    directory = credentials.path(config.source.credential_type, config.instance)
-    secret = SECRETS.read(directory / getattr(config.source, "secret_field", "secret"))
+    field = getattr(config.source, "secret_field", "secret")
+    secret = SECRETS.read(secret_file(str(credentials.root), ctype, config.instance, field))
     return [secret] if secret else []
+
+
+@functools.lru_cache(maxsize=256)
+def secret_file(root: str, ctype: str, instance: str, field: str) -> str:
+    """The file of a source's secret, its names checked (``CredentialStore.path``) once, not
+    for every delivery."""
+    from llamaherd.api import CredentialStore
+
+    return str(CredentialStore(Path(root)).path(ctype, instance) / field)
 
 
 def answer(config: SourceConfig, fields: dict[str, Any], outcome: Outcome) -> Outcome:
@@ -308,9 +323,17 @@ class Ingest:
             step = self.examine(config, {k.lower(): v for k, v in headers.items()}, body)
             if isinstance(step, Outcome):
                 return step
-            return committed(self.engine.store.write(step.fn, *step.args))
+            outcome = committed(self.engine.store.write(step.fn, *step.args))
         except Exception as exc:
             return self._failed(config, exc)
+        if self.kept_late(outcome):
+            self.route_pending()
+        return outcome
+
+    def kept_late(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` kept its delivery for the agents, which became ready before
+        that was committed: the routing at their loading's end may not have seen it."""
+        return outcome.body.get("pending") is True and self.engine.loading.ready
 
     async def receive_async(
         self, config: SourceConfig, headers: dict[str, str], body: bytes
@@ -321,9 +344,12 @@ class Ingest:
             step = self.examine(config, headers, body)
             if isinstance(step, Outcome):
                 return step
-            return committed(await self.engine.store.write_async(step.fn, *step.args))
+            outcome = committed(await self.engine.store.write_async(step.fn, *step.args))
         except Exception as exc:
             return self._failed(config, exc)
+        if self.kept_late(outcome):
+            await asyncio.get_running_loop().run_in_executor(None, self.route_pending)
+        return outcome
 
     @staticmethod
     def _failed(config: SourceConfig, exc: Exception) -> Outcome:
@@ -363,7 +389,8 @@ class Ingest:
         delivery = str(fields.get("delivery"))
         if unrouted(fields):
             return Write(self._unrouted, (config, delivery, headers, body, fields))
-        agents = self.routes.agents(config, fields)
+        # While the scheduler's agents load, none is matched here: ``_accept`` keeps it.
+        agents = self.routes.agents(config, fields) if self.engine.loading.ready else None
         digest = self._digest(config, body)
         return Write(self._accept, (config, delivery, headers, body, fields, agents, digest))
 
@@ -394,12 +421,14 @@ class Ingest:
         headers: dict[str, str],
         body: bytes,
         fields: dict[str, Any],
-        agents: list[str],
+        agents: list[str] | None,
         digest: str | None,
     ) -> Outcome:
         """A verified delivery, in one write transaction: dropped when its id was seen (or,
         for a source whose bodies are unique, its signed body: a replay under a new id), else
-        queued for ``agents`` (and offered to waiting runs) with its receipt."""
+        queued for ``agents`` (and offered to waiting runs) with its receipt. ``agents`` None:
+        taken while the agents loaded; still loading now, its receipt is kept to be routed
+        once they are ready (``route_pending``), else it is matched here."""
         if self.receipts.seen(config.name, delivery):
             log.info("webhook %s: delivery %s is a duplicate: dropped", config.name, delivery)
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
@@ -411,9 +440,68 @@ class Ingest:
                 delivery,
             )
             outcome = Outcome(200, {"delivery": delivery, "duplicate": True})
+        elif agents is None and not self.engine.loading.ready:
+            outcome = self._keep(config, delivery, headers, body, fields, digest)
         else:
+            if agents is None:  # the agents became ready since it was examined
+                agents = self.routes.agents(config, fields)
             outcome = self._fan_out(config, delivery, headers, body, fields, agents, digest)
         return answer(config, fields, outcome)
+
+    def _keep(
+        self,
+        config: SourceConfig,
+        delivery: str,
+        headers: dict[str, str],
+        body: bytes,
+        fields: dict[str, Any],
+        digest: str | None,
+    ) -> Outcome:
+        """A delivery taken while the scheduler's agents load: its receipt (with the body
+        and the headers its source parses) is kept as pending, in the write transaction the
+        answer waits for, and routed once they are ready; across a restart too."""
+        event = fields.get("event")
+        self._record(config, delivery, headers, body, 202, PENDING, [], digest, event, True)
+        line = (
+            f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) taken "
+            "while the agents load: routed once they are ready"
+        )
+        return Outcome(202, {"delivery": delivery, "pending": True}, log_line=line)
+
+    def route_pending(self) -> int:
+        """Route the deliveries taken while the agents loaded (of this process, or of one
+        that stopped before its agents were ready), oldest first, each in one write
+        transaction that takes it first: two schedulers never route one twice. How many."""
+        routed = 0
+        for receipt_id in self.receipts.pending():
+            outcome = self.engine.store.write(self._route_kept, receipt_id)
+            if outcome is not None:
+                committed(outcome)
+                routed += 1
+        return routed
+
+    def _route_kept(self, receipt_id: int) -> Outcome | None:
+        """One kept delivery routed as it would have been when it came (its source as the
+        config names it now); None when another router took it first."""
+        if not self.receipts.take(receipt_id):
+            return None
+        receipt = self.receipts.get(receipt_id)
+        assert receipt is not None  # taken in this transaction
+        headers, body, delivery = dict(receipt["headers"]), receipt["body"], receipt["delivery_id"]
+        config = self.source(receipt["source"])
+        if isinstance(config, Outcome):
+            self.receipts.settle(receipt_id, f"not routed: {config.body['error']}", [])
+            return config
+        try:
+            fields = admit_json(config.source.parse(headers, body))
+        except (OverLimit, RecursionError, ValueError) as exc:  # admitted when it came: only
+            # a changed source type fails
+            self.receipts.settle(receipt_id, f"not routed: {exc}", [])
+            return Outcome(400, {"error": str(exc)})
+        agents = self.routes.agents(config, fields)
+        return self._fan_out(
+            config, delivery, headers, body, fields, agents, None, receipt_id=receipt_id
+        )
 
     def replay(self, receipt_id: int) -> Outcome:
         """Route an accepted delivery again, as a new delivery (``replay-<id>-<random>``): for
@@ -492,28 +580,34 @@ class Ingest:
         fields: dict[str, Any],
         agents: list[str],
         digest: str | None,
+        receipt_id: int | None = None,
     ) -> Outcome:
         """Queue the delivery for ``agents``, offer it to waiting runs and keep its receipt
-        (in the caller's write transaction)."""
-        queued, refused, resumed, flow = [], {}, [], {}
-        for agent in agents:
-            emitted = self.engine.emit(make_event(agent, config.name, config.kind, fields))
+        (in the caller's write transaction); ``receipt_id``: the receipt it was kept under
+        while the agents loaded, which now says what became of it."""
+        queued, refused, flow = [], {}, {}
+        # To each matched agent, then to every waiting run, whatever agent it belongs to (wait
+        # filters are their own): the waiting runs are read once for all of them.
+        events = [make_event(agent, config.name, config.kind, fields) for agent in [*agents, ""]]
+        emitted_all = self.engine.emit_all(events)
+        for agent, emitted in zip(agents, emitted_all, strict=False):
             if emitted.refused:
                 refused[agent] = emitted.refused
             elif emitted.queued is not None:
                 queued.append(agent)
             if emitted.flow:  # what the agent's [flow] did: dropped, skipped, debounced...
                 flow[agent] = emitted.flow
-            resumed += emitted.resumed
-        # Then to every waiting run, whatever agent it belongs to: wait filters are their own.
-        resumed += self.engine.emit(make_event("", config.name, config.kind, fields)).resumed
+        resumed = [run for emitted in emitted_all for run in emitted.resumed]
         result = "matched" if agents or resumed else "unmatched"
         if refused:
             result += "; refused " + ", ".join(f"{a} ({r})" for a, r in refused.items())
         if flow:
             result += "; flow " + ", ".join(f"{a} ({what})" for a, what in flow.items())
         event = fields.get("event")
-        self._record(config, delivery, headers, body, 202, result, agents, digest, event)
+        if receipt_id is None:
+            self._record(config, delivery, headers, body, 202, result, agents, digest, event)
+        else:
+            self.receipts.settle(receipt_id, result, agents)
         line = (
             f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) {result}; "
             f"queued for {', '.join(queued) or 'none'}; "
@@ -578,15 +672,9 @@ class Ingest:
         matched: list[str],
         digest: str | None = None,
         event: Any = None,
+        pending: bool = False,
     ) -> None:
         self.receipts.record(
-            config.name,
-            delivery,
-            safe_headers(headers),
-            body,
-            status,
-            result,
-            matched,
-            digest,
-            event if isinstance(event, str) else None,
-        )
+            config.name, delivery, safe_headers(headers), body, status, result, matched, digest,
+            event if isinstance(event, str) else None, pending,
+        )  # fmt: skip

@@ -221,6 +221,9 @@ def add_routes(app: Any) -> None:
     endpoint = WebhookEndpoint(app)
     app.state.body_limits[PREFIX] = endpoint.body_limit
     app.state.webhook_rejects = RejectThrottle()
+    engine = app.state.engine
+    if not engine.loading.ready:  # a scheduler taking deliveries before its agents are read
+        engine.loading.on_ready(lambda: Ingest(engine).route_pending())
     app.state.raw_routes[PREFIX] = endpoint
     app.router.routes.append(Route("/webhooks/{name}", challenge, methods=["GET"]))
     app.router.routes.append(Route("/control/deliveries", deliveries, methods=["GET"]))
