@@ -232,6 +232,7 @@ def test_a_reload_that_fails_outright_is_shown_as_refused_until_one_succeeds(
 
     offline_project.add_scripted_agent("first", "", '[[turns]]\ntext = "done"\n')
     running = module.Scheduler(offline_project.load())
+    running.read_agents()  # what its start reads before live reload looks (nothing runs)
     try:
         judged = module.candidate
 

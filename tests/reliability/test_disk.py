@@ -212,8 +212,12 @@ def test_database_made_read_only_under_a_running_scheduler(tmp_path, scheduler):
             sched.post("/control/run", {"agent": "quick", "payload": {"n": n}}).status_code == 202
         )
     db = project.root / ".al" / "work-queue.db"
-    wal, shm = (db.with_name(db.name + suffix) for suffix in ("-wal", "-shm"))
-    with immutable(db, wal, shm, db.parent):
+    wal = db.with_name(db.name + "-wal")
+    # Not the -shm: SQLite maps it, and once its pages are written back, the kernel answers
+    # the next store into the mapping of an immutable file with SIGBUS (ext4's page_mkwrite),
+    # which kills any SQLite process (plain `sqlite3` too); the database and its WAL refusing
+    # writes is what a read-only database is to the store.
+    with immutable(db, wal, db.parent):
         response = sched.post("/control/run", {"agent": "quick", "payload": {"n": 20}})
         assert response.status_code in (400, 503), response.text
         assert "work-queue.db" in response.json()["error"]

@@ -18,6 +18,7 @@ once, as if it were not installed (PostgreSQL is then unavailable in that proces
 from __future__ import annotations
 
 import sys
+import warnings
 
 # The modules peewee tries at import (PostgreSQL and MySQL drivers).
 OTHER_DRIVERS = ("psycopg2cffi", "psycopg2", "psycopg", "pymysql", "MySQLdb")
@@ -34,4 +35,11 @@ def scheduler_only(sqlite: bool) -> list[str]:
         kept = [name for name in kept if name not in OTHER_DRIVERS]
     for name in kept:
         sys.modules[name] = None  # type: ignore[assignment]
+    if "chardet" in kept:
+        # requests says at import that it found no detector; kept out on purpose, it decodes
+        # a body that names no charset as UTF-8 (and JSON as JSON), so the warning is noise in
+        # every scheduler's log.
+        warnings.filterwarnings(
+            "ignore", "Unable to find acceptable character detection", module="requests"
+        )
     return kept

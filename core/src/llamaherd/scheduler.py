@@ -264,20 +264,24 @@ class Scheduler(Engine):
         """Read, validate and register the agents, then start what runs them (recovery,
         trigger types, live reload); ``loading`` tells how far it got. Raises ``_Stopped``
         when asked to stop meanwhile, and a project error as ``check_config``."""
+        self.read_agents()
+        threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()
+        self._step("starting triggers")(0, len(self.project.agents))
+        self.heartbeat()
+        self.recover()
+        self._start_triggers()
+        self.watcher = ConfigWatcher(self.project.root, self.reload, self.stopping).start()
+        self.loading.finish()
+        self._write_info()  # ready: no longer ``loading``
+
+    def read_agents(self) -> None:
+        """Read and validate the agents, what a live reload compares with from then on."""
         root = self.project.root
         # What it loads is judged before it is read: an edit made while it loads is a change.
         self.inputs = Inputs(root)
         self.config_digest = self._seen_digest = config_digest(root)
         self.project.load_agents(self._step("loading"))
         self.check_config()
-        threading.Thread(target=self.prepare_agents, name="prepare", daemon=True).start()
-        self._step("starting triggers")(0, len(self.project.agents))
-        self.heartbeat()
-        self.recover()
-        self._start_triggers()
-        self.watcher = ConfigWatcher(root, self.reload, self.stopping).start()
-        self.loading.finish()
-        self._write_info()  # ready: no longer ``loading``
 
     def _step(self, phase: str) -> Callable[[int, int], None]:
         """A progress callback for ``phase``: records how far it got; stops the start when
