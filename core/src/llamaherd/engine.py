@@ -54,10 +54,17 @@ def socket_prefix(root: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"al-gw-{digest}-"
 
 
+_swept: set[Path] = set()  # socket prefixes this process has swept
+
+
 def remove_stale_socket_dirs(prefix: Path) -> list[Path]:
     """Remove this project's gateway socket directories (``<prefix><pid>-<random>``, or
     ``<prefix><pid>`` of older versions) left behind by schedulers that died (``kill -9``, a
-    failed start); only ours: our uid, a dead pid."""
+    failed start); only ours: our uid, a dead pid. Once per process and project: it lists
+    all of /tmp, and `al test` starts an engine per case."""
+    if prefix in _swept:
+        return []
+    _swept.add(prefix)
     removed = []
     for directory in prefix.parent.glob(prefix.name + "*"):
         pid = directory.name.removeprefix(prefix.name).split("-", 1)[0]

@@ -22,7 +22,6 @@ Modes:
 
 from __future__ import annotations
 
-import copy
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -84,10 +83,9 @@ class Tape:
         self.played = Cassette(self.agent)
 
     def wrap(self, registry: Any) -> Any:
-        """A copy of ``registry`` whose providers answer through this tape."""
-        taped = copy.copy(registry)
-        taped.providers = {name: TapedProvider(p, self) for name, p in registry.providers.items()}
-        return taped
+        """``registry`` with its providers answering through this tape."""
+        providers = {name: TapedProvider(p, self) for name, p in registry.providers.items()}
+        return TapedRegistry(registry, providers)
 
     @property
     def may_go_live(self) -> bool:
@@ -212,6 +210,19 @@ class Tape:
         if len(rest) < len(checkpoint):
             return messages  # the run took another path than the recording: as it is
         return [*systems, *(Message.from_dict(m) for m in checkpoint), *rest[len(checkpoint) :]]
+
+
+class TapedRegistry:
+    """A registry whose providers are a tape's; every other kind is the registry's own, read
+    through it: collected (and each plugin's registration checked) once for all the cases,
+    not once per case as a copy of a registry whose kinds are collected on first use was."""
+
+    def __init__(self, registry: Any, providers: dict[str, Any]):
+        self._registry = registry
+        self.providers = providers
+
+    def __getattr__(self, kind: str) -> Any:
+        return getattr(self._registry, kind)
 
 
 class TapedProvider:
