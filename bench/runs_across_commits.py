@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "compare"))
 
-from common import load  # noqa: E402
+from common import interleaved, load  # noqa: E402
 from first_request import FakeModel  # noqa: E402
 from sustained import runs_per_minute  # noqa: E402
 
@@ -81,13 +81,14 @@ def main() -> None:
     bins = {commit: checkout(commit, args.cache) for commit in commits}
     model = FakeModel()
     threading.Thread(target=model.serve_forever, daemon=True).start()
-    found: dict[str, list[float]] = {commit: [] for commit in commits}
-    for n in range(args.rounds):
-        for commit in commits if n % 2 == 0 else commits[::-1]:
-            env = {"AL_OURS_BIN": str(bins[commit])}
-            rate = runs_per_minute("ours", model, args.deliveries, args.senders, args.scale, env)
-            found[commit].append(rate)
-            print(f"round {n + 1}, {commit}: {rate:,.0f} runs/min ({load()})", flush=True)
+
+    def measure(commit: str) -> float:
+        env = {"AL_OURS_BIN": str(bins[commit])}
+        rate = runs_per_minute("ours", model, args.deliveries, args.senders, args.scale, env)
+        print(f"{commit}: {rate:,.0f} runs/min ({load()})", flush=True)
+        return rate
+
+    found = interleaved(args.rounds, measure, commits)
     base = statistics.median(found[commits[-1]])
     for commit in commits:
         median = statistics.median(found[commit])

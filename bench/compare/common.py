@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,21 +141,26 @@ def load() -> str:
     return f"load {one:.1f}/{five:.1f} on {os.cpu_count()} CPUs"
 
 
-def health(port: int) -> bool:
+def _health(port: int) -> bytes | None:
+    """``/health``'s body when it answers 200, else None."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
-            return reply.status == 200
+            return reply.read() if reply.status == 200 else None
     except OSError:
-        return False
+        return None
+
+
+def health(port: int) -> bool:
+    return _health(port) is not None
 
 
 def ready(port: int) -> bool:
     """``/health`` answers and no longer says the agents are loading (ours listens before it
     loads them; the peer answers once it has)."""
+    body = _health(port)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
-            return reply.status == 200 and "loading" not in json.loads(reply.read())
-    except (OSError, ValueError):
+        return body is not None and "loading" not in json.loads(body)
+    except ValueError:
         return False
 
 
@@ -233,11 +238,13 @@ def run_cli(tool: str, args: list[str], root: Path, env: dict[str, str]) -> tupl
     return wall, cpu
 
 
-def interleaved(rounds: int, measure: Callable[[str], float]) -> dict[str, list[float]]:
+def interleaved(
+    rounds: int, measure: Callable[[str], float], tools: Sequence[str] = TOOLS
+) -> dict[str, list[float]]:
     """``measure(tool)`` ``rounds`` times per tool, alternating which goes first."""
-    found: dict[str, list[float]] = {tool: [] for tool in TOOLS}
+    found: dict[str, list[float]] = {tool: [] for tool in tools}
     for n in range(rounds):
-        for tool in TOOLS if n % 2 == 0 else TOOLS[::-1]:
+        for tool in tools if n % 2 == 0 else tools[::-1]:
             found[tool].append(measure(tool))
     return found
 

@@ -463,8 +463,8 @@ class Ingest:
         event = fields.get("event")
         self._record(config, delivery, headers, body, 202, PENDING, [], digest, event, True)
         line = (
-            f"webhook {config.name}: delivery {delivery} ({fields.get('event') or '-'}) taken "
-            "while the agents load: routed once they are ready"
+            f"webhook {config.name}: delivery {delivery} ({event or '-'}) taken while the "
+            "agents load: routed once they are ready"
         )
         return Outcome(202, {"delivery": delivery, "pending": True}, log_line=line)
 
