@@ -149,3 +149,119 @@ def test_repeat_reports_each_cases_pass_rate_and_spend(project):
     table = project.al("test", "flaky", "-k", "steady", "--live", "--repeat", "2")
     assert table.returncode == 0, table.stdout + table.stderr
     assert "flaky/steady" in table.stdout and "2/2" in table.stdout and "100%" in table.stdout
+
+
+def _alive_with(text: str) -> list[int]:
+    """Processes whose command line holds ``text`` (zombies left out)."""
+    from llamaherd.processes import pid_alive
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and text.encode() in cmdline and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, workers):
+    import os
+    import signal
+
+    from llamaherd.processes import pid_alive
+    from llamaherd.testing import wait_until
+
+    log = tmp_path / "sleepers.log"
+    # A process left in the background, deaf to Ctrl-C as a container's are (not in al's
+    # process group): only the sandbox's end ends it.
+    hook = f"trap '' INT; sleep 300 & echo $! $(pwd) >> {log}; wait # {tmp_path.name}"
+    project.add_scripted_agent("sleeper", f"[hooks]\npre = [{json.dumps(hook)}]\n", SCRIPT)
+    for n in range(4):
+        project.write(f"agents/sleeper/tests/case-{n}.toml", CASE.format(n=n))
+    started = subprocess.Popen(
+        [sys.executable, "-m", "llamaherd", "--project", str(project.root), "test"]
+        + ["-n", str(workers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **project.env},
+        # Its own process group, which Ctrl-C in a terminal signals as a whole; SIGINT not
+        # ignored even when pytest was started in the background of a script.
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        wait_until(
+            lambda: log.exists() and len(log.read_text().splitlines()) == workers,
+            timeout=60,
+            what=f"{workers} cases in their pre hooks",
+        )
+        sleepers = [int(line.split()[0]) for line in log.read_text().splitlines()]
+        sandboxes = [Path(line.split()[1]) for line in log.read_text().splitlines()]
+        assert all(path.is_dir() for path in sandboxes)
+        os.killpg(started.pid, signal.SIGINT)
+        out, err = started.communicate(timeout=60)
+    finally:
+        if started.poll() is None:
+            os.killpg(started.pid, signal.SIGKILL)
+    assert started.returncode == 130, out + err
+    assert "al test interrupted" in err and "Traceback" not in err, err
+    wait_until(
+        lambda: not [pid for pid in sleepers if pid_alive(pid)], what="the sandboxes' processes end"
+    )
+    assert not _alive_with(str(project.root)), "al test and its workers are gone"
+    assert not _alive_with(tmp_path.name), "nothing of a sandbox is left"
+    assert not [path for path in sandboxes if path.exists()], "the sandboxes are removed"
+    assert not list((project.root / ".al" / "tests").iterdir()), "the private stores are gone"
+    assert len(log.read_text().splitlines()) == workers, "no case started after Ctrl-C"
+
+
+def _outcomes(found: dict) -> list[dict]:
+    """What each case did and how it was judged, without what differs from run to run."""
+    return [
+        {
+            "id": case["id"],
+            "outcome": case["outcome"],
+            "failures": case["failures"],
+            "notes": case["notes"],
+            "model": case["model"],
+            "return_value": case["run"]["return_value"],
+            "turns": case["run"]["turns"],
+        }
+        for case in found["cases"]
+    ]
+
+
+def test_worker_processes_judge_every_case_as_one_process_does(project):
+    """Replayed turns, a cassette that no longer matches, a failed expectation, a passing
+    case: `-n 3` (worker processes) reports each exactly as `-n 1`."""
+    script = SCRIPT.replace(
+        'text = "done"',
+        'tool_calls = [{ name = "return_value", arguments = { value = 7 } }]\n[[turns]]\ntext = "done"',
+    )
+    project.add_scripted_agent("worker", "", script)
+    replayed = '[trigger]\nkind = "manual"\nprompt = "case {n}"\n[expect]\nstate = "done"\nreturn = {ret}\n'
+    for n in range(4):
+        project.write(f"agents/worker/tests/case-{n}.toml", replayed.format(n=n, ret=7))
+    project.write("agents/worker/tests/wrong.toml", replayed.format(n="w", ret=8))
+    project.write("agents/worker/tests/stale.toml", replayed.format(n="s", ret=7))
+    recorded = project.al("test", "--update")  # the cassettes, from the scripted model
+    assert recorded.returncode == 1 and "5 passed, 1 failed" in recorded.stdout, recorded.stdout
+    project.write("agents/worker/tests/stale.toml", replayed.format(n="changed", ret=7))
+
+    serial = project.al("test", "--json")
+    parallel = project.al("test", "-n", "3", "--json")
+    assert serial.returncode == parallel.returncode == 1, serial.stderr + parallel.stderr
+    one, three = json.loads(serial.stdout), json.loads(parallel.stdout)
+    assert (one["passed"], one["failed"]) == (4, 2)
+    assert _outcomes(three) == _outcomes(one)
+    stale = next(c for c in three["cases"] if c["case"] == "stale")
+    assert (
+        stale["failures"][0]["where"] == "cassette" and "turn 1" in stale["failures"][0]["message"]
+    )
+    assert all(
+        c["model"]["turns"][:1] == ["cassette"] for c in three["cases"] if c["case"] != "stale"
+    )

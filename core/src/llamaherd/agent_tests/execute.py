@@ -10,6 +10,8 @@ suspension at ``maxTurns`` is denied. Then every ``[expect]`` key is checked.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from llamaherd.project import Agent, Project
 from llamaherd.types import CaseRun, TriggerEvent, Unmet
 
 PASSED, FAILED, ERROR = "passed", "failed", "error"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -125,56 +129,55 @@ def run_cases(
     on_result: Callable[[CaseResult], None] = lambda result: None,
 ) -> list[CaseResult]:
     """Run every case ``repeat`` times, ``workers`` at a time (each in its own fenced engine
-    and sandbox); the results in the cases' order. Ctrl-C kills the runs going on and their
-    sandboxes before it propagates."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
-
+    and sandbox; more than one: in worker processes); the results in the cases' order. Ctrl-C
+    ends the runs going on and their sandboxes before it propagates."""
     from llamaherd.agent_tests.fence import private_area, remove_area
+    from llamaherd.agent_tests.workers import run_forked
 
     area = private_area(project, registry)
-    engines: set[FencedEngine] = set()
     jobs = [case for case in cases for _ in range(repeat)]
-    results: list[CaseResult | None] = [None] * len(jobs)
-    workers = max(1, min(workers, len(jobs)))
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="al-test")
+
+    def work(case: Case) -> CaseResult:
+        return run_case(project, registry, case, area, plan_of(case))
+
     try:
-        futures = {
-            pool.submit(run_case, project, registry, case, area, plan_of(case), engines): index
-            for index, case in enumerate(jobs)
-        }
-        for future in as_completed(futures):
-            result = future.result()
-            results[futures[future]] = result
-            on_result(result)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for engine in list(engines):
-            for run_id in engine.runner.active():
-                engine.runner.kill(run_id, reason="al test was interrupted")
-        raise
+        if workers > 1 and len(jobs) > 1:
+            _import_for_runs(registry)
+            return run_forked(jobs, work, workers, _lost, on_result)
+        results = []
+        for case in jobs:
+            results.append(work(case))
+            on_result(results[-1])
+        return results
     finally:
-        pool.shutdown(wait=True)
         remove_area(area)
-    return [r for r in results if r is not None]
+
+
+def _import_for_runs(registry: Any) -> None:
+    """What every run imports, imported once before the workers are forked (each would
+    import it again, on every core)."""
+    import llamaherd.agents  # noqa: F401
+    import llamaherd.runner  # noqa: F401
+    import llamaherd.server  # noqa: F401
+
+    registry.complete()
+
+
+def _lost(case: Case, why: str) -> CaseResult:
+    return CaseResult(case, ERROR, failures=[Failure("run", f"{why} (the case did not end)")])
 
 
 def run_case(
-    project: Project,
-    registry: Any,
-    case: Case,
-    area: Path,
-    plan: Plan | None = None,
-    engines: set[Any] | None = None,
+    project: Project, registry: Any, case: Case, area: Path, plan: Plan | None = None
 ) -> CaseResult:
-    """Run ``case`` in its own fenced engine (its store a file in ``area``) and check it;
-    ``engines`` holds the engine while its run goes on."""
+    """Run ``case`` in its own fenced engine (its store a file in ``area``) and check it."""
     plan = plan or Plan()
     started = time.monotonic()
     result = CaseResult(case, ERROR)
     try:
         tape = _tape(case, plan)
         result.tape = tape
-        result.run = _run(project, registry, case, area, tape, plan, result, engines)
+        result.run = _run(project, registry, case, area, tape, plan, result)
     except ConfigError as exc:
         result.failures.append(Failure(exc.key or "case", f"{exc.file}: {exc.message}"))
     except LlamaherdError as exc:  # the trigger cannot be built, the engine cannot serve...
@@ -210,18 +213,16 @@ def _run(
     tape: Tape,
     plan: Plan,
     result: CaseResult,
-    engines: set[Any] | None,
 ) -> CaseRun | None:
     overrides = plan.overrides or Overrides()
     overrides.params = {**case.params, **overrides.params}
-    slug = f"{case.agent}-{case.name}-{int(time.monotonic_ns())}"
+    slug = f"{case.agent}-{case.name}-{os.getpid()}-{time.monotonic_ns()}"
     fenced = fenced_project(project, private_store(area, slug), case.agent, overrides)
     credentials = CaseCredentials(
         area / f"{slug}-credentials", registry, case.credentials, live=tape.may_go_live
     )
     engine = FencedEngine(fenced, credentials, tape, case.calls, case.files(), matches)
-    engines = engines if engines is not None else set()
-    engines.add(engine)
+    row = None
     try:
         engine.serve("127.0.0.1", 0)
         agent = fenced.agent(case.agent)
@@ -238,10 +239,20 @@ def _run(
         )
         _drive(engine, case, agent, row, result)
         return _what_it_did(engine, row.id)
+    except BaseException:  # Ctrl-C, SIGTERM: the run does not outlive al test, nor its sandbox
+        if row is not None:
+            _end(engine, row.id)
+        raise
     finally:
-        engines.discard(engine)
         engine.stopping.set()
         engine.close()
+
+
+def _end(engine: FencedEngine, run_id: str) -> None:
+    try:
+        engine.runner.kill(run_id, reason="al test was interrupted")
+    except Exception:  # what interrupted the case is what al test reports
+        log.exception("test run %s: cannot end it and its sandbox", run_id)
 
 
 def _drive(engine: FencedEngine, case: Case, agent: Agent, row: Any, result: CaseResult) -> None:

@@ -82,6 +82,17 @@ class Tape:
     def __post_init__(self) -> None:
         self.played = Cassette(self.agent)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a worker process sends back (``al test -n``): the record, without its ties to
+        the run that made it."""
+        state = dict(self.__dict__)
+        del state["context"], state["_lock"]
+        state["_done"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock(), context=lambda run_id: None)
+
     def wrap(self, registry: Any) -> Any:
         """``registry`` with its providers answering through this tape."""
         providers = {name: TapedProvider(p, self) for name, p in registry.providers.items()}

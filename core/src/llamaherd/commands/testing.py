@@ -32,7 +32,7 @@ def _usage(message: str) -> None:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Cases run at once, each in its own sandbox.",
+    help="Cases run at once, each in a worker process and a sandbox of its own.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option(
@@ -79,7 +79,7 @@ def test_command(
     --live or the case says `live = true`.
 
     Exit status as pytest's: 0 all passed, 1 a case failed, 2 a case file could not be read
-    (or a usage error), 5 no case was found.
+    (or a usage error), 5 no case was found; 130 interrupted (Ctrl-C).
     """
     from llamaherd.agent_tests import report
     from llamaherd.agent_tests.cases import collect
@@ -106,15 +106,19 @@ def test_command(
     started = time.monotonic()
     if not collected.errors:
         mode = "update" if update else "live" if live else "replay"
-        found.results = run_cases(
-            project,
-            registry,
-            collected.cases,
-            lambda case: Plan(mode),
-            workers=workers,
-            repeat=repeat,
-            on_result=said,
-        )
+        try:
+            found.results = run_cases(
+                project,
+                registry,
+                collected.cases,
+                lambda case: Plan(mode),
+                workers=workers,
+                repeat=repeat,
+                on_result=said,
+            )
+        except KeyboardInterrupt:
+            click.echo("al test interrupted: the runs going on and their sandboxes ended", err=True)
+            sys.exit(130)
     found.duration = time.monotonic() - started
     if junit_file is not None:
         junit_file.write_text(report.junit(found, project.root), encoding="utf-8")
