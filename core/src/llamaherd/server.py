@@ -10,7 +10,6 @@ import logging
 import os
 import socket
 import threading
-import time
 from functools import partial
 from typing import Any
 
@@ -130,9 +129,7 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        self.server.ready.wait(10)
         if not self.server.started:
             raise CommandFailed("HTTP server failed to start")
         return self
@@ -147,7 +144,8 @@ class ServerThread:
 def _quiet_server_class() -> type:
     """uvicorn's Server, woken by ``stop`` instead of polling ``should_exit`` ten times a second
     and ticking each second for the ``Date`` header (``GuardedProtocol`` dates each answer): an
-    idle scheduler stays idle, and stops at once."""
+    idle scheduler stays idle, and stops at once. ``ready`` tells ``start`` it serves (no
+    polling for ``started`` either)."""
     import asyncio
 
     import uvicorn
@@ -156,8 +154,19 @@ def _quiet_server_class() -> type:
         _loop: asyncio.AbstractEventLoop | None = None
         _exit: asyncio.Event | None = None
 
+        def __init__(self, config: uvicorn.Config):
+            super().__init__(config)
+            self.ready = threading.Event()  # set once it serves, or once it gave up
+
+        def run(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                super().run(sockets)
+            finally:
+                self.ready.set()
+
         async def main_loop(self) -> None:
             self._loop, self._exit = asyncio.get_running_loop(), asyncio.Event()
+            self.ready.set()
             await self._exit.wait()
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:

@@ -142,7 +142,7 @@ def run_cases(
 
     try:
         if workers > 1 and len(jobs) > 1:
-            _import_for_runs(registry)
+            _before_forking(project, registry)
             return run_forked(jobs, work, workers, _lost, on_result)
         results = []
         for case in jobs:
@@ -153,14 +153,17 @@ def run_cases(
         remove_area(area)
 
 
-def _import_for_runs(registry: Any) -> None:
-    """What every run imports, imported once before the workers are forked (each would
-    import it again, on every core)."""
+def _before_forking(project: Project, registry: Any) -> None:
+    """What a case's run does once per process, done once before the workers are forked
+    (each would do it again, on every core): the imports, every plugin kind collected, the
+    sweep of stale gateway socket folders (a listing of /tmp)."""
     import llamaherd.agents  # noqa: F401
     import llamaherd.runner  # noqa: F401
     import llamaherd.server  # noqa: F401
+    from llamaherd.engine import remove_stale_socket_dirs, socket_prefix
 
     registry.complete()
+    remove_stale_socket_dirs(socket_prefix(project.root))
 
 
 def _lost(case: Case, why: str) -> CaseResult:
