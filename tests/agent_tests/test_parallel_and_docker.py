@@ -166,8 +166,10 @@ def _alive_with(text: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("workers", [1, 3])
-def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, workers):
+@pytest.mark.parametrize(("workers", "cancel"), [(1, "ctrl-c"), (3, "ctrl-c"), (3, "sigterm")])
+def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, workers, cancel):
+    """Ctrl-C (SIGINT to al test's process group, as a terminal sends it) or SIGTERM to al test
+    alone (a cancelled CI job): the runs going on end with their sandboxes."""
     import os
     import signal
 
@@ -202,7 +204,10 @@ def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, wo
         sleepers = [int(line.split()[0]) for line in log.read_text().splitlines()]
         sandboxes = [Path(line.split()[1]) for line in log.read_text().splitlines()]
         assert all(path.is_dir() for path in sandboxes)
-        os.killpg(started.pid, signal.SIGINT)
+        if cancel == "ctrl-c":
+            os.killpg(started.pid, signal.SIGINT)
+        else:
+            started.terminate()
         out, err = started.communicate(timeout=60)
     finally:
         if started.poll() is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -79,7 +80,7 @@ def test_command(
     --live or the case says `live = true`.
 
     Exit status as pytest's: 0 all passed, 1 a case failed, 2 a case file could not be read
-    (or a usage error), 5 no case was found; 130 interrupted (Ctrl-C).
+    (or a usage error), 5 no case was found; 130 interrupted (Ctrl-C, SIGTERM).
     """
     from llamaherd.agent_tests import report
     from llamaherd.agent_tests.cases import collect
@@ -106,6 +107,8 @@ def test_command(
     started = time.monotonic()
     if not collected.errors:
         mode = "update" if update else "live" if live else "replay"
+        # A cancelled CI job's SIGTERM ends the runs as Ctrl-C does, not al test alone.
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             found.results = run_cases(
                 project,
@@ -119,6 +122,8 @@ def test_command(
         except KeyboardInterrupt:
             click.echo("al test interrupted: the runs going on and their sandboxes ended", err=True)
             sys.exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     found.duration = time.monotonic() - started
     if junit_file is not None:
         junit_file.write_text(report.junit(found, project.root), encoding="utf-8")
