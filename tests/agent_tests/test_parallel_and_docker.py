@@ -270,3 +270,40 @@ def test_worker_processes_judge_every_case_as_one_process_does(project):
     assert all(
         c["model"]["turns"][:1] == ["cassette"] for c in three["cases"] if c["case"] != "stale"
     )
+
+
+@pytest.mark.docker
+def test_worker_processes_build_a_docker_agents_image_once(project):
+    import time
+    import uuid
+
+    built = subprocess.run(
+        [str(AL), "setup", "docker", "--base-image", DOCKER_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    name = f"imaged{uuid.uuid4().hex[:8]}"
+    project.add_agent(name, 'models = ["scripted"]\nruntime = { type = "container" }\n')
+    # A build of its own (nothing cached) that takes long enough for the workers to meet.
+    project.write(
+        f"agents/{name}/Dockerfile", f"FROM al-agent\nRUN sleep 2 && echo {name} > /tmp/built\n"
+    )
+    project.write(f"agents/{name}/script.toml", SCRIPT)
+    for n in range(3):
+        project.write(f"agents/{name}/tests/case-{n}.toml", CASE.format(n=n))
+    since = time.time()
+    tested = project.al("test", name, "-n", "3", "--json", timeout=300)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert json.loads(tested.stdout)["passed"] == 3
+    events = subprocess.run(
+        ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}"]
+        + ["--filter", "type=image", "--filter", "event=tag"]
+        + ["--format", "{{.Actor.Attributes.name}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    tags = [line for line in events.stdout.splitlines() if name in line]
+    assert len(tags) == 1, f"the image was built {len(tags)} times: {tags}"

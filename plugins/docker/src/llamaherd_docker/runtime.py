@@ -9,6 +9,9 @@ capability dropped, ``no-new-privileges``, pids/memory/CPU limits, network ``bri
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
 import os
 import re
@@ -16,6 +19,7 @@ import secrets
 import socket
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,21 +288,30 @@ class ContainerRuntime:
         else:
             what = project.relative(dockerfile)
             labels = {LABEL_AGENT: agent.name, LABEL_PROJECT: str(project.root)}
-            with self._build_lock(key):
+            with self._building(key, project):
                 tag = images.build_agent(client, agent.path, what, lower, say, labels)
         self._prepared[key] = tag
         return tag
 
-    def _build_lock(self, key: tuple[str, str, str]) -> threading.Lock:
+    @contextlib.contextmanager
+    def _building(self, key: tuple[str, str, str], project: Any) -> Iterator[None]:
+        """One build of an image at a time, among this process's threads and among processes
+        (`al test -n`'s workers, a scheduler and `al test` at once): an flock on a file of
+        the project's state dir named for the build. Whoever waited then finds the image."""
         with self._lock:
-            return self._build_locks.setdefault(key, threading.Lock())
+            lock = self._build_locks.setdefault(key, threading.Lock())
+        digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
+        project.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with lock, open(project.state_dir / f"build-{digest}.lock", "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released as the file closes
+            yield
 
     def _lower_layers(self, project: Any, progress: images.Progress, engine: Engine) -> str:
         """The image agents of ``project`` build on: the project image (built from the
         project Dockerfile), else ``[local].image``; the base is built first when missing."""
         base = project.local["image"]
         root = str(project.root)
-        with self._build_lock((engine.name, root, "")):
+        with self._building((engine.name, root, ""), project):
             self._ensure_base(base, progress, engine)
             labels = {LABEL_PROJECT: root}
             built = images.build_project(engine.client(), project.root, base, progress, labels)
