@@ -87,8 +87,8 @@ DOCKER_IMAGE = "local/debian-python:bookworm"
 AL = Path(sys.executable).with_name("al")
 
 
-@pytest.mark.docker
-def test_a_docker_agents_cases_run_in_containers(project):
+def _set_up_docker() -> None:
+    """``al setup docker``: the al-agent image agents build on."""
     built = subprocess.run(
         [str(AL), "setup", "docker", "--base-image", DOCKER_IMAGE],
         capture_output=True,
@@ -96,6 +96,11 @@ def test_a_docker_agents_cases_run_in_containers(project):
         timeout=300,
     )
     assert built.returncode == 0, built.stdout + built.stderr
+
+
+@pytest.mark.docker
+def test_a_docker_agents_cases_run_in_containers(project):
+    _set_up_docker()
     project.add_agent(
         "boxed",
         'models = ["scripted"]\nruntime = { type = "container" }\n'
@@ -277,13 +282,7 @@ def test_worker_processes_build_a_docker_agents_image_once(project):
     import time
     import uuid
 
-    built = subprocess.run(
-        [str(AL), "setup", "docker", "--base-image", DOCKER_IMAGE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
+    _set_up_docker()
     name = f"imaged{uuid.uuid4().hex[:8]}"
     project.add_agent(name, 'models = ["scripted"]\nruntime = { type = "container" }\n')
     # A build of its own (nothing cached) that takes long enough for the workers to meet.
