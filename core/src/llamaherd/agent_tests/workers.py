@@ -8,7 +8,7 @@ The workers are forked once the project is loaded and the modules a run needs ar
 while this process has no other thread. Each takes one job at a time over its pipe (the job's
 index: the jobs are the parent's, inherited) and answers with its result, pickled. A worker
 that dies mid-job (a segfault, the OOM killer) leaves that job ``lost`` and another is forked
-for the jobs left.
+for the jobs left; one that died between two jobs is replaced before its next.
 
 Ctrl-C in a terminal reaches the whole process group: the workers ignore it and the parent
 sends each SIGTERM, which raises ``KeyboardInterrupt`` in the job going on (a case ends its
@@ -109,8 +109,15 @@ class _Pool(Generic[Job, Result]):
         return worker
 
     def _hand_out(self, worker: _Worker) -> None:
-        worker.job = next(self.next, None)
-        worker.pipe.send(worker.job)  # None: no job left, the worker exits
+        job = next(self.next, None)  # None: no job left, the worker exits
+        try:
+            worker.pipe.send(job)
+        except (BrokenPipeError, ConnectionResetError):  # it died between two jobs
+            if job is None:
+                return
+            worker = self._replace(worker)
+            worker.pipe.send(job)
+        worker.job = job
 
     def stop(self) -> None:
         """Interrupted: each worker ends the run it is doing, then exits."""
