@@ -184,7 +184,7 @@ def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, wo
     log = tmp_path / "sleepers.log"
     # A process left in the background, deaf to Ctrl-C as a container's are (not in al's
     # process group): only the sandbox's end ends it.
-    hook = f"trap '' INT; sleep 300 & echo $! $(pwd) >> {log}; wait # {tmp_path.name}"
+    hook = f"trap '' INT; sleep 300 & echo $! $(pwd) >> {log}; wait # {tmp_path}"
     project.add_scripted_agent("sleeper", f"[hooks]\npre = [{json.dumps(hook)}]\n", SCRIPT)
     for n in range(4):
         project.write(f"agents/sleeper/tests/case-{n}.toml", CASE.format(n=n))
@@ -223,7 +223,7 @@ def test_ctrl_c_ends_the_runs_going_on_and_their_sandboxes(project, tmp_path, wo
         lambda: not [pid for pid in sleepers if pid_alive(pid)], what="the sandboxes' processes end"
     )
     assert not _alive_with(str(project.root)), "al test and its workers are gone"
-    assert not _alive_with(tmp_path.name), "nothing of a sandbox is left"
+    assert not _alive_with(str(tmp_path)), "nothing of a sandbox is left"
     assert not [path for path in sandboxes if path.exists()], "the sandboxes are removed"
     assert not list((project.root / ".al" / "tests").iterdir()), "the private stores are gone"
     assert len(log.read_text().splitlines()) == workers, "no case started after Ctrl-C"
