@@ -71,8 +71,8 @@ def installed_from() -> Source:
     if url.scheme != "file":
         return Source("index")
     path = Path(unquote(url.path))
-    if "dir_info" in direct and _checkout(path) is not None:
-        return Source("checkout", _checkout(path))
+    if "dir_info" in direct and (checkout := _checkout(path)) is not None:
+        return Source("checkout", checkout)
     if path.suffix == ".whl":
         return Source("wheelhouse", path.parent)
     return Source("index")

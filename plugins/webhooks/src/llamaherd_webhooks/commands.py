@@ -96,8 +96,8 @@ def replay(
         fields = config.source.parse(headers, body)
     except ValueError as exc:
         raise LlamaherdError(f"{fixture}: {exc}") from None
-    if unrouted(fields):
-        click.echo(f"{name}: acknowledged, runs nothing ({unrouted(fields)})")
+    if why := unrouted(fields):
+        click.echo(f"{name}: acknowledged, runs nothing ({why})")
         return
     fields["delivery"] = delivery  # a replay is a new delivery, never a duplicate
     agents = matching_agents(app.project.agents, name, fields, filters_of(config.source))

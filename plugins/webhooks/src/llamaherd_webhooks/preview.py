@@ -60,10 +60,9 @@ def _parse(
         )
     except ValueError as exc:
         raise LlamaherdError(f"{where}: source {config.name!r} cannot parse it: {exc}") from None
-    if unrouted(fields):
+    if why := unrouted(fields):
         raise LlamaherdError(
-            f"source {config.name!r} acknowledges this delivery ({unrouted(fields)}) "
-            "without running anything"
+            f"source {config.name!r} acknowledges this delivery ({why}) without running anything"
         )
     return fields
 
